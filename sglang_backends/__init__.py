@@ -1,0 +1,100 @@
+"""sglang-backends: SGLang's serve-backend extension API, on stevedore.
+
+Out-of-tree runtimes register a zero-argument factory returning a
+:class:`ServeBackend` in the ``sglang.serve_backends`` entry-point group; its
+name becomes a ``--model-type`` value. The contract (``ServeBackend``,
+``ServeRequest``, ``ServeBackendDetection`` and the constants) is importable
+from here without importing stevedore or :mod:`importlib.metadata`: the
+registry and the errors are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from sglang_backends.contract import (
+    RESERVED_SERVE_BACKEND_NAMES,
+    SERVE_BACKEND_API_VERSION,
+    SERVE_BACKENDS_GROUP,
+    RegisteredServeBackend,
+    ServeBackend,
+    ServeBackendDetection,
+    ServeRequest,
+)
+
+TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
+if TYPE_CHECKING:
+    from typing import Any
+
+    from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DetectionReport
+    from sglang_backends.errors import (
+        AmbiguousDetectionError,
+        BackendAPIVersionError,
+        BackendConflictError,
+        BackendLoadError,
+        BackendTypeError,
+        DisabledBackendError,
+        DuplicateBackendError,
+        ReservedNameError,
+        ServeBackendError,
+        UnknownBackendError,
+    )
+    from sglang_backends.registry import ServeBackendRegistry
+
+__all__ = [
+    "DEFAULT_DETECT_TIMEOUT",
+    "RESERVED_SERVE_BACKEND_NAMES",
+    "SERVE_BACKENDS_GROUP",
+    "SERVE_BACKEND_API_VERSION",
+    "AmbiguousDetectionError",
+    "BackendAPIVersionError",
+    "BackendConflictError",
+    "BackendLoadError",
+    "BackendTypeError",
+    "DetectionReport",
+    "DisabledBackendError",
+    "DuplicateBackendError",
+    "RegisteredServeBackend",
+    "ReservedNameError",
+    "ServeBackend",
+    "ServeBackendDetection",
+    "ServeBackendError",
+    "ServeBackendRegistry",
+    "ServeRequest",
+    "UnknownBackendError",
+]
+
+_LAZY = {
+    "DEFAULT_DETECT_TIMEOUT": "sglang_backends.detection",
+    "DetectionReport": "sglang_backends.detection",
+    "ServeBackendRegistry": "sglang_backends.registry",
+    **dict.fromkeys(
+        (
+            "AmbiguousDetectionError",
+            "BackendAPIVersionError",
+            "BackendConflictError",
+            "BackendLoadError",
+            "BackendTypeError",
+            "DisabledBackendError",
+            "DuplicateBackendError",
+            "ReservedNameError",
+            "ServeBackendError",
+            "UnknownBackendError",
+        ),
+        "sglang_backends.errors",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the registry and its companions on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,141 @@
+"""The plugin contract: what a serve backend is and what it is handed.
+
+This module is what plugins import, so it imports nothing heavy: no
+stevedore, no :mod:`importlib.metadata`, no inference runtime. A plugin pays
+only for the few standard-library modules below.
+
+The shapes match SGLang's ``sglang.cli.serve_backends`` field for field, so a
+backend written for SGLang and one written for this package are
+interchangeable; :func:`coerce_backend` and :func:`coerce_detection` accept
+SGLang's own objects by structure and value without importing SGLang.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "RESERVED_SERVE_BACKEND_NAMES",
+    "SERVE_BACKENDS_GROUP",
+    "SERVE_BACKEND_API_VERSION",
+    "RegisteredServeBackend",
+    "ServeBackend",
+    "ServeBackendDetection",
+    "ServeBackendDetector",
+    "ServeBackendRunner",
+    "ServeRequest",
+    "coerce_backend",
+    "coerce_detection",
+]
+
+#: Entry-point group in which plugins register their zero-argument factory.
+SERVE_BACKENDS_GROUP = "sglang.serve_backends"
+#: Contract version a factory's :class:`ServeBackend` must declare.
+SERVE_BACKEND_API_VERSION = 1
+#: Names no backend may take: ``auto`` means "choose for me".
+RESERVED_SERVE_BACKEND_NAMES = frozenset({"auto"})
+
+
+class ServeBackendDetection(str, enum.Enum):
+    """A detector's verdict on a request."""
+
+    MATCH = "match"
+    NO_MATCH = "no_match"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """The normalized command line handed to a backend.
+
+    :param argv: arguments after dispatch; a positional model has become
+        ``--model-path MODEL`` and ``--model-type`` has been removed.
+    :param model_path: the model path or hub id, ``None`` when absent.
+    :param model_path_is_positional: ``True`` when the model was given as the
+        first positional argument.
+    """
+
+    argv: tuple[str, ...]
+    model_path: str | None
+    model_path_is_positional: bool = False
+
+
+ServeBackendRunner = Callable[[ServeRequest], None]
+ServeBackendDetector = Callable[[ServeRequest], ServeBackendDetection]
+
+
+@dataclass(frozen=True)
+class ServeBackend:
+    """What a plugin factory returns.
+
+    :param api_version: the contract version the plugin was written for;
+        declare it as a literal (``1``), not as this package's constant, so a
+        later host can tell an old plugin from a current one.
+    :param run: parses the backend's own arguments from ``request.argv``,
+        honours ``-h``/``--help`` without launching, and otherwise blocks for
+        the server's lifetime. The host cleans up child processes afterwards.
+    :param detect: optional; a cheap, offline-safe check used by
+        ``--model-type auto``. Without one the backend is only selectable by
+        name. It should return ``UNKNOWN`` rather than raise.
+    :param requires_model_path: ``False`` for runtimes configured without a
+        model path.
+    """
+
+    api_version: int
+    run: ServeBackendRunner
+    detect: ServeBackendDetector | None = None
+    requires_model_path: bool = True
+
+
+@dataclass(frozen=True)
+class RegisteredServeBackend:
+    """A loaded backend with the name it was selected by and its provider."""
+
+    name: str
+    backend: ServeBackend
+    distribution: str | None = None
+
+
+_BACKEND_FIELDS = ("api_version", "run", "detect", "requires_model_path")
+
+
+def coerce_backend(obj: object) -> ServeBackend | None:
+    """Return *obj* as a :class:`ServeBackend`, or ``None`` if it is not one.
+
+    Accepts this package's class and any object of a class named
+    ``ServeBackend`` carrying the contract's four fields (SGLang's own
+    dataclass), so plugins written for SGLang load without SGLang installed.
+    """
+    if isinstance(obj, ServeBackend):
+        return obj
+    if type(obj).__name__ != "ServeBackend":
+        return None
+    if not all(hasattr(obj, field) for field in _BACKEND_FIELDS):
+        return None
+    return ServeBackend(
+        api_version=obj.api_version,  # type: ignore[attr-defined]
+        run=obj.run,  # type: ignore[attr-defined]
+        detect=obj.detect,  # type: ignore[attr-defined]
+        requires_model_path=obj.requires_model_path,  # type: ignore[attr-defined]
+    )
+
+
+def coerce_detection(value: object) -> ServeBackendDetection | None:
+    """Return a detector's result as a :class:`ServeBackendDetection`.
+
+    Accepts this package's members and members of any enum named
+    ``ServeBackendDetection`` with one of the contract's values (SGLang's);
+    anything else, plain strings included, gives ``None``.
+    """
+    if isinstance(value, ServeBackendDetection):
+        return value
+    if not isinstance(value, enum.Enum):
+        return None
+    if type(value).__name__ != "ServeBackendDetection":
+        return None
+    try:
+        return ServeBackendDetection(value.value)
+    except ValueError:
+        return None

@@ -1,0 +1,181 @@
+"""Detection: run backends' detectors concurrently, each bounded in time.
+
+Every detector runs in its own daemon thread, all started together, and the
+caller waits at most ``timeout`` seconds for the lot: a detector that
+overruns counts as ``timeout`` (claims nothing) and, being a daemon thread,
+cannot keep the process alive. Outcomes are reported in the order the
+backends were given, so the result never depends on which thread finished
+first.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sglang_backends.contract import (
+    RegisteredServeBackend,
+    ServeRequest,
+    coerce_detection,
+)
+
+__all__ = [
+    "DEFAULT_DETECT_TIMEOUT",
+    "DetectionOutcome",
+    "DetectionReport",
+    "Verdict",
+    "run_detectors",
+]
+
+LOG = logging.getLogger("sglang_backends.registry")
+
+#: Seconds a detector may take before it counts as inconclusive. Generous,
+#: because a detector may look a model up on a hub (SGLang's own diffusion
+#: detector queries the Hugging Face Hub); an offline check takes
+#: milliseconds.
+DEFAULT_DETECT_TIMEOUT = 10.0
+
+
+class Verdict(str, enum.Enum):
+    """What automatic detection concluded about one backend."""
+
+    MATCH = "match"
+    NO_MATCH = "no_match"
+    UNKNOWN = "unknown"
+    NO_DETECTOR = "no detector"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class DetectionOutcome:
+    """One backend's part in automatic detection.
+
+    :param name: the backend.
+    :param verdict: what it concluded.
+    :param seconds: time its detector (or loading, for a load error) took.
+    :param detail: the cause, for ``error`` and ``timeout``.
+    :param distribution: the providing distribution, ``None`` for built-ins.
+    """
+
+    name: str
+    verdict: Verdict
+    seconds: float = 0.0
+    detail: str | None = None
+    distribution: str | None = None
+
+
+@dataclass(frozen=True)
+class DetectionReport:
+    """Every outcome of one automatic detection and the choice it led to.
+
+    :param outcomes: one per candidate backend, in registry order.
+    :param matches: the backends that claimed the request.
+    :param selected: the chosen backend, ``None`` when ambiguous.
+    :param fallback: ``True`` when nothing matched and the fallback was chosen.
+    """
+
+    outcomes: tuple[DetectionOutcome, ...]
+    matches: tuple[str, ...]
+    selected: str | None
+    fallback: bool
+
+    @property
+    def ambiguous(self) -> bool:
+        """Whether several backends matched, so none was chosen."""
+        return len(self.matches) > 1
+
+
+class _Slot:
+    """Where one detector thread leaves its result."""
+
+    __slots__ = ("detail", "done", "result", "seconds")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.result: object = None
+        self.detail: str | None = None
+        self.seconds = 0.0
+
+
+def _skip(name: str, cause: str) -> None:
+    LOG.warning("Skipping automatic detection for serve backend %r: %s", name, cause)
+
+
+def run_detectors(
+    backends: Sequence[RegisteredServeBackend],
+    request: ServeRequest,
+    *,
+    timeout: float,
+) -> list[DetectionOutcome]:
+    """Run the detectors of *backends* on *request*, concurrently.
+
+    Returns one outcome per backend, in the given order. A detector that
+    raises, returns something other than a detection, or has not returned
+    within *timeout* seconds is logged as a WARNING and claims nothing.
+    """
+    condition = threading.Condition()
+    slots: dict[int, _Slot] = {}
+
+    def work(slot: _Slot, detector: object) -> None:
+        started = time.perf_counter()
+        try:
+            slot.result = detector(request)  # type: ignore[operator]
+        except BaseException as exc:  # noqa: BLE001 - a detector must not escape
+            slot.detail = f"detector raised {type(exc).__name__}: {exc}"
+        slot.seconds = time.perf_counter() - started
+        with condition:
+            slot.done = True
+            condition.notify_all()
+
+    started = time.perf_counter()
+    for index, registered in enumerate(backends):
+        detector = registered.backend.detect
+        if detector is None:
+            continue
+        slot = slots[index] = _Slot()
+        thread = threading.Thread(
+            target=work,
+            args=(slot, detector),
+            name=f"detect-{registered.name}",
+            daemon=True,
+        )
+        thread.start()
+
+    deadline = started + timeout
+    with condition:
+        while not all(slot.done for slot in slots.values()):
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                break
+            condition.wait(remaining)
+        finished = {index: slot.done for index, slot in slots.items()}
+
+    outcomes = []
+    for index, registered in enumerate(backends):
+        name, dist = registered.name, registered.distribution
+        slot = slots.get(index)
+        if slot is None:
+            outcomes.append(DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist))
+            continue
+        if not finished[index]:
+            cause = f"detector did not return within {timeout:g} s"
+            _skip(name, cause)
+            outcomes.append(DetectionOutcome(name, Verdict.TIMEOUT, timeout, cause, dist))
+            continue
+        if slot.detail is not None:
+            _skip(name, slot.detail)
+            outcomes.append(DetectionOutcome(name, Verdict.ERROR, slot.seconds, slot.detail, dist))
+            continue
+        detection = coerce_detection(slot.result)
+        if detection is None:
+            cause = f"detector must return ServeBackendDetection, got {type(slot.result).__name__}"
+            _skip(name, cause)
+            outcomes.append(DetectionOutcome(name, Verdict.ERROR, slot.seconds, cause, dist))
+            continue
+        outcomes.append(DetectionOutcome(name, Verdict(detection.value), slot.seconds, None, dist))
+    return outcomes

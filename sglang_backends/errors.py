@@ -1,0 +1,93 @@
+"""The exceptions this package raises.
+
+Each one derives from :class:`ServeBackendError` *and* from the built-in type
+SGLang raises in the same situation (``ValueError``, ``RuntimeError`` or
+``TypeError``), so code written against SGLang keeps catching them.
+Every error carries the backend ``name`` and, where known, the
+``distribution`` that provides it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmbiguousDetectionError",
+    "BackendAPIVersionError",
+    "BackendConflictError",
+    "BackendLoadError",
+    "BackendTypeError",
+    "DisabledBackendError",
+    "DuplicateBackendError",
+    "ReservedNameError",
+    "ServeBackendError",
+    "UnknownBackendError",
+]
+
+
+class ServeBackendError(Exception):
+    """Root of this package's errors.
+
+    :param message: the one-line explanation shown to users.
+    :param name: the backend concerned, if one is.
+    :param distribution: the distribution providing it, if known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        distribution: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        self.distribution = distribution
+
+
+class ReservedNameError(ServeBackendError, ValueError):
+    """A built-in backend was given a reserved name such as ``auto``."""
+
+
+class BackendConflictError(ServeBackendError, RuntimeError):
+    """An installed plugin claims a reserved or built-in backend name."""
+
+
+class DuplicateBackendError(ServeBackendError, RuntimeError):
+    """Several distributions register the same backend name.
+
+    :attr:`providers` lists them, sorted.
+    """
+
+    def __init__(self, message: str, *, name: str, providers: tuple[str, ...]) -> None:
+        super().__init__(message, name=name)
+        self.providers = providers
+
+
+class UnknownBackendError(ServeBackendError, ValueError):
+    """No backend of that name is available."""
+
+
+class DisabledBackendError(UnknownBackendError):
+    """The backend is installed but excluded by the enabled/disabled lists."""
+
+
+class BackendLoadError(ServeBackendError, RuntimeError):
+    """A plugin failed to import, was not callable, or its factory raised."""
+
+
+class BackendTypeError(ServeBackendError, TypeError):
+    """A factory returned something other than a ``ServeBackend``."""
+
+
+class BackendAPIVersionError(ServeBackendError, RuntimeError):
+    """A backend declares a contract version this package does not speak."""
+
+
+class AmbiguousDetectionError(ServeBackendError, RuntimeError):
+    """Several detectors claimed the same request.
+
+    :attr:`matches` names them, in registry order.
+    """
+
+    def __init__(self, message: str, *, matches: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.matches = matches
