@@ -1,0 +1,7 @@
+"""``python -m sglang_backends``: the same as the ``sglang-backends`` command."""
+
+import sys
+
+from sglang_backends.cli import main
+
+sys.exit(main())
