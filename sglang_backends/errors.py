@@ -15,6 +15,7 @@ __all__ = [
     "BackendConflictError",
     "BackendLoadError",
     "BackendTypeError",
+    "ConfigurationError",
     "DisabledBackendError",
     "DuplicateBackendError",
     "ReservedNameError",
@@ -91,3 +92,7 @@ class AmbiguousDetectionError(ServeBackendError, RuntimeError):
     def __init__(self, message: str, *, matches: tuple[str, ...]) -> None:
         super().__init__(message)
         self.matches = matches
+
+
+class ConfigurationError(ServeBackendError, ValueError):
+    """Configuration is missing, unreadable or invalid; the message names the file and option."""

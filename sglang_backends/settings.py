@@ -1,0 +1,44 @@
+"""The selection settings every entry point shares, as plain values.
+
+``serve`` builds a registry from a :class:`Settings`; where the values come
+from (defaults, or configuration files and the environment through
+:mod:`sglang_backends.config`) is decided by the caller, so this module
+stays free of oslo.config.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
+
+__all__ = ["ENVIRONMENT_PREFIX", "Settings", "configuration_in_environment"]
+
+#: oslo.config's environment form for the ``[serve_backends]`` group.
+ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Which backend to use and which plugins may load.
+
+    :param model_type: ``auto`` or a backend name (``DIST:NAME`` allowed).
+    :param enabled: plugin names allowed to load; ``None`` allows all.
+    :param disabled: plugin names never loaded.
+    :param detect_timeout: seconds each detector may take.
+    :param source: where the values came from, for messages.
+    """
+
+    model_type: str = "auto"
+    enabled: tuple[str, ...] | None = None
+    disabled: tuple[str, ...] = ()
+    detect_timeout: float = DEFAULT_DETECT_TIMEOUT
+    source: str = "defaults"
+
+
+def configuration_in_environment(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether any ``OS_SERVE_BACKENDS__*`` variable is set."""
+    env = os.environ if environ is None else environ
+    return any(key.startswith(ENVIRONMENT_PREFIX) for key in env)

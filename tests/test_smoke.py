@@ -1,0 +1,25 @@
+"""A first end-to-end look at the registry on real installed distributions."""
+
+from sglang_backends import ServeBackendRegistry
+from sglang_backends.builtins import default_builtins
+
+PLUGIN = """
+from sglang_backends import ServeBackend
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def test_installed_plugin_is_listed_and_loaded(site):
+    site.install(
+        "omni-runtime",
+        entry_points={"omni": "omni_plugin:factory"},
+        modules={"omni_plugin.py": PLUGIN},
+    )
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.available_names == ("llm", "diffusion", "omni")
+    loaded = registry.get("omni")
+    assert loaded.name == "omni"
+    assert loaded.distribution == "omni-runtime"
+    assert registry.get("omni") is loaded
