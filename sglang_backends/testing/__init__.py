@@ -1,5 +1,25 @@
-"""Tools for testing serve backends against real installed metadata."""
+"""Tools for testing serve backends: real installed distributions and a contract check.
 
+- :class:`PluginSite` / :func:`write_distribution` write real ``*.dist-info``
+  directories that :mod:`importlib.metadata` finds like any installed package.
+- :func:`assert_backend_contract` checks a factory or an installed backend.
+- The ``serve_backends`` pytest fixture (this package's ``pytest11`` plugin)
+  combines both for a test.
+"""
+
+from sglang_backends.testing.conformance import (
+    ContractReport,
+    ContractViolation,
+    assert_backend_contract,
+    awkward_requests,
+)
 from sglang_backends.testing.distributions import PluginSite, write_distribution
 
-__all__ = ["PluginSite", "write_distribution"]
+__all__ = [
+    "ContractReport",
+    "ContractViolation",
+    "PluginSite",
+    "assert_backend_contract",
+    "awkward_requests",
+    "write_distribution",
+]

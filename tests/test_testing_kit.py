@@ -1,0 +1,156 @@
+"""The plugin-author test kit: the ``serve_backends`` fixture and the contract check."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import psutil
+import pytest
+
+from sglang_backends import ServeBackendDetection
+from sglang_backends.testing import ContractViolation, assert_backend_contract
+
+GOOD = """
+import argparse, os
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def run(request):
+    parser = argparse.ArgumentParser(prog="good")
+    parser.add_argument("--model-path")
+    parser.parse_args(list(request.argv))
+
+def detect(request):
+    path = request.model_path
+    if not path:
+        return ServeBackendDetection.UNKNOWN
+    try:
+        if os.path.isfile(os.path.join(path, "good-marker")):
+            return ServeBackendDetection.MATCH
+        if os.path.isdir(path):
+            return ServeBackendDetection.NO_MATCH
+        return ServeBackendDetection.UNKNOWN
+    except (OSError, ValueError):
+        return ServeBackendDetection.UNKNOWN
+
+def factory():
+    return ServeBackend(api_version=1, run=run, detect=detect)
+"""
+
+
+def install(serve_backends, name: str, source: str) -> None:
+    serve_backends.install(
+        f"{name}-dist",
+        entry_points={name: f"{name}_mod:factory"},
+        modules={f"{name}_mod.py": source},
+    )
+
+
+def test_fixture_registry_sees_installed_distribution(serve_backends):
+    install(serve_backends, "good", GOOD)
+    registry = serve_backends.registry()
+    assert registry.available_names == ("llm", "diffusion", "good")
+    assert registry.get("good").distribution == "good-dist"
+
+
+def test_fixture_does_not_leak_between_tests(serve_backends):
+    # "good" was installed by the previous test only.
+    assert "good" not in serve_backends.registry().available_names
+
+
+def test_good_installed_backend_passes(serve_backends):
+    install(serve_backends, "good", GOOD)
+    report = assert_backend_contract("good", registry=serve_backends.registry())
+    assert report.detections["no model path"] == "unknown"
+    assert report.detections["local directory"] == "no_match"
+    assert report.detections["hub id"] == "unknown"
+
+
+def test_good_factory_object_passes(serve_backends):
+    install(serve_backends, "good", GOOD)
+    import good_mod
+
+    report = assert_backend_contract(good_mod.factory)
+    assert report.backend.api_version == 1
+    assert set(report.detections.values()) <= {d.value for d in ServeBackendDetection}
+
+
+BROKEN = {
+    "constant_version": (
+        GOOD.replace("api_version=1", "api_version=SERVE_BACKEND_API_VERSION").replace(
+            "import ServeBackend,", "import SERVE_BACKEND_API_VERSION, ServeBackend,"
+        ),
+        "declare it as a literal",
+    ),
+    "detector_raises": (
+        GOOD.replace(
+            "path = request.model_path",
+            "path = request.model_path\n"
+            "    if path and len(path) > 1000:\n        raise ValueError('too long')",
+        ),
+        "detect() raised ValueError for a request with very long string",
+    ),
+    "detector_returns_string": (
+        GOOD.replace("return ServeBackendDetection.UNKNOWN\n    try", "return 'unknown'\n    try"),
+        "detect() returned str for a request with no model path",
+    ),
+    "help_starts_process": (
+        GOOD.replace(
+            "    parser.parse_args(list(request.argv))",
+            "    import subprocess, sys\n"
+            "    global CHILD\n"
+            "    CHILD = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "    import time; time.sleep(0.3)\n"
+            "    parser.parse_args(list(request.argv))",
+        ),
+        "started processes",
+    ),
+    "help_hangs": (
+        GOOD.replace(
+            "    parser.parse_args(list(request.argv))", "    import time; time.sleep(30)"
+        ),
+        "did not return within 1 s",
+    ),
+    "wrong_version": (GOOD.replace("api_version=1", "api_version=2"), "uses API version 2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_contract_breaches_are_reported(serve_backends, case):
+    source, expected = BROKEN[case]
+    install(serve_backends, "bad", source)
+    with pytest.raises(ContractViolation, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        assert_backend_contract("bad", registry=serve_backends.registry(), timeout=1.0)
+    child = getattr(sys.modules.get("bad_mod"), "CHILD", None)
+    if child is not None:
+        # The kit killed (and reaped) what --help started.
+        assert not psutil.pid_exists(child.pid)
+        child.wait(timeout=10)
+
+
+def test_help_that_listens_is_reported(serve_backends):
+    source = GOOD.replace(
+        "    parser.parse_args(list(request.argv))",
+        "    import socket\n"
+        "    global SERVER\n"
+        "    SERVER = socket.socket()\n"
+        "    SERVER.bind(('127.0.0.1', 0))\n"
+        "    SERVER.listen()\n",
+    )
+    install(serve_backends, "listener", source)
+    try:
+        with pytest.raises(ContractViolation, match="opened listening sockets"):
+            assert_backend_contract("listener", registry=serve_backends.registry())
+    finally:
+        import listener_mod
+
+        server: socket.socket = listener_mod.SERVER
+        server.close()
+
+
+def test_factory_returning_wrong_type_is_reported():
+    def factory():
+        return {"api_version": 1}
+
+    with pytest.raises(ContractViolation, match="returned dict; expected ServeBackend"):
+        assert_backend_contract(factory)
