@@ -75,6 +75,31 @@ def _signal_all(processes: list[psutil.Process], how: Callable[[psutil.Process],
             LOG.warning("Cannot stop process %s: %s", process.pid, exc)
 
 
+def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of *processes* that have not exited (zombies have)."""
+    running = []
+    for process in processes:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def _reap() -> None:
+    """Collect exited children (orphans re-parented here included), leaving no zombies."""
+    if not hasattr(os, "WNOHANG"):
+        return
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int = 3) -> int:
     """Stop every descendant of this process; return how many were found.
 
@@ -86,7 +111,7 @@ def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int 
     seen: set[int] = set()
     for _ in range(rounds):
         try:
-            found = me.children(recursive=True)
+            found = _running(me.children(recursive=True))
         except psutil.Error:
             break
         if not found:
@@ -104,6 +129,8 @@ def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int 
             )
             _signal_all(alive, psutil.Process.kill)
             psutil.wait_procs(alive, timeout=timeout)
+        _reap()
+    _reap()
     return len(seen)
 
 

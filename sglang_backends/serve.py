@@ -210,12 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _serve(args)
     except UsageError as exc:
-        message, status = str(exc), EXIT_USAGE
+        failure: Exception = exc
+        status = EXIT_USAGE
     except _Failure as exc:
-        message, status = str(exc), exc.status
+        failure, status = exc, exc.status
     except ServeBackendError as exc:
-        message, status = str(exc), _status_for(exc)
+        failure, status = exc, _status_for(exc)
     if debug:
-        traceback.print_exc()
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+        traceback.print_exception(failure)
+    print(f"{PROG}: error: {failure}", file=sys.stderr)
     return status
