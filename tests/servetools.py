@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,15 +82,20 @@ def run_serve(
 ) -> Result:
     """Run ``serve ARGS`` to completion."""
     command = [CONSOLE_SCRIPT] if console_script else [sys.executable, "-m", "sglang_backends"]
-    proc = subprocess.run(
-        [*command, "serve", *args],
-        env=clean_environ(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    # Files, not pipes: a leaked descendant holding a pipe open would make
+    # reading it hang instead of letting the test report the leak.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.run(
+            [*command, "serve", *args],
+            env=clean_environ(env),
+            stdout=out,
+            stderr=err,
+            timeout=timeout,
+            check=False,
+        )
+        out.seek(0)
+        err.seek(0)
+        return Result(proc.returncode, out.read().decode(), err.read().decode())
 
 
 def start_serve(args: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
