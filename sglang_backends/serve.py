@@ -11,6 +11,12 @@ Exit status:
   for SIGINT;
 * the code a backend passes to :class:`SystemExit` (argparse's ``2``, say).
 
+After ``run()`` returns or raises, every descendant process gets SIGTERM,
+then SIGKILL after ``$SGLANG_BACKENDS_STOP_TIMEOUT`` seconds (default 5).
+On SIGTERM or SIGINT, ``run()`` is unwound by an exception in the main
+thread; a backend still running twice that long later, or a second signal,
+makes ``serve`` kill the descendants and exit at once.
+
 Configuration (oslo.config, through :mod:`sglang_backends.config`) is
 imported only when ``--config-file``/``--config-dir`` is given or an
 ``OS_SERVE_BACKENDS__*`` variable is set.
@@ -22,7 +28,7 @@ import logging
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sglang_backends.builtins import default_builtins
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
@@ -66,24 +72,35 @@ class _Failure(Exception):
         self.status = status
 
 
-def _configure_logging(debug: bool) -> None:
-    """Send this package's log records to stderr (INFO, or DEBUG with --debug)."""
+def _configure_logging(debug: bool) -> Callable[[], None]:
+    """Send this package's log records to stderr (INFO, or DEBUG with --debug).
+
+    Returns a function restoring the logger as it was, for in-process callers.
+    """
     logger = logging.getLogger("sglang_backends")
-    if not any(getattr(h, "_sglang_backends_serve", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        handler._sglang_backends_serve = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
+    saved = (logger.level, logger.propagate)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+    return restore
 
 
 def _load_settings(host: HostOptions) -> Settings:
     """Defaults, or configuration files and the environment when any is in use."""
     if not (host.config_files or host.config_dirs or configuration_in_environment()):
         return Settings()
-    from sglang_backends.config import load_settings
-
+    try:
+        from sglang_backends.config import load_settings
+    except ImportError as exc:
+        raise _Failure(f"configuration support is not available: {exc}", EXIT_FAILURE) from exc
     try:
         return load_settings(
             config_files=list(host.config_files), config_dirs=list(host.config_dirs)
@@ -174,7 +191,14 @@ def _select(
 
 def _serve(argv: Sequence[str]) -> int:
     host = parse_host_options(argv)
-    _configure_logging(host.debug)
+    restore_logging = _configure_logging(host.debug)
+    try:
+        return _dispatch(host)
+    finally:
+        restore_logging()
+
+
+def _dispatch(host: HostOptions) -> int:
     settings = _load_settings(host)
     model_type = host.model_type or settings.model_type or AUTO
     request = normalize(host.argv)
@@ -216,6 +240,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         failure, status = exc, exc.status
     except ServeBackendError as exc:
         failure, status = exc, _status_for(exc)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        # What the registry raises outside its own hierarchy, SGLang-style
+        # (an invalid setting, say); run()'s own errors were handled above.
+        failure = exc
+        status = EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILURE
+    except KeyboardInterrupt:
+        # Interrupted while choosing a backend: nothing was started yet.
+        return 128 + signal.SIGINT
     if debug:
         traceback.print_exception(failure)
     print(f"{PROG}: error: {failure}", file=sys.stderr)

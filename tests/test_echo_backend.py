@@ -171,3 +171,23 @@ def test_serve_echo_end_to_end(tmp_path, signum, status):
         assert _get(f"{base}/health") == (None, None)
     finally:
         kill_all([proc.pid, *running])
+
+
+def test_dead_worker_is_reported(tmp_path):
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_serve([str(MODEL), "--port", str(port)], os.environ, tmp_path / "log")
+    running = []
+    try:
+        wait_for(lambda: _get(f"{base}/health")[0] == 200, process=proc, what="/health")
+        running = descendants(proc.pid)
+        worker = _worker(_post(f"{base}/v1/completions", {"prompt": "x"})[1])
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: _get(f"{base}/health")[0] == 503, process=proc, what="/health 503")
+        code, body = _post(f"{base}/v1/completions", {"prompt": "x"})
+        assert code == 503 and body["error"]["type"] == "server_error"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        assert alive(running) == []
+    finally:
+        kill_all([proc.pid, *running])

@@ -181,7 +181,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.BAD_REQUEST, _error("max_tokens must be an integer >= 0"))
             return
         worker = self.server.worker()
-        replies = [worker.ask({"prompt": p, "max_tokens": max_tokens}) for p in prompts]
+        try:
+            replies = [worker.ask({"prompt": p, "max_tokens": max_tokens}) for p in prompts]
+        except (OSError, RuntimeError) as exc:
+            self._reply(HTTPStatus.SERVICE_UNAVAILABLE, _error(str(exc), "server_error"))
+            return
         prompt_tokens = sum(r["prompt_tokens"] for r in replies)
         completion_tokens = sum(r["completion_tokens"] for r in replies)
         self._reply(

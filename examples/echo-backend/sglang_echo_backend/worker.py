@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -33,6 +34,9 @@ def complete(prompt: str, max_tokens: int | None) -> dict[str, Any]:
 
 def main() -> int:
     """Serve requests from stdin until it closes."""
+    # Ctrl+C reaches the whole process group; the server stops its workers
+    # by closing their stdin, so an interrupt here would only print noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for line in sys.stdin:
         job = json.loads(line)
         reply = complete(job["prompt"], job.get("max_tokens"))
