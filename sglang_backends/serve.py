@@ -134,6 +134,14 @@ def _exit_status(exc: SystemExit) -> int:
     return EXIT_FAILURE
 
 
+def _failed(registered: RegisteredServeBackend, exc: BaseException) -> _Failure:
+    failure = _Failure(
+        f"serve backend {_describe(registered)} failed: {exc or type(exc).__name__}", EXIT_FAILURE
+    )
+    failure.__cause__ = exc
+    return failure
+
+
 def _forward_help(registered: RegisteredServeBackend, request: ServeRequest) -> int:
     """Let the backend print its own help: no model path check, no cleanup."""
     try:
@@ -141,9 +149,7 @@ def _forward_help(registered: RegisteredServeBackend, request: ServeRequest) -> 
     except SystemExit as exc:
         return _exit_status(exc)
     except Exception as exc:
-        raise _Failure(
-            f"serve backend {_describe(registered)} failed: {exc}", EXIT_FAILURE
-        ) from exc
+        raise _failed(registered, exc) from exc
     return 0
 
 
@@ -156,19 +162,22 @@ def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
     failure: _Failure | None = None
     with guard:
         try:
-            registered.backend.run(request)
+            try:
+                registered.backend.run(request)
+            finally:
+                # From here a first signal is only recorded; a second one, or
+                # a first one caught in this very window, still ends in cleanup.
+                guard.disarm()
         except KeyboardInterrupt:
             status = 128 + signal.SIGINT
         except SystemExit as exc:
             status = _exit_status(exc)
         except Exception as exc:  # noqa: BLE001 - any failure of run() is reported
-            failure = _Failure(f"serve backend {_describe(registered)} failed: {exc}", EXIT_FAILURE)
-            failure.__cause__ = exc
-        finally:
-            guard.disarm()
-            count = terminate_descendants(grace)
-            if count:
-                LOG.info("Stopped %d remaining process(es)", count)
+            failure = _failed(registered, exc)
+        guard.disarm()
+        count = terminate_descendants(grace)
+        if count:
+            LOG.info("Stopped %d remaining process(es)", count)
     if guard.exit_status is not None:
         LOG.info("Serve backend %s stopped by %s", _describe(registered), guard.signal_name)
         return guard.exit_status
@@ -228,7 +237,10 @@ def _status_for(exc: ServeBackendError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``sglang-backends serve ARGS`` and return the exit status."""
+    """Run ``sglang-backends serve ARGS`` and return the exit status.
+
+    :param argv: the arguments after ``serve``; default ``sys.argv[1:]``.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
