@@ -18,7 +18,10 @@ def test_installed_plugin_is_listed_and_loaded(site):
         modules={"omni_plugin.py": PLUGIN},
     )
     registry = ServeBackendRegistry(default_builtins())
-    assert registry.available_names == ("llm", "diffusion", "omni")
+    # Other plugins (the echo example) may be installed in the environment too.
+    names = registry.available_names
+    assert names[:2] == ("llm", "diffusion")
+    assert "omni" in names[2:] and list(names[2:]) == sorted(names[2:])
     loaded = registry.get("omni")
     assert loaded.name == "omni"
     assert loaded.distribution == "omni-runtime"

@@ -1,0 +1,46 @@
+"""An sglang-backends plugin: ``--model-type echo``.
+
+The factory and the detector live here and import only the contract, so
+listing and automatic detection stay cheap; the server is imported by
+``run()``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sglang_backends import ServeBackend, ServeBackendDetection, ServeRequest
+
+__all__ = ["MARKER", "detect", "make_backend", "run"]
+
+#: A model directory holding a file of this name is an echo model.
+MARKER = "echo"
+
+
+def detect(request: ServeRequest) -> ServeBackendDetection:
+    """Claim a local directory holding the ``echo`` marker file.
+
+    Another local directory is ``NO_MATCH``; no model path or a hub id is
+    ``UNKNOWN``. Offline and never raising.
+    """
+    path = request.model_path
+    try:
+        if not path or not os.path.isdir(path):
+            return ServeBackendDetection.UNKNOWN
+        if os.path.isfile(os.path.join(path, MARKER)):
+            return ServeBackendDetection.MATCH
+    except (OSError, ValueError):
+        return ServeBackendDetection.UNKNOWN
+    return ServeBackendDetection.NO_MATCH
+
+
+def run(request: ServeRequest) -> None:
+    """Parse the echo server's arguments and serve until stopped (or print help)."""
+    from sglang_echo_backend.server import main
+
+    main(request.argv)
+
+
+def make_backend() -> ServeBackend:
+    """The ``sglang.serve_backends`` entry point: a zero-argument factory."""
+    return ServeBackend(api_version=1, run=run, detect=detect)

@@ -1,0 +1,149 @@
+"""Turn ``sglang-backends serve`` arguments into a backend choice and a request.
+
+The rules are SGLang's ``sglang serve``: the host removes its own options
+(``--model-type`` and, here, ``--config-file``, ``--config-dir`` and
+``--debug``), a first argument that is not an option is the model and
+becomes ``--model-path MODEL``, and everything else belongs to the backend,
+in order and untouched. Pure functions on lists of strings; nothing is
+imported or looked up here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sglang_backends.contract import ServeRequest
+
+__all__ = [
+    "AUTO",
+    "HostOptions",
+    "UsageError",
+    "model_path_from",
+    "normalize",
+    "parse_host_options",
+    "wants_help",
+]
+
+#: The ``--model-type`` value asking for automatic detection.
+AUTO = "auto"
+
+_MODEL_PATH_OPTIONS = ("--model-path", "--model")
+_HELP_OPTIONS = ("-h", "--help")
+# A backend name is an entry point name, optionally qualified as DIST:NAME.
+_INVALID_NAME = re.compile(r"[/\\\s]")
+
+
+class UsageError(ValueError):
+    """The command line itself is wrong (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """What ``serve`` takes for itself, and the arguments left for the backend.
+
+    :param model_type: the ``--model-type`` value, ``None`` when not given.
+    :param config_files: ``--config-file`` values, in order.
+    :param config_dirs: ``--config-dir`` values, in order.
+    :param debug: ``--debug`` was given.
+    :param argv: the remaining arguments, in their original order.
+    """
+
+    model_type: str | None
+    config_files: tuple[str, ...]
+    config_dirs: tuple[str, ...]
+    debug: bool
+    argv: tuple[str, ...]
+
+
+def _check_model_type(value: str) -> str:
+    if not value:
+        raise UsageError("--model-type needs a backend name, got an empty value")
+    if value.startswith("-") or _INVALID_NAME.search(value):
+        raise UsageError(
+            f"--model-type {value!r} is not a backend name "
+            "(expected auto, NAME or DIST:NAME, without '/' or spaces)"
+        )
+    return value
+
+
+def _take_value(option: str, argv: Sequence[str], index: int) -> tuple[str, int]:
+    """The value of *option* at ``argv[index]`` (``--opt V`` or ``--opt=V``) and the next index."""
+    arg = argv[index]
+    if arg.startswith(option + "="):
+        return arg[len(option) + 1 :], index + 1
+    if index + 1 >= len(argv) or argv[index + 1].startswith("-"):
+        raise UsageError(f"{option} expects a value")
+    return argv[index + 1], index + 2
+
+
+def parse_host_options(argv: Sequence[str]) -> HostOptions:
+    """Remove the host's options from *argv*.
+
+    ``--model-type`` may be given as ``--model-type NAME`` or
+    ``--model-type=NAME``; when repeated, the last one wins, as with
+    argparse. ``--config-file`` is repeatable and ``--config-dir`` too.
+
+    :raises UsageError: a dangling or empty option value, or a
+        ``--model-type`` value that cannot be a backend name.
+    """
+    model_type: str | None = None
+    files: list[str] = []
+    dirs: list[str] = []
+    debug = False
+    rest: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        option = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if option == "--model-type":
+            value, index = _take_value(option, argv, index)
+            model_type = _check_model_type(value)
+        elif option in ("--config-file", "--config-dir"):
+            value, index = _take_value(option, argv, index)
+            if not value:
+                raise UsageError(f"{option} expects a value")
+            (files if option == "--config-file" else dirs).append(value)
+        elif arg == "--debug":
+            debug = True
+            index += 1
+        else:
+            rest.append(arg)
+            index += 1
+    return HostOptions(
+        model_type=model_type,
+        config_files=tuple(files),
+        config_dirs=tuple(dirs),
+        debug=debug,
+        argv=tuple(rest),
+    )
+
+
+def model_path_from(argv: Sequence[str]) -> str | None:
+    """The first ``--model-path``/``--model`` value in *argv*, either form; else ``None``."""
+    for index, arg in enumerate(argv):
+        for option in _MODEL_PATH_OPTIONS:
+            if arg == option:
+                return argv[index + 1] if index + 1 < len(argv) else None
+            if arg.startswith(option + "="):
+                return arg[len(option) + 1 :]
+    return None
+
+
+def normalize(argv: Sequence[str]) -> ServeRequest:
+    """The request a backend receives for the (host-option free) *argv*.
+
+    A first argument not starting with ``-`` is the model: it becomes
+    ``--model-path MODEL`` and the request is marked positional.
+    """
+    if argv and not argv[0].startswith("-"):
+        forwarded = ("--model-path", argv[0], *argv[1:])
+        return ServeRequest(argv=forwarded, model_path=argv[0], model_path_is_positional=True)
+    forwarded = tuple(argv)
+    return ServeRequest(argv=forwarded, model_path=model_path_from(forwarded))
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    """Whether ``-h`` or ``--help`` appears anywhere in *argv*."""
+    return any(arg in _HELP_OPTIONS for arg in argv)

@@ -1,0 +1,224 @@
+"""Process hygiene for ``serve``: stop signals and descendant cleanup.
+
+SGLang kills every child of the server once its backend returns or raises;
+this module does the same with psutil, and two things more: ``serve``
+becomes a child subreaper on Linux, so a grandchild orphaned by its parent
+is re-parented to ``serve`` and still found, and :class:`StopSignals` turns
+SIGTERM/SIGINT into an exception in the main thread so the backend unwinds,
+with a watchdog for a backend that does not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType, TracebackType
+
+import psutil
+
+__all__ = [
+    "DEFAULT_STOP_TIMEOUT",
+    "STOP_TIMEOUT_ENV",
+    "StopSignals",
+    "become_subreaper",
+    "stop_timeout",
+    "terminate_descendants",
+]
+
+LOG = logging.getLogger(__name__)
+
+#: Seconds descendants get between SIGTERM and SIGKILL.
+DEFAULT_STOP_TIMEOUT = 5.0
+#: Environment variable overriding :data:`DEFAULT_STOP_TIMEOUT`.
+STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def stop_timeout(environ: dict[str, str] | None = None) -> float:
+    """The SIGTERM-to-SIGKILL grace period: :data:`STOP_TIMEOUT_ENV` or the default."""
+    value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV, "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return DEFAULT_STOP_TIMEOUT
+    return seconds if seconds >= 0 else DEFAULT_STOP_TIMEOUT
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux only).
+
+    Returns whether it worked; elsewhere descendants whose parent exited
+    early may escape :func:`terminate_descendants`, as they do in SGLang.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _signal_all(processes: list[psutil.Process], how: Callable[[psutil.Process], None]) -> None:
+    for process in processes:
+        try:
+            how(process)
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.AccessDenied as exc:
+            LOG.warning("Cannot stop process %s: %s", process.pid, exc)
+
+
+def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of *processes* that have not exited (zombies have)."""
+    running = []
+    for process in processes:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def _reap() -> None:
+    """Collect exited children (orphans re-parented here included), leaving no zombies."""
+    if not hasattr(os, "WNOHANG"):
+        return
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int = 3) -> int:
+    """Stop every descendant of this process; return how many were found.
+
+    Each round sends SIGTERM to all descendants, waits up to *timeout*
+    seconds, then SIGKILLs the survivors; a new round starts if processes
+    appeared meanwhile (spawned during shutdown or re-parented here).
+    """
+    me = psutil.Process()
+    seen: set[int] = set()
+    for _ in range(rounds):
+        try:
+            found = _running(me.children(recursive=True))
+        except psutil.Error:
+            break
+        if not found:
+            break
+        seen.update(p.pid for p in found)
+        LOG.debug("Terminating %d descendant process(es): %s", len(found), [p.pid for p in found])
+        _signal_all(found, psutil.Process.terminate)
+        _, alive = psutil.wait_procs(found, timeout=timeout)
+        if alive:
+            LOG.warning(
+                "Killing %d process(es) still running %.1fs after SIGTERM: %s",
+                len(alive),
+                timeout,
+                [p.pid for p in alive],
+            )
+            _signal_all(alive, psutil.Process.kill)
+            psutil.wait_procs(alive, timeout=timeout)
+        _reap()
+    _reap()
+    return len(seen)
+
+
+class StopSignals:
+    """SIGTERM and SIGINT stop the backend by unwinding the main thread.
+
+    While :attr:`armed`, the first signal raises :class:`KeyboardInterrupt`
+    (SIGINT) or :class:`SystemExit` (SIGTERM) in the main thread, so the
+    backend's ``run()`` unwinds and the caller cleans up. If it has not
+    unwound *timeout* seconds later, or a second signal arrives, descendants
+    are killed and the process exits at once. Disarmed (during cleanup), a
+    signal is only recorded. In a forked child the default action applies.
+
+    :param timeout: how long ``run()`` may take to unwind.
+    :param on_force: called before a forced exit (to clean up descendants).
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, timeout: float, on_force: Callable[[], object]) -> None:
+        self.timeout = timeout
+        self.signum: int | None = None
+        self.armed = False
+        self._on_force = on_force
+        self._pid = os.getpid()
+        self._previous: dict[int, object] = {}
+        self._watchdog: threading.Timer | None = None
+
+    @property
+    def exit_status(self) -> int | None:
+        """``128 + signal number`` once a signal arrived (130 for SIGINT, 143 for SIGTERM)."""
+        return None if self.signum is None else 128 + self.signum
+
+    @property
+    def signal_name(self) -> str | None:
+        """The name of the signal received (``SIGTERM``), if any."""
+        return None if self.signum is None else signal.Signals(self.signum).name
+
+    def __enter__(self) -> StopSignals:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        self.armed = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.disarm()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+
+    def disarm(self) -> None:
+        """Stop raising: from now on a signal is only recorded."""
+        self.armed = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:
+            # A forked child inherited this handler: behave as it would by default.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        if not self.armed:
+            return
+        if not first:
+            self._force()
+        LOG.info("Received %s; stopping the serve backend", signal.Signals(signum).name)
+        self._watchdog = threading.Timer(self.timeout, self._expire)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    def _expire(self) -> None:
+        if self.armed:
+            LOG.warning("The serve backend did not stop within %.1fs", self.timeout)
+            self._force()
+
+    def _force(self) -> None:
+        try:
+            self._on_force()
+        finally:
+            os._exit(self.exit_status or 1)

@@ -1,0 +1,114 @@
+"""SGLang's argument rules: host options out, positional model in, the rest untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_backends.contract import ServeRequest
+from sglang_backends.dispatch import (
+    UsageError,
+    model_path_from,
+    normalize,
+    parse_host_options,
+    wants_help,
+)
+
+
+def test_upstream_example():
+    host = parse_host_options(
+        ["org/model", "--model-type", "my_runtime", "--pipeline-parallel", "2"]
+    )
+    assert host.model_type == "my_runtime"
+    assert normalize(host.argv) == ServeRequest(
+        argv=("--model-path", "org/model", "--pipeline-parallel", "2"),
+        model_path="org/model",
+        model_path_is_positional=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "model_type", "rest"),
+    [
+        (["--model-type=x", "--port", "1"], "x", ("--port", "1")),
+        (["--port", "1", "--model-type", "x"], "x", ("--port", "1")),
+        (["--model-type", "a", "--model-type=b"], "b", ()),
+        (["--model-type", "dist-one:x"], "dist-one:x", ()),
+        (["--port", "1"], None, ("--port", "1")),
+        (["--model-typeX", "y"], None, ("--model-typeX", "y")),
+    ],
+)
+def test_model_type_is_removed(argv, model_type, rest):
+    host = parse_host_options(argv)
+    assert (host.model_type, host.argv) == (model_type, rest)
+
+
+def test_config_options_and_debug_are_removed_in_order():
+    host = parse_host_options(
+        [
+            "--config-file",
+            "a.conf",
+            "m",
+            "--debug",
+            "--config-dir=d",
+            "--config-file=b.conf",
+            "--port",
+            "1",
+        ]
+    )
+    assert host.config_files == ("a.conf", "b.conf")
+    assert host.config_dirs == ("d",)
+    assert host.debug is True
+    assert host.argv == ("m", "--port", "1")
+    # Host options before the model do not hide it.
+    assert normalize(host.argv).model_path_is_positional is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "phrase"),
+    [
+        (["--model-type"], "--model-type expects a value"),
+        (["--model-type", "--port", "1"], "--model-type expects a value"),
+        (["--model-type="], "empty value"),
+        (["--model-type", ""], "empty value"),
+        (["--model-type", "org/model"], "not a backend name"),
+        (["--model-type=a b"], "not a backend name"),
+        (["--model-type=-x"], "not a backend name"),
+        (["--config-file"], "--config-file expects a value"),
+        (["--config-dir="], "--config-dir expects a value"),
+    ],
+)
+def test_bad_host_options_are_usage_errors(argv, phrase):
+    with pytest.raises(UsageError, match=phrase):
+        parse_host_options(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--model-path", "a", "--model", "b"], "a"),
+        (["--model=b", "--model-path=a"], "b"),
+        (["--port", "1", "--model-path=a"], "a"),
+        (["--model-path"], None),
+        (["--port", "1"], None),
+        (["--model-pathX", "a"], None),
+    ],
+)
+def test_model_path_first_wins(argv, expected):
+    assert model_path_from(argv) == expected
+
+
+def test_option_first_is_not_positional():
+    request = normalize(["--model", "m", "--port", "1"])
+    assert request == ServeRequest(argv=("--model", "m", "--port", "1"), model_path="m")
+
+
+def test_empty_argv():
+    assert normalize([]) == ServeRequest(argv=(), model_path=None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [(["-h"], True), (["m", "--help"], True), (["--helpful"], False), ([], False)],
+)
+def test_help_anywhere(argv, expected):
+    assert wants_help(argv) is expected

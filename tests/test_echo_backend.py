@@ -1,0 +1,193 @@
+"""The echo example, installed as a real distribution, served end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from servetools import alive, clean_environ, descendants, kill_all, run_serve, start_serve, wait_for
+
+from sglang_backends import SERVE_BACKENDS_GROUP, ServeBackendDetection, ServeRequest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "echo-backend"
+MODEL = EXAMPLE / "models" / "echo-tiny"
+
+try:
+    import sglang_echo_backend as echo
+except ImportError:  # pragma: no cover - a broken test environment
+    pytest.fail(
+        "the echo example is not installed: pip install ./examples/echo-backend",
+        pytrace=False,
+    )
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+    except OSError:
+        return None, None
+
+
+def _post(url, body):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _worker(completion):
+    """The pid of the worker that computed *completion* (``echo-worker-PID``)."""
+    return int(completion["system_fingerprint"].removeprefix("echo-worker-"))
+
+
+def test_entry_point_is_installed():
+    found = [ep for ep in metadata.entry_points(group=SERVE_BACKENDS_GROUP) if ep.name == "echo"]
+    assert [(ep.value, ep.dist.name) for ep in found] == [
+        ("sglang_echo_backend:make_backend", "sglang-echo-backend")
+    ]
+    backend = found[0].load()()
+    assert backend.api_version == 1 and backend.requires_model_path is True
+
+
+def test_detector(tmp_path):
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / "echo").write_text("")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    cases = {
+        str(MODEL): ServeBackendDetection.MATCH,
+        str(marked): ServeBackendDetection.MATCH,
+        str(plain): ServeBackendDetection.NO_MATCH,
+        str(plain / "config.json"): ServeBackendDetection.UNKNOWN,
+        "org/echo-model": ServeBackendDetection.UNKNOWN,
+        "bad\0path": ServeBackendDetection.UNKNOWN,
+        None: ServeBackendDetection.UNKNOWN,
+    }
+    for path, verdict in cases.items():
+        assert echo.detect(ServeRequest(argv=(), model_path=path)) is verdict, path
+
+
+def test_plugin_import_is_lean():
+    code = (
+        "import sys, sglang_echo_backend; "
+        "print(sorted(m for m in ('stevedore', 'importlib.metadata', 'http.server', "
+        "'sglang_echo_backend.server') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["--model-type", "echo", "--help"], "usage: sglang-backends serve --model-type echo"),
+        (["--help"], "sglang-backends serve --model-type NAME --help"),
+    ],
+)
+def test_help_imports_no_configuration_machinery(args, phrase):
+    code = (
+        "import sys\n"
+        "from sglang_backends.cli import main\n"
+        f"status = main(['serve', *{args!r}])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('oslo_config', 'cliff'))\n"
+        "print('HEAVY', heavy, status, file=sys.stderr)\n"
+    )
+    env = clean_environ(os.environ)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert phrase in out.stdout
+    assert "HEAVY [] 0" in out.stderr
+
+
+def test_backend_argument_errors_keep_argparse_status():
+    result = run_serve([str(MODEL), "--workers", "0"], os.environ)
+    assert result.returncode == 2
+    assert "--workers: must be at least 1" in result.stderr
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_serve_echo_end_to_end(tmp_path, signum, status):
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_serve(
+        [str(MODEL), "--port", str(port), "--workers", "2"], dict(os.environ), tmp_path / "log"
+    )
+    running = []
+    try:
+        wait_for(lambda: _get(f"{base}/health")[0] == 200, process=proc, what="/health")
+        log = (tmp_path / "log").read_text()
+        assert "Selected serve backend 'echo' (from sglang-echo-backend) by automatic" in log
+
+        assert _get(f"{base}/v1/models")[1]["data"][0]["id"] == "echo-tiny"
+        code, body = _post(
+            f"{base}/v1/completions", {"model": "echo-tiny", "prompt": "hello echo world"}
+        )
+        assert code == 200
+        assert body["object"] == "text_completion" and body["model"] == "echo-tiny"
+        assert body["choices"][0]["text"] == "hello echo world"
+        assert body["choices"][0]["finish_reason"] == "stop"
+        assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+
+        code, body = _post(f"{base}/v1/completions", {"prompt": ["a b c", "d"], "max_tokens": 2})
+        assert [(c["text"], c["finish_reason"]) for c in body["choices"]] == [
+            ("a b", "length"),
+            ("d", "stop"),
+        ]
+        assert _post(f"{base}/v1/completions", b"{not json")[0] == 400
+        assert _post(f"{base}/v1/completions", {"model": "other", "prompt": "x"})[0] == 404
+
+        running = descendants(proc.pid)
+        workers = {_worker(body), _worker(_post(f"{base}/v1/completions", {"prompt": "x"})[1])}
+        # Round robin over two worker processes, both children of serve.
+        assert len(workers) == 2 and workers <= set(running)
+
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == status
+        assert alive(running) == []
+        assert _get(f"{base}/health") == (None, None)
+    finally:
+        kill_all([proc.pid, *running])
+
+
+def test_dead_worker_is_reported(tmp_path):
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_serve([str(MODEL), "--port", str(port)], os.environ, tmp_path / "log")
+    running = []
+    try:
+        wait_for(lambda: _get(f"{base}/health")[0] == 200, process=proc, what="/health")
+        running = descendants(proc.pid)
+        worker = _worker(_post(f"{base}/v1/completions", {"prompt": "x"})[1])
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: _get(f"{base}/health")[0] == 503, process=proc, what="/health 503")
+        code, body = _post(f"{base}/v1/completions", {"prompt": "x"})
+        assert code == 503 and body["error"]["type"] == "server_error"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        assert alive(running) == []
+    finally:
+        kill_all([proc.pid, *running])

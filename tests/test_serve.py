@@ -1,0 +1,250 @@
+"""``sglang-backends serve`` end to end: real console script, real installed plugins."""
+
+from __future__ import annotations
+
+import pytest
+from servetools import RECORDER, read_json, run_serve
+
+
+@pytest.fixture
+def recorder(site, tmp_path):
+    """The recording plugin installed; returns (environ, record file)."""
+    site.install(
+        "recorder-dist",
+        entry_points={
+            "recorder": "recorder_plugin:recorder",
+            "configonly": "recorder_plugin:config_only",
+        },
+        modules={"recorder_plugin.py": RECORDER},
+    )
+    record = tmp_path / "record.json"
+    env = site.environ()
+    env["SERVE_RECORD"] = str(record)
+    return env, record
+
+
+def _single_error(result, status):
+    """Assert a clean failure: *status*, one error line, no traceback; return the line."""
+    assert result.returncode == status, result.stderr
+    assert len(result.error_lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.error_lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "argv", "model_path", "positional"),
+    [
+        (
+            ["org/model", "--model-type", "recorder", "--pipeline-parallel", "2"],
+            ["--model-path", "org/model", "--pipeline-parallel", "2"],
+            "org/model",
+            True,
+        ),
+        (
+            ["--model-type=recorder", "--model-path=org/model", "--port", "1"],
+            ["--model-path=org/model", "--port", "1"],
+            "org/model",
+            False,
+        ),
+        (
+            ["--model", "org/model", "--model-type", "recorder", "--debug"],
+            ["--model", "org/model"],
+            "org/model",
+            False,
+        ),
+        (
+            ["--model-type", "configonly", "--config", "runtime.yaml"],
+            ["--config", "runtime.yaml"],
+            None,
+            False,
+        ),
+    ],
+)
+def test_run_receives_upstream_request(recorder, args, argv, model_path, positional):
+    env, record = recorder
+    result = run_serve(args, env, console_script=True)
+    assert result.returncode == 0, result.stderr
+    assert read_json(record) == {
+        "argv": argv,
+        "model_path": model_path,
+        "model_path_is_positional": positional,
+    }
+
+
+def test_python_dash_m_works_too(recorder):
+    env, record = recorder
+    result = run_serve(["m", "--model-type", "recorder"], env)
+    assert result.returncode == 0, result.stderr
+    assert read_json(record)["argv"] == ["--model-path", "m"]
+
+
+def test_targeted_help_goes_to_the_backend_without_a_model(recorder):
+    env, record = recorder
+    result = run_serve(["--model-type", "recorder", "--help"], env)
+    assert result.returncode == 0, result.stderr
+    assert read_json(record) == {
+        "argv": ["--help"],
+        "model_path": None,
+        "model_path_is_positional": False,
+    }
+
+
+def test_auto_detection_selects_and_logs(recorder, tmp_path):
+    env, record = recorder
+    result = run_serve([str(tmp_path / "recordable"), "--port", "7"], env)
+    assert result.returncode == 0, result.stderr
+    assert read_json(record)["argv"] == [
+        "--model-path",
+        str(tmp_path / "recordable"),
+        "--port",
+        "7",
+    ]
+    assert "INFO" in result.stderr and "'recorder' (from recorder-dist)" in result.stderr
+
+
+def test_debug_raises_the_log_level(recorder):
+    env, _ = recorder
+    quiet = run_serve(["m", "--model-type", "recorder"], env)
+    loud = run_serve(["m", "--model-type", "recorder", "--debug"], env)
+    assert "DEBUG" not in quiet.stderr
+    assert "DEBUG sglang_backends.serve: Backend request" in loud.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["m", "--model-type"], "--model-type expects a value"),
+        (["m", "--model-type="], "empty value"),
+        (["m", "--model-type", "org/x"], "not a backend name"),
+        (["m", "--model-type", "a b"], "not a backend name"),
+    ],
+)
+def test_bad_model_type_is_a_usage_error(recorder, args, phrase):
+    env, record = recorder
+    line = _single_error(run_serve(args, env), 2)
+    assert line.startswith("sglang-backends serve: error:") and phrase in line
+    assert not record.exists()
+
+
+def test_unknown_backend(recorder):
+    env, _ = recorder
+    line = _single_error(run_serve(["m", "--model-type", "nope"], env), 2)
+    assert "Unknown serve backend 'nope'" in line
+    assert "Available values: auto, llm, diffusion, " in line
+    assert "configonly" in line and "recorder" in line
+
+
+def test_missing_model_path_never_runs(recorder):
+    env, record = recorder
+    line = _single_error(run_serve(["--model-type", "recorder", "--port", "1"], env), 2)
+    assert "'recorder' (from recorder-dist) needs a model" in line
+    assert "Usage: sglang-backends serve <model-name-or-path>" in line
+    assert "--model-path <model-name-or-path>" in line
+    assert not record.exists()
+
+
+def test_missing_model_path_with_auto_falls_back_to_llm(recorder):
+    env, _ = recorder
+    line = _single_error(run_serve(["--port", "1"], env), 2)
+    assert "'llm' (built-in) needs a model" in line
+
+
+BROKEN = "raise ImportError('no module named fast_kernels')\n"
+
+
+def test_plugin_that_fails_to_load(site):
+    site.install(
+        "broken-dist",
+        entry_points={"broken": "broken_plugin:factory"},
+        modules={"broken_plugin.py": BROKEN},
+    )
+    env = site.environ()
+    line = _single_error(run_serve(["m", "--model-type", "broken"], env), 1)
+    assert "'broken' from broken-dist" in line and "fast_kernels" in line
+    debug = run_serve(["m", "--model-type", "broken", "--debug"], env)
+    assert debug.returncode == 1
+    assert "Traceback" in debug.stderr and "fast_kernels" in debug.stderr
+
+
+def test_duplicate_providers_and_dist_qualified_choice(site, tmp_path):
+    for dist in ("one-dist", "two-dist"):
+        site.install(
+            dist,
+            entry_points={"twin": f"{dist.replace('-', '_')}:recorder"},
+            modules={f"{dist.replace('-', '_')}.py": RECORDER},
+        )
+    env = site.environ()
+    env["SERVE_RECORD"] = str(tmp_path / "record.json")
+    line = _single_error(run_serve(["m", "--model-type", "twin"], env), 1)
+    assert "one-dist" in line and "two-dist" in line
+    chosen = run_serve(["m", "--model-type", "two-dist:twin"], env)
+    assert chosen.returncode == 0, chosen.stderr
+    assert read_json(tmp_path / "record.json")["argv"] == ["--model-path", "m"]
+
+
+def test_ambiguous_auto_detection(site, tmp_path):
+    for name in ("alpha", "beta"):
+        site.install(
+            f"{name}-dist",
+            entry_points={name: f"{name}_plugin:recorder"},
+            modules={f"{name}_plugin.py": RECORDER},
+        )
+    env = site.environ()
+    env["SERVE_RECORD"] = str(tmp_path / "record.json")
+    line = _single_error(run_serve([str(tmp_path / "recordable")], env), 1)
+    assert "Multiple serve backends matched this request: alpha, beta" in line
+    assert not (tmp_path / "record.json").exists()
+
+
+FAILING = """
+import sys
+from sglang_backends import ServeBackend
+
+def run(request):
+    if "--exit" in request.argv:
+        sys.exit(int(request.argv[-1]))
+    raise RuntimeError("the accelerator is on fire")
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+
+def test_exception_from_run(site):
+    site.install(
+        "failing-dist",
+        entry_points={"failing": "failing_plugin:factory"},
+        modules={"failing_plugin.py": FAILING},
+    )
+    line = _single_error(run_serve(["m", "--model-type", "failing"], site.environ()), 1)
+    assert "'failing' (from failing-dist) failed: the accelerator is on fire" in line
+
+
+def test_system_exit_from_run_keeps_its_status(site):
+    site.install(
+        "failing-dist",
+        entry_points={"failing": "failing_plugin:factory"},
+        modules={"failing_plugin.py": FAILING},
+    )
+    result = run_serve(["m", "--model-type", "failing", "--exit", "3"], site.environ())
+    assert result.returncode == 3
+    assert result.error_lines == []
+
+
+def test_general_help_lists_backends_without_importing_plugins(recorder, site):
+    site.install(
+        "broken-dist",
+        entry_points={"broken": "broken_plugin:factory"},
+        modules={"broken_plugin.py": BROKEN},
+    )
+    env, record = recorder
+    result = run_serve(["--help"], env)
+    assert result.returncode == 0, result.stderr
+    choices = result.stdout.split("--model-type {", 1)[1].split("}", 1)[0].split(",")
+    assert choices[:3] == ["auto", "llm", "diffusion"]
+    assert {"broken", "configonly", "recorder"} <= set(choices)
+    assert "default: auto" in result.stdout and "else llm" in result.stdout
+    assert "from broken-dist 1.0" in result.stdout
+    assert "sglang-backends serve --model-type NAME --help" in result.stdout
+    assert "Failed to load" not in result.stderr
+    assert not record.exists()
