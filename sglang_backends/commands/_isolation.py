@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WorkerResult", "default_jobs", "run_isolated", "run_many"]
+__all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_many"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def _kill_tree(pid: int) -> None:
     psutil.wait_procs(victims, timeout=5)
 
 
-def _describe_exit(returncode: int, stderr: str) -> str:
+def _describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -70,8 +70,12 @@ def _describe_exit(returncode: int, stderr: str) -> str:
         how = f"the interpreter was killed by {name}"
     else:
         how = f"the interpreter exited with status {returncode} before reporting"
-    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
-    return f"{how}" + (f" (last output: {last})" if last else "")
+    return how
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of *text*, or an empty string."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
 def run_isolated(
@@ -103,7 +107,7 @@ def run_isolated(
         return WorkerResult(
             None,
             "timeout",
-            f"did not finish loading within {timeout:g} s; killed",
+            f"did not finish within {timeout:g} s; its process tree was killed",
             seconds,
             err.decode(errors="replace"),
         )
@@ -114,9 +118,7 @@ def run_isolated(
     except ValueError:
         result = None
     if process.returncode != 0 or not isinstance(result, dict):
-        return WorkerResult(
-            None, "crashed", _describe_exit(process.returncode, stderr), seconds, stderr
-        )
+        return WorkerResult(None, "crashed", _describe_exit(process.returncode), seconds, stderr)
     return WorkerResult(result, None, None, seconds, stderr)
 
 

@@ -92,7 +92,7 @@ class CheckBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends.builtins import default_builtins
-        from sglang_backends.commands._isolation import run_many
+        from sglang_backends.commands._isolation import last_line, run_many
         from sglang_backends.discovery import PluginStatus, discover, inventory
 
         selection = self.selection(parsed_args)
@@ -150,6 +150,8 @@ class CheckBackends(SelectionOptions, Lister):
             seconds = round(worker.seconds, 3)
             if worker.failure is not None:
                 detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
+                if worker.failure == "crashed" and last_line(worker.stderr):
+                    detail += f" (last output: {last_line(worker.stderr)})"
                 rows.append((*head, worker.failure, seconds, detail))
             elif worker.result and worker.result.get("ok"):
                 result = worker.result
