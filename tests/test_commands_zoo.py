@@ -270,3 +270,44 @@ def test_no_zoo_process_is_left_behind(zoo, markers):
         if site_path in env.get("PYTHONPATH", "") and process.pid != os.getpid():
             leftovers.append(process)
     assert [p for p in leftovers if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+CONCURRENT = """
+import os, pathlib, time
+running = pathlib.Path({running!r})
+me = running / str(os.getpid())
+me.touch()
+seen = 0
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    seen = max(seen, len(list(running.iterdir())))
+    if seen >= 2:
+        break
+    time.sleep(0.02)
+time.sleep(0.2)
+seen = max(seen, len(list(running.iterdir())))
+(pathlib.Path({seen!r}) / {name!r}).write_text(str(seen))
+me.unlink()
+from sglang_backends import ServeBackend
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def test_check_loads_plugins_in_parallel_but_bounded_by_jobs(site, tmp_path):
+    running, seen = tmp_path / "running", tmp_path / "seen"
+    running.mkdir()
+    seen.mkdir()
+    for name in ("p1", "p2", "p3"):
+        source = CONCURRENT.format(running=str(running), seen=str(seen), name=name)
+        site.install(
+            f"{name}-runtime",
+            entry_points={name: f"{name}_plugin:factory"},
+            modules={f"{name}_plugin.py": source},
+        )
+    result = run(site, "check", "-f", "json", "--jobs", "2", "--timeout", "20")
+    assert result.returncode == 0, result.stderr
+    observed = sorted(int(p.read_text()) for p in seen.iterdir())
+    assert len(observed) == 3
+    assert max(observed) == 2  # two workers overlapped, never three
