@@ -220,10 +220,10 @@ class DetectBackend(SelectionOptions, Lister):
             raise ServeBackendError(str(result.get("error")))
 
         rows: list[tuple[Any, ...]] = [
-            (o["name"], o["distribution"], o["verdict"], round(o["seconds"], 6), o["detail"])
+            (o["name"], o["distribution"], o["verdict"], round(o["seconds"], 4), o["detail"])
             for o in result["outcomes"]
         ]
-        seconds = round(result["seconds"], 6)
+        seconds = round(result["seconds"], 4)
         if result["selected"] is None:
             matches = ", ".join(result["matches"])
             detail = (

@@ -67,7 +67,7 @@ class ShowBackend(SelectionOptions, ShowOne):
         registry = build_registry(selection.settings, origins=selection.origins)
         started = time.perf_counter()
         registered = registry.get(parsed_args.name)
-        seconds = round(time.perf_counter() - started, 6)
+        seconds = round(time.perf_counter() - started, 4)
         backend = registered.backend
 
         dist, plain = split_qualified_name(parsed_args.name)
