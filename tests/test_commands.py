@@ -22,6 +22,7 @@ def factory():
 def run(site, *args, env=None, timeout=60):
     """Run the real console script with *site* on its path; no stray configuration."""
     environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
     environ.update(env or {})
     return subprocess.run(
         [CLI, *args], env=environ, capture_output=True, text=True, timeout=timeout

@@ -58,6 +58,7 @@ EXPECTED_CHECK = {
 
 def run(site, *args, env=None, timeout=120):
     environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
     environ.update(env or {})
     return subprocess.run(
         [CLI, *args], env=environ, capture_output=True, text=True, timeout=timeout

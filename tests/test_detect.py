@@ -32,6 +32,7 @@ def factory():
 
 def run(site, *args):
     environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
     return subprocess.run([CLI, *args], env=environ, capture_output=True, text=True, timeout=60)
 
 
