@@ -42,6 +42,8 @@ __all__ = [
     "list_opts",
     "load_settings",
     "make_conf",
+    "naming_options",
+    "option_origins",
     "register_opts",
     "registry_from_conf",
     "select_backend",
@@ -146,9 +148,9 @@ def make_conf(
         conf._env_driver = _MappingEnvironment(environ)
     args: list[str] = []
     for path in config_files:
-        args += ["--config-file", os.fspath(path)]
+        args.append(f"--config-file={os.fspath(path)}")
     for path in config_dirs:
-        args += ["--config-dir", os.fspath(path)]
+        args.append(f"--config-dir={os.fspath(path)}")
     _check_readable(config_files, config_dirs)
     try:
         conf(
@@ -171,7 +173,9 @@ def make_conf(
             f"Configuration file not readable: {', '.join(exc.config_files)}"
         ) from None
     except cfg.ConfigDirNotFoundError as exc:
-        raise ConfigurationError(f"Configuration directory not found: {exc.config_dir}") from None
+        raise ConfigurationError(
+            f"Configuration directory not found: {os.path.abspath(exc.config_dir)}"
+        ) from None
     except UnicodeDecodeError as exc:
         raise ConfigurationError(
             f"Cannot read configuration: a file is not UTF-8 text ({exc.reason} at byte "
