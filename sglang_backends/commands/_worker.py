@@ -1,0 +1,115 @@
+"""A throw-away interpreter that loads plugins for ``check`` and ``detect``.
+
+Run as ``python -m sglang_backends.commands._worker JOB`` where JOB is JSON.
+Plugins are imported here, not in the operator's process, so one that hangs
+or crashes the interpreter at import costs only this process. The result is
+one JSON object written to the original standard output; everything a plugin
+prints (to ``sys.stdout`` or straight to file descriptor 1) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+__all__ = ["run_job"]
+
+
+def _registry(job: dict[str, Any]) -> Any:
+    from sglang_backends.config import build_registry
+    from sglang_backends.settings import Settings
+
+    settings = Settings(
+        enabled=None if job.get("enabled") is None else tuple(job["enabled"]),
+        disabled=tuple(job.get("disabled", ())),
+        detect_timeout=float(job.get("detect_timeout", 10.0)),
+    )
+    return build_registry(settings, origins=job.get("origins") or {})
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "error": str(exc) or type(exc).__name__,
+        "error_type": type(exc).__name__,
+        "distribution": getattr(exc, "distribution", None),
+    }
+
+
+def _load(job: dict[str, Any]) -> dict[str, Any]:
+    """Load one backend by name and report its contract fields."""
+    registry = _registry(job)
+    started = time.perf_counter()
+    registered = registry.get(job["name"])
+    backend = registered.backend
+    return {
+        "ok": True,
+        "seconds": time.perf_counter() - started,
+        "distribution": registered.distribution,
+        "api_version": backend.api_version,
+        "has_detector": backend.detect is not None,
+        "requires_model_path": backend.requires_model_path,
+    }
+
+
+def _explain(job: dict[str, Any]) -> dict[str, Any]:
+    """Run automatic detection on the request and report every outcome."""
+    from sglang_backends.contract import ServeRequest
+
+    registry = _registry(job)
+    request = ServeRequest(
+        argv=tuple(job["argv"]),
+        model_path=job.get("model_path"),
+        model_path_is_positional=bool(job.get("positional")),
+    )
+    started = time.perf_counter()
+    report = registry.explain(request)
+    return {
+        "ok": True,
+        "seconds": time.perf_counter() - started,
+        "outcomes": [
+            {
+                "name": o.name,
+                "distribution": o.distribution,
+                "verdict": o.verdict.value,
+                "seconds": o.seconds,
+                "detail": o.detail,
+            }
+            for o in report.outcomes
+        ],
+        "matches": list(report.matches),
+        "selected": report.selected,
+        "fallback": report.fallback,
+    }
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Run *job* (``{"action": "load"|"explain", ...}``) and return its JSON-able result."""
+    from sglang_backends.errors import ServeBackendError
+
+    action = {"load": _load, "explain": _explain}[job["action"]]
+    try:
+        return action(job)
+    except ServeBackendError as exc:
+        return _error(exc)
+    except Exception as exc:  # noqa: BLE001 - reported to the operator, not raised
+        return _error(exc)
+
+
+def main() -> None:
+    """Read the job from argv, run it, write the result to the saved stdout."""
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # whatever a plugin prints goes to stderr
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    result = run_job(json.loads(sys.argv[1]))
+    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+        json.dump(result, out)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

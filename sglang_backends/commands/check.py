@@ -1,0 +1,168 @@
+"""``sglang-backends check``: load every enabled plugin in isolation and validate it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cliff.lister import Lister
+
+from sglang_backends.commands._base import SelectionOptions, warn_not_installed
+
+__all__ = ["CheckBackends"]
+
+COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
+#: Results that make ``check`` exit with status 1.
+FAILURES = frozenset({"error", "timeout", "crashed"})
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+class CheckBackends(SelectionOptions, Lister):
+    """Load every enabled plugin and validate its contract; exit 1 if any fails.
+
+    Each plugin is imported in its own short-lived Python process, a few at
+    a time (--jobs), each bounded by --timeout: a plugin that hangs, crashes
+    the interpreter or exits at import is reported, never inherited. The
+    worker runs exactly what serve runs (registry.get(NAME)): import, call
+    the factory, check it returned a ServeBackend of API version 1.
+
+    Result column:
+      ok        loads and honours the contract (built-ins are not loaded)
+      error     import failed, factory raised, wrong type, wrong API version,
+                duplicate name or conflict with a built-in; Detail says which
+                and names the distribution
+      timeout   still loading after --timeout seconds; the process tree was killed
+      crashed   the interpreter died while loading (abort, os._exit, segfault)
+      skipped   disabled by configuration or --enable/--disable; not loaded
+
+    Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
+
+    Examples:
+      sglang-backends check
+      sglang-backends check --timeout 10 --jobs 2 -f json
+      sglang-backends check --enable omni
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        from sglang_backends.commands._isolation import default_jobs
+
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "--timeout",
+            metavar="SECONDS",
+            type=_positive,
+            default=30.0,
+            help="seconds one plugin may take to load before it is killed (default: 30)",
+        )
+        parser.add_argument(
+            "--jobs",
+            metavar="N",
+            type=_jobs,
+            default=default_jobs(),
+            help=f"plugins loaded at once, each in its own process (default: {default_jobs()})",
+        )
+        return parser
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        self._failed = False
+        status = super().run(parsed_args)
+        return status or (1 if self._failed else 0)
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
+        from sglang_backends.builtins import default_builtins
+        from sglang_backends.commands._isolation import last_line, run_many
+        from sglang_backends.discovery import PluginStatus, discover, inventory
+
+        selection = self.selection(parsed_args)
+        settings = selection.settings
+        builtins = default_builtins()
+        discovered = discover()
+        warn_not_installed(selection, discovered, builtins)
+        records = inventory(
+            discovered, builtins, enabled=settings.enabled, disabled=settings.disabled
+        )
+        conflicts = sorted({r.plugin.name for r in records if r.status is PluginStatus.CONFLICT})
+        to_load = sorted(
+            {
+                r.plugin.name
+                for r in records
+                if r.status in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
+            }
+        )
+        base = {
+            "action": "load",
+            "enabled": None if settings.enabled is None else list(settings.enabled),
+            # A conflict makes every registry fail; set it aside to check the rest.
+            "disabled": sorted({*settings.disabled, *conflicts}),
+        }
+        results = dict(
+            zip(
+                to_load,
+                run_many(
+                    [{**base, "name": name} for name in to_load],
+                    timeout=parsed_args.timeout,
+                    concurrency=parsed_args.jobs,
+                ),
+                strict=True,
+            )
+        )
+
+        rows: list[tuple[Any, ...]] = [
+            (name, "built-in", None, None, "ok", 0.0, "built-in; not loaded") for name in builtins
+        ]
+        for record in records:
+            plugin = record.plugin
+            head = (plugin.name, "plugin", plugin.distribution, plugin.version)
+            if record.status is PluginStatus.DISABLED:
+                rows.append((*head, "skipped", 0.0, "disabled by the selection; not loaded"))
+                continue
+            if record.status is PluginStatus.CONFLICT:
+                detail = (
+                    f"Out-of-tree serve backend {plugin.name!r} from {plugin.provider} "
+                    "claims a reserved or built-in name; every serve fails until it is "
+                    "uninstalled or listed in disabled_backends"
+                )
+                rows.append((*head, "error", 0.0, detail))
+                continue
+            worker = results[plugin.name]
+            seconds = round(worker.seconds, 3)
+            if worker.failure is not None:
+                detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
+                if worker.failure == "crashed" and last_line(worker.stderr):
+                    detail += f" (last output: {last_line(worker.stderr)})"
+                rows.append((*head, worker.failure, seconds, detail))
+            elif worker.result and worker.result.get("ok"):
+                result = worker.result
+                detail = (
+                    f"API version {result['api_version']}, "
+                    f"{'has a detector' if result['has_detector'] else 'no detector'}, "
+                    f"{'requires' if result['requires_model_path'] else 'does not require'} "
+                    "a model path"
+                )
+                rows.append((*head, "ok", seconds, detail))
+            else:
+                rows.append((*head, "error", seconds, (worker.result or {}).get("error")))
+        self._failed = any(row[4] in FAILURES for row in rows)
+        return COLUMNS, rows

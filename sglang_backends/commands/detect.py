@@ -1,0 +1,245 @@
+"""``sglang-backends detect [MODEL] [ARGS...]``: explain automatic detection for a request."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cliff.lister import Lister
+
+from sglang_backends.commands._base import SelectionOptions, warn_not_installed
+from sglang_backends.commands.check import _positive
+
+__all__ = ["DetectBackend", "normalize_request"]
+
+COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
+_MODEL_OPTIONS = ("--model-path", "--model")
+
+
+def normalize_request(
+    tokens: Sequence[str],
+) -> tuple[tuple[str, ...], str | None, bool, str | None]:
+    """Normalize a serve command line as ``serve`` does.
+
+    ``--model-type`` is removed; a first argument that is not an option
+    becomes ``--model-path MODEL``; the model path is the first
+    ``--model-path``/``--model`` value.
+
+    :returns: ``(argv, model_path, model_path_is_positional, model_type)``.
+    """
+    argv: list[str] = []
+    model_type = None
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token == "--model-type":
+            model_type = tokens[index + 1] if index + 1 < len(tokens) else ""
+            index += 2
+            continue
+        if token.startswith("--model-type="):
+            model_type = token.partition("=")[2]
+            index += 1
+            continue
+        argv.append(token)
+        index += 1
+    positional = bool(argv) and not argv[0].startswith("-")
+    if positional:
+        argv = ["--model-path", argv[0], *argv[1:]]
+    model_path = None
+    for index, token in enumerate(argv):
+        if token in _MODEL_OPTIONS and index + 1 < len(argv):
+            model_path = argv[index + 1]
+            break
+        name, sep, value = token.partition("=")
+        if sep and name in _MODEL_OPTIONS:
+            model_path = value
+            break
+    return tuple(argv), model_path, positional, model_type
+
+
+def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list[str]:
+    """Insert ``--`` before the first argument that is not one of detect's own options.
+
+    Everything from there on is the serve command line, options included,
+    so ``detect --model-path X --tp 2`` needs no ``--``.
+    """
+    args = list(args)
+    index = 0
+    while index < len(args):
+        token = args[index]
+        if token == "--":
+            return args
+        name, sep, _ = token.partition("=")
+        action = parser._option_string_actions.get(name) if token.startswith("-") else None
+        if action is None:
+            return [*args[:index], "--", *args[index:]]
+        if sep:
+            index += 1
+        elif action.nargs in (None, "?"):
+            index += 2
+        elif isinstance(action.nargs, int):
+            index += 1 + action.nargs
+        else:
+            index += 1
+    return args
+
+
+def _culprits(job: dict[str, Any], settings: Any, timeout: float) -> str:
+    """Load the enabled plugins one per process to name those that hang or crash."""
+    from sglang_backends.builtins import default_builtins
+    from sglang_backends.commands._isolation import default_jobs, run_many
+    from sglang_backends.discovery import PluginStatus, discover, inventory
+
+    records = inventory(
+        discover(), default_builtins(), enabled=settings.enabled, disabled=settings.disabled
+    )
+    names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
+    jobs = [{**job, "action": "load", "name": name} for name in names]
+    results = run_many(jobs, timeout=min(timeout, 10.0), concurrency=default_jobs())
+    found = [
+        f"{name!r} ({result.failure}: {result.detail})"
+        for name, result in zip(names, results, strict=True)
+        if result.failure is not None
+    ]
+    if not found:
+        return "Run 'sglang-backends check' to find the plugin at fault."
+    return f"Loaded one by one, these plugins hang or crash: {'; '.join(found)}."
+
+
+class _RequestParser(argparse.ArgumentParser):
+    """A parser that takes everything after detect's own options as the request."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if args is not None:
+            args = _split_request(self, args)
+        return super().parse_known_args(args, namespace)
+
+
+class DetectBackend(SelectionOptions, Lister):
+    """Explain which backend "serve MODEL --model-type auto" would choose, and why.
+
+    Runs every enabled backend's detector on the request, as serve does, and
+    shows each verdict and its time, then a final row with the selection:
+
+      match        the detector claims the request
+      no_match     the detector declines it
+      unknown      the detector cannot tell (claims nothing)
+      no detector  the backend is selectable only by name
+      error        loading the plugin or its detector failed (Detail says why)
+      timeout      the detector did not answer within detect_timeout
+      selected     final row: the one backend that matched
+      fallback     final row: nothing matched, so llm is used
+      ambiguous    final row: several matched; serve would refuse (exit 1)
+
+    The request is what you would pass to serve: a positional MODEL becomes
+    --model-path MODEL, and --model-path/--model are read; --model-type is
+    ignored. Everything after detect's own options is the request, so put
+    detect's options (-f, --config-file, ...) first. Plugins are loaded in a
+    separate process bounded by --timeout, so a plugin that hangs or crashes
+    at import cannot hang detect.
+
+    Examples:
+      sglang-backends detect /models/sd-turbo
+      sglang-backends detect -f json --model-path org/model --tp 2
+      sglang-backends detect --detect-timeout 2 -- org/model --trust-remote-code
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.__class__ = type("DetectParser", (_RequestParser, type(parser)), {})
+        parser.add_argument(
+            "--detect-timeout",
+            metavar="SECONDS",
+            type=_positive,
+            help="seconds each detector may take; overrides detect_timeout",
+        )
+        parser.add_argument(
+            "--timeout",
+            metavar="SECONDS",
+            type=_positive,
+            default=60.0,
+            help="seconds loading every plugin and detecting may take in all before detect "
+            "gives up (default: 60)",
+        )
+        parser.add_argument(
+            "request",
+            metavar="[MODEL] [ARGS ...]",
+            nargs=argparse.REMAINDER,
+            help="the serve command line: a model path or hub id and serve's arguments",
+        )
+        return parser
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        self._failed = False
+        status = super().run(parsed_args)
+        return status or (1 if self._failed else 0)
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
+        import dataclasses
+
+        from sglang_backends.builtins import default_builtins
+        from sglang_backends.commands._isolation import run_isolated
+        from sglang_backends.discovery import discover
+        from sglang_backends.errors import ServeBackendError
+
+        tokens = list(parsed_args.request)
+        if tokens and tokens[0] == "--":
+            tokens = tokens[1:]
+        argv, model_path, positional, model_type = normalize_request(tokens)
+        if model_type is not None and model_type != "auto":
+            self.app.LOG.warning(
+                "detect explains automatic detection; ignoring --model-type %s", model_type
+            )
+
+        selection = self.selection(parsed_args)
+        settings = selection.settings
+        if parsed_args.detect_timeout is not None:
+            settings = dataclasses.replace(settings, detect_timeout=parsed_args.detect_timeout)
+        warn_not_installed(selection, discover(), default_builtins())
+
+        job = {
+            "action": "explain",
+            "argv": list(argv),
+            "model_path": model_path,
+            "positional": positional,
+            "enabled": None if settings.enabled is None else list(settings.enabled),
+            "disabled": list(settings.disabled),
+            "detect_timeout": settings.detect_timeout,
+        }
+        worker = run_isolated(job, timeout=parsed_args.timeout)
+        if worker.failure is not None:
+            raise ServeBackendError(
+                f"Automatic detection did not complete: {worker.detail}. "
+                f"{_culprits(job, settings, parsed_args.timeout)}"
+            )
+        result = worker.result or {}
+        if not result.get("ok"):
+            raise ServeBackendError(str(result.get("error")))
+
+        rows: list[tuple[Any, ...]] = [
+            (o["name"], o["distribution"], o["verdict"], round(o["seconds"], 4), o["detail"])
+            for o in result["outcomes"]
+        ]
+        seconds = round(result["seconds"], 4)
+        if result["selected"] is None:
+            matches = ", ".join(result["matches"])
+            detail = (
+                f"several backends matched: {matches}; serve refuses to guess. "
+                "Select one with --model-type BACKEND"
+            )
+            rows.append((None, None, "ambiguous", seconds, detail))
+            self.app.LOG.warning("No selection: %s", detail)
+            self._failed = True
+        elif result["fallback"]:
+            detail = "no backend claimed the request; llm is the fallback"
+            rows.append((result["selected"], None, "fallback", seconds, detail))
+            self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
+        else:
+            detail = "the only backend whose detector matched"
+            selected = next(o for o in result["outcomes"] if o["name"] == result["selected"])
+            rows.append((result["selected"], selected["distribution"], "selected", seconds, detail))
+            self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
+        return COLUMNS, rows

@@ -1,0 +1,106 @@
+"""``sglang-backends show NAME``: load one backend and show its contract."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cliff.show import ShowOne
+
+from sglang_backends.commands._base import SelectionOptions, builtin_target, summary_line
+
+__all__ = ["ShowBackend"]
+
+FIELDS = (
+    "Name",
+    "Origin",
+    "Distribution",
+    "Version",
+    "Target",
+    "API version",
+    "Has detector",
+    "Requires model path",
+    "Summary",
+    "Load seconds",
+)
+
+
+class ShowBackend(SelectionOptions, ShowOne):
+    """Load one serve backend, as serve would, and show what it declares.
+
+    The plugin is imported and its factory called in this process, exactly as
+    "serve --model-type NAME" would; use "check" to load plugins in isolation.
+
+    Fields:
+      API version          the contract version the backend declares (must be 1)
+      Has detector         whether it takes part in --model-type auto
+      Requires model path  whether serve insists on --model-path
+      Summary              first line of the factory's docstring
+      Load seconds         time to import the plugin and call its factory
+
+    An unknown, disabled or duplicate name, or a plugin that fails to load,
+    gives one line on stderr and exit status 1 (2 for bad configuration).
+
+    Examples:
+      sglang-backends show omni
+      sglang-backends show omni-runtime:omni -f json
+      sglang-backends show diffusion -c "Has detector" -f value
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "name",
+            metavar="NAME",
+            help="a backend name as listed by 'sglang-backends list', or DIST:NAME to pick "
+            "one provider of a duplicate name",
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
+        from sglang_backends.config import build_registry
+        from sglang_backends.discovery import normalize_distribution, split_qualified_name
+
+        selection = self.selection(parsed_args)
+        registry = build_registry(selection.settings, origins=selection.origins)
+        started = time.perf_counter()
+        registered = registry.get(parsed_args.name)
+        seconds = round(time.perf_counter() - started, 4)
+        backend = registered.backend
+
+        dist, plain = split_qualified_name(parsed_args.name)
+        plugin = None
+        if plain not in registry.builtin_names:
+            for record in registry.plugins:
+                candidate = record.plugin
+                if candidate.name != plain:
+                    continue
+                if dist is None or (
+                    candidate.distribution
+                    and normalize_distribution(candidate.distribution)
+                    == normalize_distribution(dist)
+                ):
+                    plugin = candidate
+                    break
+        if plugin is None:
+            origin, distribution, version = "built-in", None, None
+            target, summary = builtin_target(backend), summary_line(backend.run)
+        else:
+            origin, distribution, version = "plugin", plugin.distribution, plugin.version
+            # Already imported by registry.get(): this is a lookup, not a second import.
+            target, summary = plugin.target, summary_line(plugin.entry_point.load())
+        values = (
+            registered.name,
+            origin,
+            distribution,
+            version,
+            target,
+            backend.api_version,
+            backend.detect is not None,
+            backend.requires_model_path,
+            summary,
+            seconds,
+        )
+        return FIELDS, values

@@ -1,0 +1,437 @@
+"""Driver selection by configuration, the OpenStack way (oslo.config).
+
+The ``[serve_backends]`` group chooses the backend (``model_type``), which
+plugins may load (``enabled_backends``, ``disabled_backends``) and how long a
+detector may run (``detect_timeout``). Values come, highest first, from the
+command line, the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on,
+oslo.config's environment source), the configuration files, then the
+defaults.
+
+Every function works on a private :class:`~oslo_config.cfg.ConfigOpts`
+(never the global ``CONF``), so loading is re-entrant. Bad configuration
+becomes a one-line :class:`~sglang_backends.errors.ConfigurationError`
+naming the file (or variable) and the option. Importing this module imports
+oslo.config and nothing heavier; ``serve`` imports it only when
+configuration is in use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from oslo_config import cfg
+from oslo_config.sources import _environment
+
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
+from sglang_backends.errors import ConfigurationError
+from sglang_backends.settings import Settings
+
+if TYPE_CHECKING:
+    from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
+    from sglang_backends.registry import ServeBackendRegistry
+
+__all__ = [
+    "GROUP",
+    "OPTS",
+    "build_registry",
+    "list_opts",
+    "load_settings",
+    "make_conf",
+    "naming_options",
+    "option_origins",
+    "register_opts",
+    "registry_from_conf",
+    "select_backend",
+    "settings_from_conf",
+]
+
+#: The configuration group every option lives in.
+GROUP = "serve_backends"
+
+_GROUP_HELP = (
+    "Which serve backend (driver) handles a request, and which installed plugins may be loaded."
+)
+
+
+def _new_group() -> cfg.OptGroup:
+    """A fresh group object: an ``OptGroup`` remembers the options registered in it."""
+    return cfg.OptGroup(GROUP, title="Serve backends", help=_GROUP_HELP)
+
+
+OPTS = [
+    cfg.StrOpt(
+        "model_type",
+        default="auto",
+        help="The serve backend to use. 'auto' runs every enabled backend's "
+        "detector on the request and picks the one that claims it, falling "
+        "back to 'llm'; any other value names a backend: a built-in ('llm', "
+        "'diffusion') or an installed plugin's entry point name, or "
+        "DIST:NAME to pick one distribution's plugin when several register "
+        "the same name. The serve command's --model-type overrides it.",
+    ),
+    cfg.ListOpt(
+        "enabled_backends",
+        default=[],
+        help="Comma-separated plugin names that may be loaded; empty (the "
+        "default) allows every installed plugin. Built-ins are always "
+        "available. A plugin left out is never imported.",
+    ),
+    cfg.ListOpt(
+        "disabled_backends",
+        default=[],
+        help="Comma-separated plugin names that are never loaded, even when "
+        "listed in enabled_backends. Use it to switch off a broken or "
+        "unwanted plugin without uninstalling it.",
+    ),
+    cfg.FloatOpt(
+        "detect_timeout",
+        default=DEFAULT_DETECT_TIMEOUT,
+        help="Seconds each backend's detector may take during automatic "
+        "detection (model_type = auto) before it counts as inconclusive; "
+        "a number greater than 0.",
+    ),
+]
+
+_OPT_NAMES = tuple(opt.dest for opt in OPTS)
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+    """The options, for ``oslo-config-generator --namespace sglang_backends``."""
+    return [(_new_group(), list(OPTS))]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register the ``[serve_backends]`` options on *conf*."""
+    conf.register_opts(OPTS, group=_new_group())
+
+
+class _MappingEnvironment(_environment.EnvironmentConfigurationSource):
+    """oslo.config's environment source, reading a given mapping."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def get(self, group_name: str | None, option_name: str, opt: cfg.Opt) -> Any:
+        name = self.get_name(group_name, option_name)
+        if name not in self._environ:
+            return (_environment.sources._NoValue, None)
+        location = cfg.LocationInfo(cfg.Locations.environment, name)
+        return (self._environ[name], location)
+
+
+def make_conf(
+    *,
+    config_files: Sequence[str] = (),
+    config_dirs: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+    opts: Sequence[cfg.Opt] = OPTS,
+) -> cfg.ConfigOpts:
+    """Return a new ``ConfigOpts`` with the options registered and the sources read.
+
+    *environ* replaces :data:`os.environ` as the environment source. Files
+    are read in order, then each directory's ``*.conf`` files in name order;
+    later files win, the environment beats every file. No default file is
+    searched for.
+
+    :raises ConfigurationError: a file or directory is missing, unreadable
+        or not valid INI.
+    """
+    conf = cfg.ConfigOpts()
+    conf.register_opts(list(opts), group=_new_group())
+    if environ is not None:
+        # oslo.config reads os.environ through this source; give it ours.
+        conf._env_driver = _MappingEnvironment(environ)
+    args: list[str] = []
+    for path in config_files:
+        args.append(f"--config-file={os.fspath(path)}")
+    for path in config_dirs:
+        args.append(f"--config-dir={os.fspath(path)}")
+    _check_readable(config_files, config_dirs)
+    try:
+        conf(
+            args=args,
+            project="sglang-backends",
+            prog="sglang-backends",
+            default_config_files=[],
+            default_config_dirs=[],
+        )
+    except cfg.ConfigFileParseError as exc:
+        raise ConfigurationError(
+            f"Cannot parse configuration file {exc.config_file}: {exc.msg}"
+        ) from None
+    except cfg.ConfigFilesNotFoundError as exc:
+        raise ConfigurationError(
+            f"Configuration file not found: {', '.join(exc.config_files)}"
+        ) from None
+    except cfg.ConfigFilesPermissionDeniedError as exc:
+        raise ConfigurationError(
+            f"Configuration file not readable: {', '.join(exc.config_files)}"
+        ) from None
+    except cfg.ConfigDirNotFoundError as exc:
+        raise ConfigurationError(
+            f"Configuration directory not found: {os.path.abspath(exc.config_dir)}"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"Cannot read configuration: a file is not UTF-8 text ({exc.reason} at byte "
+            f"{exc.start}) in {', '.join(_files_named(config_files, config_dirs))}"
+        ) from None
+    except OSError as exc:
+        raise ConfigurationError(
+            f"Cannot read configuration file {exc.filename}: {exc.strerror}"
+        ) from None
+    except cfg.Error as exc:
+        raise ConfigurationError(f"Invalid configuration: {exc}") from None
+    return conf
+
+
+def _files_named(config_files: Sequence[str], config_dirs: Sequence[str]) -> list[str]:
+    """The files the arguments designate, in reading order."""
+    files = [os.path.abspath(path) for path in config_files]
+    for directory in config_dirs:
+        files += sorted(glob.glob(os.path.join(os.path.abspath(directory), "*.conf")))
+    return files
+
+
+def _check_readable(config_files: Sequence[str], config_dirs: Sequence[str]) -> None:
+    """Reject what oslo.config would report obscurely: a directory given as a file."""
+    for path in config_files:
+        if os.path.isdir(path):
+            raise ConfigurationError(
+                f"Configuration file {os.fspath(path)} is a directory; "
+                "pass directories with --config-dir"
+            )
+    for path in config_dirs:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigurationError(
+                f"Configuration directory {os.fspath(path)} is not a directory; "
+                "pass files with --config-file"
+            )
+
+
+def _where(conf: cfg.ConfigOpts, name: str) -> str:
+    """Where option *name*'s value comes from: a file, a variable or the default."""
+    location = conf.get_location(name, GROUP)
+    if location is None or location.location is cfg.Locations.opt_default:
+        return "the default"
+    if location.location is cfg.Locations.environment:
+        return f"environment variable {location.detail}"
+    if location.location is cfg.Locations.user:
+        return str(location.detail)
+    return str(location.detail or location.location.name)
+
+
+def _config_option(conf: cfg.ConfigOpts, name: str) -> list[str]:
+    """*conf*'s ``--config-file``/``--config-dir`` values; empty if it was never called."""
+    try:
+        value = conf[name]
+    except cfg.NoSuchOptError:
+        return []
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _invalid(conf: cfg.ConfigOpts, name: str, cause: object) -> ConfigurationError:
+    """A one-line error for option *name*, read again as raw text to say where it was set."""
+    driver = getattr(conf, "_env_driver", None)
+    environ = driver._environ if isinstance(driver, _MappingEnvironment) else None
+    raw = make_conf(
+        config_files=_config_option(conf, "config_file"),
+        config_dirs=_config_option(conf, "config_dir"),
+        environ=environ,
+        opts=[cfg.StrOpt(opt) for opt in _OPT_NAMES],
+    )
+    where = _where(raw, name)
+    if where == "the default":
+        return ConfigurationError(f"Invalid value for option [{GROUP}] {name}: {cause}")
+    return ConfigurationError(
+        f"Invalid value {raw[GROUP][name]!r} for option [{GROUP}] {name} in {where}: {cause}"
+    )
+
+
+def _files_read(conf: cfg.ConfigOpts) -> list[str]:
+    """The configuration files *conf* read, in reading order."""
+    return _files_named(_config_option(conf, "config_file"), _config_option(conf, "config_dir"))
+
+
+def _describe_sources(conf: cfg.ConfigOpts) -> str:
+    """The files and variables the values came from, for messages."""
+    parts = _files_read(conf)
+    for name in _OPT_NAMES:
+        location = conf.get_location(name, GROUP)
+        if location is not None and location.location is cfg.Locations.environment:
+            parts.append(f"environment variable {location.detail}")
+    return ", ".join(parts) or "defaults"
+
+
+def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
+    """Validate *conf*'s ``[serve_backends]`` values and return them as :class:`Settings`.
+
+    *conf* is any ``ConfigOpts`` the options were registered on (see
+    :func:`register_opts`), already called.
+
+    :raises ConfigurationError: an option has an invalid value; the message
+        names the option and the file or variable that set it.
+    """
+    values: dict[str, Any] = {}
+    for name in _OPT_NAMES:
+        try:
+            values[name] = conf[GROUP][name]
+        except ValueError as exc:  # oslo's ConfigSourceValueError and kin
+            raise _invalid(conf, name, str(exc).rpartition(" is not valid: ")[2]) from None
+    model_type = (values["model_type"] or "").strip()
+    if not model_type:
+        raise _invalid(conf, "model_type", "give 'auto' or a backend name")
+    timeout = values["detect_timeout"]
+    if not 0 < timeout < float("inf"):
+        raise _invalid(conf, "detect_timeout", "must be a number of seconds greater than 0")
+    for name in ("enabled_backends", "disabled_backends"):
+        if any(not item for item in values[name]):
+            raise _invalid(conf, name, "the list holds an empty backend name")
+    return Settings(
+        model_type=model_type,
+        enabled=tuple(values["enabled_backends"]) or None,
+        disabled=tuple(values["disabled_backends"]),
+        detect_timeout=float(timeout),
+        source=_describe_sources(conf),
+    )
+
+
+def load_settings(
+    *,
+    config_files: Sequence[str] = (),
+    config_dirs: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read ``[serve_backends]`` from files, directories and the environment.
+
+    :param config_files: files read in order; later ones win.
+    :param config_dirs: directories whose ``*.conf`` files are read after them.
+    :param environ: the environment to read ``OS_SERVE_BACKENDS__*`` from;
+        :data:`os.environ` by default.
+    :returns: validated :class:`Settings`; ``enabled`` is ``None`` when the
+        list is empty (every plugin allowed).
+    :raises ConfigurationError: a file is missing, unreadable or malformed,
+        or a value is invalid; the message names the file and option.
+    """
+    conf = make_conf(config_files=config_files, config_dirs=config_dirs, environ=environ)
+    return settings_from_conf(conf)
+
+
+# -- registries --------------------------------------------------------------
+
+_UNKNOWN_SELECTION = "Serve backend %r in the %s list is not installed"
+
+
+class _NameTheOption(logging.Filter):
+    """Add the option (and where it was set) to the registry's not-installed warning."""
+
+    def __init__(self, origins: Mapping[str, str]) -> None:
+        super().__init__()
+        self._origins = origins
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(_UNKNOWN_SELECTION):
+            label = record.args[1] if isinstance(record.args, tuple) else None
+            origin = self._origins.get(str(label))
+            if origin:
+                record.msg = f"{record.msg} (check {origin})"
+        return True
+
+
+@contextlib.contextmanager
+def naming_options(origins: Mapping[str, str]) -> Iterator[None]:
+    """While active, the registry's warnings about not-installed names say which option set them.
+
+    :param origins: ``"enabled"``/``"disabled"`` to a description such as
+        ``"[serve_backends] enabled_backends in /etc/x.conf"``.
+    """
+    logger = logging.getLogger("sglang_backends.registry")
+    name_filter = _NameTheOption(origins)
+    logger.addFilter(name_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(name_filter)
+
+
+def option_origins(source: str) -> dict[str, str]:
+    """Describe the two list options as set in *source*, for :func:`naming_options`."""
+    return {
+        "enabled": f"[{GROUP}] enabled_backends, set in {source}",
+        "disabled": f"[{GROUP}] disabled_backends, set in {source}",
+    }
+
+
+def build_registry(
+    settings: Settings,
+    builtins: Mapping[str, ServeBackend] | None = None,
+    *,
+    origins: Mapping[str, str] | None = None,
+) -> ServeBackendRegistry:
+    """Build a registry honouring *settings*' lists and timeout.
+
+    A list name that is not installed is logged as a WARNING naming the
+    option and where it was set (*origins*, by default from
+    ``settings.source``).
+
+    :param builtins: defaults to :func:`sglang_backends.builtins.default_builtins`.
+    """
+    from sglang_backends.builtins import default_builtins
+    from sglang_backends.registry import ServeBackendRegistry
+
+    with naming_options(origins if origins is not None else option_origins(settings.source)):
+        return ServeBackendRegistry(
+            default_builtins() if builtins is None else builtins,
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            detect_timeout=settings.detect_timeout,
+        )
+
+
+def registry_from_conf(
+    conf: cfg.ConfigOpts, builtins: Mapping[str, ServeBackend] | None = None
+) -> ServeBackendRegistry:
+    """Build a registry from a service's ``ConfigOpts``.
+
+    The options must have been registered with :func:`register_opts`.
+
+    Honours ``enabled_backends``, ``disabled_backends`` and ``detect_timeout``.
+
+    :raises ConfigurationError: an option has an invalid value.
+    """
+    settings = settings_from_conf(conf)
+    origins = {
+        "enabled": f"[{GROUP}] enabled_backends, set in {_where(conf, 'enabled_backends')}",
+        "disabled": f"[{GROUP}] disabled_backends, set in {_where(conf, 'disabled_backends')}",
+    }
+    return build_registry(settings, builtins, origins=origins)
+
+
+def select_backend(
+    conf: cfg.ConfigOpts,
+    request: ServeRequest,
+    registry: ServeBackendRegistry | None = None,
+) -> RegisteredServeBackend:
+    """Select the configured backend for *request*, as an OpenStack service selects a driver.
+
+    ``model_type = auto`` runs automatic detection; any other value is
+    looked up by name.
+
+    :param registry: reuse one; by default built with :func:`registry_from_conf`.
+    :raises ConfigurationError: an option has an invalid value.
+    :raises UnknownBackendError: ``model_type`` names no available backend.
+    :raises AmbiguousDetectionError: ``auto`` and several detectors matched.
+    """
+    settings = settings_from_conf(conf)
+    if registry is None:
+        registry = registry_from_conf(conf)
+    if settings.model_type == "auto":
+        return registry.auto_detect(request)
+    return registry.get(settings.model_type)

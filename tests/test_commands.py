@@ -1,0 +1,190 @@
+"""The operator console script as a whole: help, errors, configuration and precedence."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).with_name("sglang-backends"))
+
+GOOD = """
+from sglang_backends import ServeBackend
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def run(site, *args, env=None, timeout=60):
+    """Run the real console script with *site* on its path; no stray configuration."""
+    environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
+    environ.update(env or {})
+    return subprocess.run(
+        [CLI, *args], env=environ, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def statuses(result) -> dict[str, str]:
+    assert result.returncode == 0, result.stderr
+    return {row["Name"]: row["Status"] for row in json.loads(result.stdout)}
+
+
+@pytest.fixture
+def plugins(site):
+    for name in ("omni", "vlm", "tts"):
+        site.install(
+            f"{name}-runtime",
+            entry_points={name: f"{name}_plugin:factory"},
+            modules={f"{name}_plugin.py": GOOD},
+        )
+    return site
+
+
+def test_without_a_command_prints_help(site):
+    result = run(site)
+    assert result.returncode == 1
+    for command in ("list", "show", "check", "detect"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("list", ["Status", "conflicts with a built-in", "--config-file", "--enable"]),
+        ("show", ["NAME", "DIST:NAME", "API version", "--config-dir"]),
+        ("check", ["--timeout", "--jobs", "crashed", "Exit status"]),
+        ("detect", ["[MODEL] [ARGS ...]", "--detect-timeout", "ambiguous", "fallback"]),
+    ],
+)
+def test_each_command_explains_itself(site, command, words):
+    result = run(site, command, "--help")
+    assert result.returncode == 0, result.stderr
+    for word in words:
+        assert word in result.stdout
+    assert "OS_SERVE_BACKENDS__" in result.stdout
+
+
+def test_unknown_command_is_rejected(site):
+    result = run(site, "lsit")
+    assert result.returncode == 2
+    assert "list" in result.stdout
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "llm"], ["check"], ["detect", "/m"]])
+def test_bad_configuration_is_one_line_and_exit_2(site, tmp_path, command):
+    conf = tmp_path / "bad.conf"
+    conf.write_text("[serve_backends]\ndetect_timeout = -1\n")
+    result = run(site, command[0], "--config-file", str(conf), *command[1:])
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "[serve_backends] detect_timeout" in line
+    assert str(conf) in line
+    assert result.stdout == ""
+
+
+def test_missing_configuration_file_is_exit_2(site, tmp_path):
+    result = run(site, "list", "--config-file", str(tmp_path / "nope.conf"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"Configuration file not found: {tmp_path / 'nope.conf'}"
+
+
+def test_invalid_environment_value_is_exit_2(site):
+    result = run(site, "list", env={"OS_SERVE_BACKENDS__DETECT_TIMEOUT": "abc"})
+    assert result.returncode == 2
+    assert "OS_SERVE_BACKENDS__DETECT_TIMEOUT" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_adds_the_traceback(site, tmp_path):
+    conf = tmp_path / "bad.conf"
+    conf.write_text("[serve_backends]\ndetect_timeout = zero\n")
+    quiet = run(site, "list", "--config-file", str(conf))
+    loud = run(site, "--debug", "list", "--config-file", str(conf))
+    assert "Traceback" not in quiet.stderr
+    assert "Traceback" in loud.stderr
+    assert loud.returncode == quiet.returncode == 2
+
+
+def test_configuration_file_and_directory_select_plugins(plugins, tmp_path):
+    conf = tmp_path / "sglang-backends.conf"
+    conf.write_text("[serve_backends]\nenabled_backends = omni, vlm\n")
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "50-deny.conf").write_text("[serve_backends]\ndisabled_backends = vlm\n")
+    result = run(
+        plugins,
+        "list",
+        "-f",
+        "json",
+        "--config-file",
+        str(conf),
+        "--config-dir",
+        str(tmp_path / "conf.d"),
+    )
+    assert statuses(result) == {
+        "llm": "enabled",
+        "diffusion": "enabled",
+        "omni": "enabled",
+        "vlm": "disabled",
+        "tts": "disabled",
+    }
+
+
+def test_precedence_command_line_then_environment_then_file(plugins, tmp_path):
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\nenabled_backends = omni\n")
+    from_file = statuses(run(plugins, "list", "-f", "json", "--config-file", str(conf)))
+    assert [n for n, s in from_file.items() if s == "enabled"] == ["llm", "diffusion", "omni"]
+
+    env = {"OS_SERVE_BACKENDS__ENABLED_BACKENDS": "vlm"}
+    from_env = statuses(run(plugins, "list", "-f", "json", "--config-file", str(conf), env=env))
+    assert [n for n, s in from_env.items() if s == "enabled"] == ["llm", "diffusion", "vlm"]
+
+    from_cli = statuses(
+        run(plugins, "list", "-f", "json", "--config-file", str(conf), "--enable", "tts", env=env)
+    )
+    assert [n for n, s in from_cli.items() if s == "enabled"] == ["llm", "diffusion", "tts"]
+
+
+def test_not_installed_names_warn_naming_option_and_file(plugins, tmp_path):
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\nenabled_backends = omni, ghost\ndisabled_backends = spook\n")
+    for command in (["list"], ["show", "omni"], ["check"], ["detect", "/m"]):
+        result = run(plugins, command[0], "--config-file", str(conf), *command[1:])
+        assert result.returncode == 0, result.stderr
+        [ghost] = [line for line in result.stderr.splitlines() if "'ghost'" in line]
+        assert "enabled_backends" in ghost and str(conf) in ghost and "not installed" in ghost
+        [spook] = [line for line in result.stderr.splitlines() if "'spook'" in line]
+        assert "disabled_backends" in spook and str(conf) in spook
+
+
+def test_not_installed_name_from_the_command_line_says_so(plugins):
+    result = run(plugins, "list", "--disable", "ghost")
+    assert result.returncode == 0
+    assert "'ghost'" in result.stderr and "--disable on the command line" in result.stderr
+
+
+def test_formatters_and_columns_work(plugins):
+    result = run(plugins, "list", "-f", "value", "-c", "Name", "-c", "Status")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "llm enabled",
+        "diffusion enabled",
+        "omni enabled",
+        "tts enabled",
+        "vlm enabled",
+    ]
+    as_yaml = run(plugins, "list", "-f", "yaml", "-c", "Name")
+    assert "- Name: omni" in as_yaml.stdout
+    as_csv = run(plugins, "list", "-f", "csv", "-c", "Name", "-c", "Distribution")
+    assert '"omni","omni-runtime"' in as_csv.stdout
+
+
+def test_commands_package_imports_no_cliff_until_main():
+    code = "import sys, sglang_backends.commands; print('cliff' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

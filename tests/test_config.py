@@ -1,0 +1,288 @@
+"""The [serve_backends] configuration layer on real files, directories and environments."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from oslo_config import cfg
+
+from sglang_backends import config
+from sglang_backends.builtins import default_builtins
+from sglang_backends.contract import ServeRequest
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
+from sglang_backends.errors import ConfigurationError, UnknownBackendError
+
+PLUGIN = """
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def factory():
+    \"\"\"The omni runtime.\"\"\"
+    return ServeBackend(
+        api_version=1,
+        run=lambda request: None,
+        detect=lambda request: ServeBackendDetection.MATCH
+        if (request.model_path or "").endswith("omni")
+        else ServeBackendDetection.NO_MATCH,
+    )
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def omni(site):
+    site.install(
+        "omni-runtime",
+        entry_points={"omni": "omni_plugin:factory"},
+        modules={"omni_plugin.py": PLUGIN},
+    )
+    return site
+
+
+def test_defaults_without_any_source():
+    settings = config.load_settings(environ={})
+    assert settings.model_type == "auto"
+    assert settings.enabled is None
+    assert settings.disabled == ()
+    assert settings.detect_timeout == DEFAULT_DETECT_TIMEOUT
+    assert settings.source == "defaults"
+
+
+def test_file_values_are_read_and_named_as_source(tmp_path):
+    conf = write(
+        tmp_path / "sglang-backends.conf",
+        """
+        [serve_backends]
+        model_type = omni
+        enabled_backends = omni, vlm
+        disabled_backends = broken
+        detect_timeout = 2.5
+        """,
+    )
+    settings = config.load_settings(config_files=[str(conf)], environ={})
+    assert settings.model_type == "omni"
+    assert settings.enabled == ("omni", "vlm")
+    assert settings.disabled == ("broken",)
+    assert settings.detect_timeout == 2.5
+    assert settings.source == str(conf)
+
+
+def test_later_files_and_directories_win_in_order(tmp_path):
+    first = write(tmp_path / "a.conf", "[serve_backends]\nmodel_type = first\ndetect_timeout = 1\n")
+    second = write(tmp_path / "b.conf", "[serve_backends]\nmodel_type = second\n")
+    write(tmp_path / "d" / "20-last.conf", "[serve_backends]\ndetect_timeout = 7\n")
+    write(tmp_path / "d" / "10-mid.conf", "[serve_backends]\ndetect_timeout = 5\n")
+    write(tmp_path / "d" / "ignored.txt", "[serve_backends]\ndetect_timeout = 99\n")
+    settings = config.load_settings(
+        config_files=[str(first), str(second)], config_dirs=[str(tmp_path / "d")], environ={}
+    )
+    assert settings.model_type == "second"
+    assert settings.detect_timeout == 7
+    assert settings.source.split(", ") == [
+        str(first),
+        str(second),
+        str(tmp_path / "d" / "10-mid.conf"),
+        str(tmp_path / "d" / "20-last.conf"),
+    ]
+
+
+def test_environment_overrides_files(tmp_path):
+    conf = write(tmp_path / "x.conf", "[serve_backends]\nmodel_type = omni\ndetect_timeout = 3\n")
+    environ = {
+        "OS_SERVE_BACKENDS__MODEL_TYPE": "vlm",
+        "OS_SERVE_BACKENDS__ENABLED_BACKENDS": "vlm,omni",
+    }
+    settings = config.load_settings(config_files=[str(conf)], environ=environ)
+    assert settings.model_type == "vlm"
+    assert settings.enabled == ("vlm", "omni")
+    assert settings.detect_timeout == 3
+    assert "environment variable OS_SERVE_BACKENDS__MODEL_TYPE" in settings.source
+
+
+def test_process_environment_is_read_by_default(tmp_path):
+    """oslo.config's own environment source, in a fresh interpreter with a real environment."""
+    code = (
+        "from sglang_backends.config import load_settings; s = load_settings(); "
+        "print(s.model_type, s.disabled, s.detect_timeout)"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OS_SERVE_BACKENDS__MODEL_TYPE": "omni",
+        "OS_SERVE_BACKENDS__DISABLED_BACKENDS": "a,b",
+        "OS_SERVE_BACKENDS__DETECT_TIMEOUT": "4",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["omni", "('a',", "'b')", "4.0"]
+
+
+@pytest.mark.parametrize(
+    ("text", "option", "cause"),
+    [
+        ("detect_timeout = -1", "detect_timeout", "greater than 0"),
+        ("detect_timeout = 0", "detect_timeout", "greater than 0"),
+        ("detect_timeout = abc", "detect_timeout", "could not convert"),
+        ("model_type =", "model_type", "backend name"),
+        ("enabled_backends = a,,b", "enabled_backends", "empty backend name"),
+    ],
+)
+def test_invalid_file_value_names_file_and_option(tmp_path, text, option, cause):
+    conf = write(tmp_path / "bad.conf", f"[serve_backends]\n{text}\n")
+    with pytest.raises(ConfigurationError) as info:
+        config.load_settings(config_files=[str(conf)], environ={})
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"[serve_backends] {option}" in message
+    assert str(conf) in message
+    assert cause in message
+
+
+def test_invalid_environment_value_names_the_variable(tmp_path):
+    conf = write(tmp_path / "ok.conf", "[serve_backends]\ndetect_timeout = 3\n")
+    with pytest.raises(ConfigurationError, match="OS_SERVE_BACKENDS__DETECT_TIMEOUT") as info:
+        config.load_settings(
+            config_files=[str(conf)], environ={"OS_SERVE_BACKENDS__DETECT_TIMEOUT": "soon"}
+        )
+    assert "[serve_backends] detect_timeout" in str(info.value)
+    assert "'soon'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "expected"),
+    [
+        (lambda p: {"config_files": [str(p / "missing.conf")]}, "file", "not found"),
+        (lambda p: {"config_dirs": [str(p / "nowhere")]}, "dir", "directory not found"),
+        (lambda p: {"config_files": [str(p)]}, "file", "is a directory"),
+        (
+            lambda p: {"config_files": [str(write(p / "b.conf", "[serve_backends\n"))]},
+            "file",
+            "Cannot parse",
+        ),
+        (lambda p: {"config_files": [str(p / "bin.conf")]}, "file", "not UTF-8"),
+    ],
+)
+def test_missing_or_unreadable_sources_are_configuration_errors(tmp_path, make, kind, expected):
+    (tmp_path / "bin.conf").write_bytes(b"[serve_backends]\nmodel_type = \xff\xfe\n")
+    with pytest.raises(ConfigurationError) as info:
+        config.load_settings(environ={}, **make(tmp_path))
+    assert expected in str(info.value)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_loading_is_reentrant_and_leaves_the_global_conf_alone(tmp_path):
+    one = write(tmp_path / "1.conf", "[serve_backends]\nmodel_type = one\n")
+    two = write(tmp_path / "2.conf", "[serve_backends]\nmodel_type = two\n")
+    assert config.load_settings(config_files=[str(one)], environ={}).model_type == "one"
+    assert config.load_settings(config_files=[str(two)], environ={}).model_type == "two"
+    assert config.load_settings(config_files=[str(one)], environ={}).model_type == "one"
+    assert "serve_backends" not in cfg.CONF
+
+
+def test_list_opts_describes_all_four_options():
+    [(group, opts)] = config.list_opts()
+    assert group.name == "serve_backends"
+    assert [opt.name for opt in opts] == [
+        "model_type",
+        "enabled_backends",
+        "disabled_backends",
+        "detect_timeout",
+    ]
+    assert all(opt.help for opt in opts)
+
+
+def test_oslo_config_generator_prints_a_sample(tmp_path):
+    generator = Path(sys.executable).with_name("oslo-config-generator")
+    out = tmp_path / "sample.conf"
+    subprocess.run(
+        [str(generator), "--namespace", "sglang_backends", "--output-file", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    sample = out.read_text()
+    assert "[serve_backends]" in sample
+    for line in (
+        "#model_type = auto",
+        "#enabled_backends =",
+        "#disabled_backends =",
+        f"#detect_timeout = {DEFAULT_DETECT_TIMEOUT}",
+    ):
+        assert line in sample
+    # The generated sample is itself a valid configuration.
+    assert config.load_settings(config_files=[str(out)], environ={}).model_type == "auto"
+
+
+def test_importing_config_pulls_in_neither_cliff_nor_the_registry():
+    code = (
+        "import sys, sglang_backends.config; "
+        "print([m for m in ('cliff', 'sglang_backends.registry', 'sglang_backends.loading') "
+        "if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def service_conf(tmp_path, text: str) -> cfg.ConfigOpts:
+    """A ConfigOpts as an embedding service would build it."""
+    conf = cfg.ConfigOpts()
+    config.register_opts(conf)
+    path = write(tmp_path / "service.conf", text)
+    conf(args=["--config-file", str(path)], default_config_files=[])
+    return conf
+
+
+def test_select_backend_honours_model_type(omni, tmp_path):
+    conf = service_conf(tmp_path, "[serve_backends]\nmodel_type = omni\n")
+    selected = config.select_backend(conf, ServeRequest(argv=(), model_path="/m"))
+    assert (selected.name, selected.distribution) == ("omni", "omni-runtime")
+
+
+def test_select_backend_auto_runs_detection(omni, tmp_path):
+    conf = service_conf(tmp_path, "[serve_backends]\nmodel_type = auto\n")
+    request = ServeRequest(argv=("--model-path", "/models/omni"), model_path="/models/omni")
+    assert config.select_backend(conf, request).name == "omni"
+    other = ServeRequest(argv=("--model-path", "/models/llama"), model_path="/models/llama")
+    assert config.select_backend(conf, other).name == "llm"
+
+
+def test_registry_from_conf_honours_lists_and_timeout(omni, tmp_path):
+    conf = service_conf(
+        tmp_path, "[serve_backends]\ndisabled_backends = omni\ndetect_timeout = 0.5\n"
+    )
+    registry = config.registry_from_conf(conf, default_builtins())
+    assert registry.available_names == ("llm", "diffusion")
+    assert registry.detect_timeout == 0.5
+    with pytest.raises(UnknownBackendError, match="disabled"):
+        config.select_backend(
+            service_conf(
+                tmp_path, "[serve_backends]\nmodel_type = omni\ndisabled_backends = omni\n"
+            ),
+            ServeRequest(argv=(), model_path="/m"),
+        )
+
+
+def test_service_conf_invalid_value_names_file_and_option(tmp_path):
+    conf = service_conf(tmp_path, "[serve_backends]\ndetect_timeout = -3\n")
+    with pytest.raises(ConfigurationError, match=r"\[serve_backends\] detect_timeout") as info:
+        config.registry_from_conf(conf)
+    assert str(tmp_path / "service.conf") in str(info.value)
+
+
+def test_not_installed_list_names_warn_with_the_option(omni, tmp_path, registry_warnings):
+    conf = service_conf(tmp_path, "[serve_backends]\nenabled_backends = omni, ghost\n")
+    registry = config.registry_from_conf(conf)
+    assert registry.available_names == ("llm", "diffusion", "omni")
+    [record] = [r for r in registry_warnings.records if "ghost" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "[serve_backends] enabled_backends" in record.getMessage()
+    assert str(tmp_path / "service.conf") in record.getMessage()

@@ -1,0 +1,149 @@
+"""``sglang-backends detect``: automatic detection explained, verdict by verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_backends.commands.detect import normalize_request
+
+CLI = str(Path(sys.executable).with_name("sglang-backends"))
+
+DETECTOR = """
+import time
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def detect(request):
+    path = request.model_path or ""
+    if "slow" in path and {name!r} == "sloth":
+        time.sleep(30)
+    if {name!r} in path:
+        return ServeBackendDetection.MATCH
+    return ServeBackendDetection.NO_MATCH
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None, detect=detect)
+"""
+
+
+def run(site, *args):
+    environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
+    return subprocess.run([CLI, *args], env=environ, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def detectors(site):
+    for name in ("omni", "vlm", "sloth"):
+        site.install(
+            f"{name}-runtime",
+            entry_points={name: f"{name}_plugin:factory"},
+            modules={f"{name}_plugin.py": DETECTOR.format(name=name)},
+        )
+    return site
+
+
+def verdicts(result) -> dict[str, str]:
+    return {row["Backend"]: row["Verdict"] for row in json.loads(result.stdout)[:-1]}
+
+
+def test_one_match_is_selected(detectors):
+    result = run(detectors, "detect", "-f", "json", "/models/omni-7b", "--tp", "2")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert verdicts(result) == {
+        "diffusion": "unknown",
+        "omni": "match",
+        "sloth": "no_match",
+        "vlm": "no_match",
+    }
+    assert rows[-1]["Backend"] == "omni"
+    assert rows[-1]["Verdict"] == "selected"
+    assert rows[-1]["Distribution"] == "omni-runtime"
+    assert "Selected: omni" in result.stderr
+
+
+def test_no_match_falls_back_to_llm(detectors):
+    result = run(detectors, "detect", "-f", "json", "--model-path", "/models/llama")
+    assert result.returncode == 0, result.stderr
+    last = json.loads(result.stdout)[-1]
+    assert (last["Backend"], last["Verdict"]) == ("llm", "fallback")
+
+
+def test_several_matches_are_ambiguous_and_fail(detectors):
+    result = run(detectors, "detect", "-f", "json", "/models/omni-vlm")
+    assert result.returncode == 1
+    last = json.loads(result.stdout)[-1]
+    assert last["Verdict"] == "ambiguous"
+    assert last["Backend"] is None
+    assert "omni, vlm" in last["Detail"]
+    assert "--model-type" in result.stderr
+
+
+def test_slow_detector_times_out_and_claims_nothing(detectors):
+    result = run(detectors, "detect", "-f", "json", "--detect-timeout", "0.5", "/m/slow-sloth")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    [sloth] = [r for r in rows if r["Backend"] == "sloth"]
+    assert sloth["Verdict"] == "timeout"
+    assert "0.5 s" in sloth["Detail"]
+    assert rows[-1]["Verdict"] == "fallback"
+
+
+def test_detect_timeout_from_configuration(detectors, tmp_path):
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\ndetect_timeout = 0.5\n")
+    result = run(detectors, "detect", "-f", "json", "--config-file", str(conf), "/m/slow-sloth")
+    [sloth] = [r for r in json.loads(result.stdout) if r["Backend"] == "sloth"]
+    assert sloth["Verdict"] == "timeout"
+
+
+def test_disabled_plugins_take_no_part(detectors):
+    result = run(detectors, "detect", "-f", "json", "--disable", "vlm", "/models/omni-vlm")
+    assert result.returncode == 0, result.stderr
+    assert "vlm" not in verdicts(result)
+    assert json.loads(result.stdout)[-1]["Backend"] == "omni"
+
+
+def test_table_output_ends_with_the_selection(detectors):
+    result = run(detectors, "detect", "-f", "value", "-c", "Backend", "-c", "Verdict", "/x/vlm")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "vlm selected"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (
+            ["org/model", "--tp", "2"],
+            (("--model-path", "org/model", "--tp", "2"), "org/model", True),
+        ),
+        (["--model", "m", "--x"], (("--model", "m", "--x"), "m", False)),
+        (["--model-path=/p"], (("--model-path=/p",), "/p", False)),
+        (["m", "--model-type", "omni", "--y"], (("--model-path", "m", "--y"), "m", True)),
+        (["--tp", "2"], (("--tp", "2"), None, False)),
+        ([], ((), None, False)),
+    ],
+)
+def test_requests_are_normalized_like_serve(tokens, expected):
+    argv, model_path, positional, _ = normalize_request(tokens)
+    assert (argv, model_path, positional) == expected
+
+
+def test_serve_options_after_detect_options_need_no_separator(detectors):
+    plain = run(detectors, "detect", "-f", "json", "--model-path", "/m/omni", "--tp", "2")
+    separated = run(detectors, "detect", "-f", "json", "--", "--model-path", "/m/omni")
+    for result in (plain, separated):
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)[-1]["Backend"] == "omni"
+
+
+def test_model_type_in_the_request_is_ignored_with_a_warning(detectors):
+    result = run(detectors, "detect", "-f", "json", "/m/omni", "--model-type", "vlm")
+    assert result.returncode == 0, result.stderr
+    assert "ignoring --model-type vlm" in result.stderr
+    assert json.loads(result.stdout)[-1]["Backend"] == "omni"
