@@ -23,3 +23,15 @@ def registry_warnings(caplog) -> pytest.LogCaptureFixture:
     """Capture the registry's warnings."""
     caplog.set_level(logging.WARNING, logger="sglang_backends")
     return caplog
+
+
+@pytest.fixture(scope="session")
+def preinstalled() -> tuple[str, ...]:
+    """Serve backends installed in the test environment itself (the example plugin, say).
+
+    Tests that expect an exact list of backends add these, so they hold in any
+    environment.
+    """
+    from sglang_backends.discovery import discover
+
+    return tuple(sorted(discover()))

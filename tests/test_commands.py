@@ -110,7 +110,7 @@ def test_debug_adds_the_traceback(site, tmp_path):
     assert loud.returncode == quiet.returncode == 2
 
 
-def test_configuration_file_and_directory_select_plugins(plugins, tmp_path):
+def test_configuration_file_and_directory_select_plugins(plugins, tmp_path, preinstalled):
     conf = tmp_path / "sglang-backends.conf"
     conf.write_text("[serve_backends]\nenabled_backends = omni, vlm\n")
     (tmp_path / "conf.d").mkdir()
@@ -131,6 +131,7 @@ def test_configuration_file_and_directory_select_plugins(plugins, tmp_path):
         "omni": "enabled",
         "vlm": "disabled",
         "tts": "disabled",
+        **dict.fromkeys(preinstalled, "disabled"),
     }
 
 
@@ -168,15 +169,12 @@ def test_not_installed_name_from_the_command_line_says_so(plugins):
     assert "'ghost'" in result.stderr and "--disable on the command line" in result.stderr
 
 
-def test_formatters_and_columns_work(plugins):
+def test_formatters_and_columns_work(plugins, preinstalled):
     result = run(plugins, "list", "-f", "value", "-c", "Name", "-c", "Status")
     assert result.returncode == 0, result.stderr
+    plugin_names = sorted({"omni", "tts", "vlm", *preinstalled})
     assert result.stdout.splitlines() == [
-        "llm enabled",
-        "diffusion enabled",
-        "omni enabled",
-        "tts enabled",
-        "vlm enabled",
+        f"{name} enabled" for name in ("llm", "diffusion", *plugin_names)
     ]
     as_yaml = run(plugins, "list", "-f", "yaml", "-c", "Name")
     assert "- Name: omni" in as_yaml.stdout

@@ -255,12 +255,12 @@ def test_select_backend_auto_runs_detection(omni, tmp_path):
     assert config.select_backend(conf, other).name == "llm"
 
 
-def test_registry_from_conf_honours_lists_and_timeout(omni, tmp_path):
+def test_registry_from_conf_honours_lists_and_timeout(omni, tmp_path, preinstalled):
     conf = service_conf(
         tmp_path, "[serve_backends]\ndisabled_backends = omni\ndetect_timeout = 0.5\n"
     )
     registry = config.registry_from_conf(conf, default_builtins())
-    assert registry.available_names == ("llm", "diffusion")
+    assert registry.available_names == ("llm", "diffusion", *preinstalled)
     assert registry.detect_timeout == 0.5
     with pytest.raises(UnknownBackendError, match="disabled"):
         config.select_backend(

@@ -90,14 +90,15 @@ def test_show_picks_one_provider_of_a_duplicate(omni):
     [
         (
             ["nope"],
-            "Unknown serve backend 'nope'. Available values: auto, llm, diffusion, broken, omni.",
+            "Unknown serve backend 'nope'. Available values: auto, llm, diffusion, {plugins}.",
         ),
         (["--disable", "omni", "omni"], "is disabled: it is in the disabled list"),
         (["--enable", "other", "omni"], "is disabled: it is not in the enabled list"),
         (["broken"], "Failed to load serve backend 'broken' from broken-runtime: boom"),
     ],
 )
-def test_show_errors_are_one_line(omni, args, phrase):
+def test_show_errors_are_one_line(omni, args, phrase, preinstalled):
+    phrase = phrase.format(plugins=", ".join(sorted({"broken", "omni", *preinstalled})))
     omni.install(
         "broken-runtime",
         entry_points={"broken": "broken_plugin:factory"},

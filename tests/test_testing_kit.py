@@ -46,10 +46,10 @@ def install(serve_backends, name: str, source: str) -> None:
     )
 
 
-def test_fixture_registry_sees_installed_distribution(serve_backends):
+def test_fixture_registry_sees_installed_distribution(serve_backends, preinstalled):
     install(serve_backends, "good", GOOD)
     registry = serve_backends.registry()
-    assert registry.available_names == ("llm", "diffusion", "good")
+    assert registry.available_names == ("llm", "diffusion", *sorted({"good", *preinstalled}))
     assert registry.get("good").distribution == "good-dist"
 
 
