@@ -108,6 +108,8 @@ class ServeBackendRegistry:
             (None, name): RegisteredServeBackend(name=name, backend=backend)
             for name, backend in self._builtins.items()
         }
+        # Loaded plugins by entry point, so ``NAME`` and ``DIST:NAME`` share one.
+        self._by_plugin: dict[PluginEntryPoint, RegisteredServeBackend] = {}
 
         conflicts = [r.plugin for r in self._records if r.status is PluginStatus.CONFLICT]
         if conflicts:
@@ -180,7 +182,10 @@ class ServeBackendRegistry:
             registered = self._loaded.get(key)
             if registered is None:
                 plugin = self._choose(name, dist, plain)
-                registered = self._build(plugin, self._import(plugin))
+                registered = self._by_plugin.get(plugin)
+                if registered is None:
+                    registered = self._build(plugin, self._import(plugin))
+                    self._by_plugin[plugin] = registered
                 self._loaded[key] = registered
             return registered
 
@@ -292,6 +297,11 @@ class ServeBackendRegistry:
             except ServeBackendError as exc:
                 slots.append(self._failed(name, None, 0.0, exc))
                 continue
+            registered = self._by_plugin.get(plugin)
+            if registered is not None:
+                self._loaded[(None, name)] = registered
+                slots.append(registered)
+                continue
             slots.append(plugin)
             wanted.append(plugin)
 
@@ -313,6 +323,7 @@ class ServeBackendRegistry:
             except ServeBackendError as exc:
                 result.append(self._failed(plugin.name, plugin.distribution, elapsed, exc))
                 continue
+            self._by_plugin[plugin] = registered
             self._loaded[(None, plugin.name)] = registered
             result.append(registered)
         return result
