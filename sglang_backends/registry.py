@@ -5,7 +5,8 @@ name on stevedore. Discovery reads package metadata; stevedore's
 ``DriverManager`` (one backend) and ``NamedExtensionManager`` (automatic
 detection) import only what is selected; the registry adds the checks:
 reserved and built-in names, duplicate providers, the enabled/disabled
-selection, factory validation and detection aggregation.
+selection, factory validation and detection aggregation. Listing imports
+neither plugins nor stevedore.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from sglang_backends.errors import (
     ServeBackendError,
     UnknownBackendError,
 )
-from sglang_backends.loading import load_many, load_one
 
 __all__ = ["FALLBACK_BACKEND", "ServeBackendRegistry"]
 
@@ -241,6 +241,8 @@ class ServeBackendRegistry:
 
     def _import(self, plugin: PluginEntryPoint) -> object:
         """Import *plugin*'s target through stevedore's ``DriverManager``."""
+        from sglang_backends.loading import load_one  # stevedore: only once loading
+
         try:
             return load_one(plugin)
         except Exception as exc:
@@ -304,6 +306,8 @@ class ServeBackendRegistry:
                 continue
             slots.append(plugin)
             wanted.append(plugin)
+
+        from sglang_backends.loading import load_many  # stevedore: only once loading
 
         failures: dict[str, BaseException] = {}
         started = time.perf_counter()
