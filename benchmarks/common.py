@@ -22,7 +22,9 @@ def environ(extra_path: Sequence[str | os.PathLike[str]] = ()) -> dict[str, str]
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
-    parts = [str(p) for p in extra_path] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    parts = [str(p) for p in extra_path] + [
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
     if parts:
         env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
