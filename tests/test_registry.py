@@ -401,3 +401,28 @@ def test_selection_naming_installed_plugins_does_not_warn(install_backend, regis
 def test_invalid_detect_timeout_is_refused():
     with pytest.raises(ValueError, match="detect_timeout"):
         ServeBackendRegistry(default_builtins(), detect_timeout=0)
+
+
+def test_readme_example_runs(site, install_backend):
+    import pathlib
+    import re
+
+    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+    section = readme.read_text(encoding="utf-8").split("## Using the registry", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
+    result = subprocess.run(
+        [sys.executable, "-c", example],
+        env=site.environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "('llm', 'diffusion', 'omni')",
+        "llm None",
+        "omni",
+        "diffusion: unknown",
+        "omni: match",
+    ]
