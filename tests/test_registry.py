@@ -254,7 +254,8 @@ BROKEN = {
     "missing-attr": (
         "",
         "{module}:nothing_here",
-        "Failed to load serve backend 'broken' from broken-runtime: ",
+        "Failed to load serve backend 'broken' from broken-runtime: "
+        "module 'broken_plugin' has no attribute 'nothing_here'",
         AttributeError,
     ),
     "malformed-target": (
@@ -263,6 +264,12 @@ BROKEN = {
         "Failed to load serve backend 'broken' from broken-runtime: malformed entry point "
         "target 'not a target!!'; expected 'module:attribute'",
         ValueError,
+    ),
+    "syntax-error": (
+        "def oops(:",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: invalid syntax",
+        SyntaxError,
     ),
     "factory-raises": (
         "def factory():\n    raise OSError('no GPU here')",
