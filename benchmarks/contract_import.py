@@ -1,12 +1,12 @@
 """Benchmark (c): the cost of importing the plugin contract.
 
 Compares ``from sglang_backends import ServeBackend, ServeRequest,
-ServeBackendDetection`` with ``import importlib.metadata`` (what importing
-SGLang's contract module costs, discovery living there) and ``python -c
-pass``. Interpreters run with ``-S`` and the source tree on ``PYTHONPATH``,
-so the figures hold import costs alone, not ``site`` or an editable
-install's path hooks. ``import dataclasses`` is shown as the floor: the
-contract's classes are dataclasses.
+ServeBackendDetection`` with ``import importlib.metadata``, with the
+standard modules SGLang's contract module imports (its discovery lives in
+the same module) and with ``python -c pass``. Interpreters run with ``-S``
+and the source tree on ``PYTHONPATH``, so the figures hold import costs
+alone, not ``site`` or an editable install's path hooks. ``import
+dataclasses`` is shown as the floor: the contract's classes are dataclasses.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> str:
         "`import dataclasses`": python("import dataclasses", "-S"),
         f"`{CONTRACT}`": python(CONTRACT, "-S"),
         "`import importlib.metadata`": python("import importlib.metadata", "-S"),
+        "`import dataclasses, importlib.metadata, logging` (SGLang's contract module's imports)": (
+            python("import dataclasses, importlib.metadata, logging", "-S")
+        ),
     }
     results = medians(cases, environ([ROOT]), args.repeat)
     base = results["`python -S -c pass`"][0]
