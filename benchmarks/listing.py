@@ -56,7 +56,7 @@ def populate(root: Path, count: int) -> None:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args(argv)
     cases = {
         "`python -c pass`": python("pass"),

@@ -178,6 +178,9 @@ class ServeBackendRegistry:
         """
         dist, plain = split_qualified_name(name)
         key = (None if dist is None else normalize_distribution(dist), plain)
+        registered = self._loaded.get(key)  # built-ins and loaded plugins: no waiting
+        if registered is not None:
+            return registered
         with self._lock:
             registered = self._loaded.get(key)
             if registered is None:

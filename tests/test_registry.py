@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -144,6 +145,34 @@ def test_concurrent_get_builds_one_object_and_calls_the_factory_once(install_bac
     assert len(results) == 16
     assert len({id(r) for r in results}) == 1
     assert sys.modules[module].CALLS == 1
+
+
+def test_loaded_backends_are_returned_while_another_plugin_loads(install_backend):
+    source = (
+        "import threading\n"
+        "from sglang_backends import ServeBackend\n"
+        "ENTERED, GATE = threading.Event(), threading.Event()\n"
+        "def factory():\n"
+        "    ENTERED.set()\n"
+        "    GATE.wait(10)\n"
+        "    return ServeBackend(api_version=1, run=print)\n"
+    )
+    module = install_backend("gated-runtime", "gated", source=source)
+    registry = ServeBackendRegistry(default_builtins())
+    loader = threading.Thread(target=registry.get, args=("gated",))
+    loader.start()
+    try:
+        for _ in range(200):  # until the factory runs (or 10 s pass)
+            if module in sys.modules and sys.modules[module].ENTERED.is_set():
+                break
+            time.sleep(0.05)
+        assert sys.modules[module].ENTERED.is_set()
+        assert registry.get("llm").name == "llm"
+        assert loader.is_alive()  # the factory was still running
+    finally:
+        sys.modules[module].GATE.set()
+        loader.join(10)
+    assert registry.get("gated").name == "gated"
 
 
 def test_unknown_name_lists_available_values(install_backend):
