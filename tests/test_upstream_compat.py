@@ -177,3 +177,24 @@ def test_our_detection_enum_is_what_the_registry_reports(upstream):
     result = backend.detect(ServeRequest(argv=(), model_path="legacy/x"))
     assert type(result).__module__ == "sglang.cli.serve_backends"
     assert result == ServeBackendDetection.MATCH  # equal by value, being str enums
+
+
+def test_structure_alone_is_enough_without_any_sglang(install_backend):
+    source = (
+        "import enum\n"
+        "class ServeBackendDetection(str, enum.Enum):\n"
+        "    MATCH = 'match'\n    NO_MATCH = 'no_match'\n    UNKNOWN = 'unknown'\n"
+        "class ServeBackend:\n"
+        "    def __init__(self, api_version, run, detect=None, requires_model_path=True):\n"
+        "        self.api_version, self.run = api_version, run\n"
+        "        self.detect, self.requires_model_path = detect, requires_model_path\n"
+        "def factory():\n"
+        "    return ServeBackend(1, print, lambda request: ServeBackendDetection.MATCH)\n"
+    )
+    install_backend("vendored-runtime", "vendored", source=source)
+    registry = ServeBackendRegistry(default_builtins())
+    chosen = registry.auto_detect(ServeRequest(argv=(), model_path="m"))
+    assert chosen.name == "vendored"
+    assert isinstance(chosen.backend, ServeBackend)
+    assert chosen.backend.run is print
+    assert "sglang" not in sys.modules
