@@ -39,12 +39,9 @@ def backend_module(*, detect: str | None = None, prelude: str = "", api_version:
         "import time\n"
         "from sglang_backends import ServeBackend, ServeBackendDetection\n"
         "CALLS = 0\n"
-        "DETECTED = 0\n"
         "FACTORY_DELAY = 0.0\n"
         f"{prelude}\n"
         "def detect(request):\n"
-        "    global DETECTED\n"
-        "    DETECTED += 1\n"
         f"    {detect or 'return ServeBackendDetection.UNKNOWN'}\n"
         "def factory():\n"
         "    global CALLS\n"
@@ -60,7 +57,7 @@ def install_backend(site):
     """Install a distribution providing one backend; returns its module name.
 
     ``install_backend(dist, name, detect=..., prelude=..., target=...)``: the
-    module is ``<dist>_<name>`` (made an identifier) unless *module* is given.
+    module is ``<dist>_<name>_plugin`` (made an identifier) unless *module* is given.
     """
 
     def install(
