@@ -29,6 +29,7 @@ from sglang_backends.detection import (
     DetectionOutcome,
     DetectionReport,
     Verdict,
+    describe,
     run_detectors,
 )
 from sglang_backends.discovery import (
@@ -236,8 +237,7 @@ class ServeBackendRegistry:
     @staticmethod
     def _load_error(plugin: PluginEntryPoint, exc: BaseException) -> BackendLoadError:
         return BackendLoadError(
-            f"Failed to load serve backend {plugin.name!r} from {plugin.provider}: "
-            f"{exc or type(exc).__name__}",
+            f"Failed to load serve backend {plugin.name!r} from {plugin.provider}: {describe(exc)}",
             name=plugin.name,
             distribution=plugin.distribution,
         )

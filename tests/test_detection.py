@@ -113,6 +113,7 @@ def test_several_matches_are_an_error_listing_them_in_registry_order(install_bac
         ("exits", {"prelude": "import sys; sys.exit(2)"}, "sys.exit(2)"),
         ("raises", {"detect": "raise OSError('disk gone')"}, "OSError: disk gone"),
         ("quits", {"detect": "raise SystemExit(4)"}, "SystemExit: 4"),
+        ("multiline", {"detect": "raise OSError('one\\ntwo')"}, "OSError: one two"),
         ("string", {"detect": "return 'match'"}, "got str"),
         ("none", {"detect": "return None"}, "got NoneType"),
         ("version", {"api_version": 7, "detect": MATCH}, "uses API version 7"),

@@ -172,3 +172,17 @@ def test_loading_never_reads_stevedore_cache(install_backend, monkeypatch):
     assert registry.auto_detect(ServeRequest(argv=(), model_path="m")).name == "omni"
     assert reads == []
     assert ExtensionManager.ENTRY_POINT_CACHE == {}
+
+
+def test_a_distribution_with_malformed_entry_points_is_skipped_with_a_warning(
+    site, install_backend, registry_warnings
+):
+    install_backend("omni-runtime", "omni")
+    info = site.install("broken-meta", entry_points={"x": "x:y"})
+    (info / "entry_points.txt").write_text("[sglang.serve_backends]\njunk without equals\n")
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.available_names == ("llm", "diffusion", "omni")
+    assert registry.get("omni").distribution == "omni-runtime"
+    messages = [r.getMessage() for r in registry_warnings.records]
+    assert len([m for m in messages if "broken-meta" in m]) == 1
+    assert "Ignoring the entry points of distribution broken-meta" in messages[0]

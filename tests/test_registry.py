@@ -260,6 +260,12 @@ BROKEN = {
         "Failed to load serve backend 'broken' from broken-runtime: needs libfoo",
         ImportError,
     ),
+    "multi-line": (
+        "raise ImportError('needs libfoo\\n  and libbar')",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: needs libfoo and libbar",
+        ImportError,
+    ),
     "sys-exit": (
         "import sys; sys.exit(3)",
         None,
