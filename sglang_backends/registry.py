@@ -90,6 +90,9 @@ class ServeBackendRegistry:
             raise ReservedNameError(
                 f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
             )
+        for label, names in (("enabled", enabled), ("disabled", disabled)):
+            if isinstance(names, str):
+                raise TypeError(f"{label} must be a collection of backend names, not a string")
         if not detect_timeout > 0:
             raise ValueError(f"detect_timeout must be > 0, got {detect_timeout!r}")
 

@@ -468,3 +468,9 @@ def test_readme_example_runs(site, install_backend):
         "diffusion: unknown",
         "omni: match",
     ]
+
+
+@pytest.mark.parametrize("selection", [{"enabled": "omni"}, {"disabled": "omni"}])
+def test_a_single_string_selection_is_refused(selection):
+    with pytest.raises(TypeError, match="collection of backend names, not a string"):
+        ServeBackendRegistry(default_builtins(), **selection)
