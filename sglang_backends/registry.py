@@ -75,6 +75,7 @@ class ServeBackendRegistry:
     :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or
         built-in name.
+    :raises TypeError: *enabled* or *disabled* is a string, not a collection.
     """
 
     def __init__(
