@@ -102,6 +102,11 @@ class _Slot:
         self.seconds = 0.0
 
 
+def describe(exc: BaseException) -> str:
+    """*exc*'s message on one line, or its type name when it has none."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _skip(name: str, cause: str) -> None:
     LOG.warning("Skipping automatic detection for serve backend %r: %s", name, cause)
 
@@ -126,7 +131,7 @@ def run_detectors(
         try:
             slot.result = detector(request)  # type: ignore[operator]
         except BaseException as exc:  # noqa: BLE001 - a detector must not escape
-            slot.detail = f"detector raised {type(exc).__name__}: {exc}"
+            slot.detail = f"detector raised {type(exc).__name__}: {describe(exc)}"
         slot.seconds = time.perf_counter() - started
         with condition:
             slot.done = True

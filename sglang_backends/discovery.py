@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import importlib.metadata
+import logging
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ __all__ = [
     "normalize_distribution",
     "split_qualified_name",
 ]
+
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,11 +77,43 @@ def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPo
     now; nothing is imported.
     """
     found: dict[str, list[PluginEntryPoint]] = {}
-    for entry_point in importlib.metadata.entry_points(group=group):
+    for entry_point in _entry_points(group):
         found.setdefault(entry_point.name, []).append(_from_entry_point(entry_point))
     return {
         name: tuple(sorted(entries, key=lambda e: e.provider)) for name, entries in found.items()
     }
+
+
+def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+    """The entry points of *group*, read past distributions whose metadata is unreadable.
+
+    :func:`importlib.metadata.entry_points` fails as a whole when any one
+    installed distribution has a malformed ``entry_points.txt``; only then
+    are distributions read one by one, the broken ones skipped with a
+    warning naming them.
+    """
+    try:
+        return list(importlib.metadata.entry_points(group=group))
+    except Exception:  # noqa: BLE001 - fall back to reading each distribution
+        pass
+    found: list[importlib.metadata.EntryPoint] = []
+    seen: set[str] = set()
+    for dist in importlib.metadata.distributions():
+        name = None
+        try:
+            name = dist.metadata["Name"]
+            key = normalize_distribution(name or "")
+            if key in seen:  # shadowed by an earlier sys.path entry, as entry_points() does
+                continue
+            seen.add(key)
+            found.extend(dist.entry_points.select(group=group))
+        except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
+            LOG.warning(
+                "Ignoring the entry points of distribution %s: its metadata is unreadable (%s)",
+                name or "(unnamed)",
+                " ".join(str(exc).split()) or type(exc).__name__,
+            )
+    return found
 
 
 def normalize_distribution(name: str) -> str:

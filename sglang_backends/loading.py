@@ -24,17 +24,29 @@ __all__ = ["LoadFailure", "load_many", "load_one"]
 LoadFailure = tuple[PluginEntryPoint, BaseException]
 
 
-class _NoExitMixin:
-    """Turn a plugin's ``sys.exit()`` at import into an ordinary load failure."""
+class _GuardedLoadMixin:
+    """Make a plugin's misbehaviour at import an ordinary load failure.
 
-    def _load_one_plugin(self, *args: Any, **kwargs: Any) -> Any:
+    A malformed target is refused with a readable cause before anything is
+    imported; ``sys.exit()`` and a failed ``assert`` at import (which
+    stevedore lets through) become :class:`RuntimeError`, so a plugin can
+    neither end the host nor escape the failure callback.
+    """
+
+    def _load_one_plugin(self, ep: importlib.metadata.EntryPoint, *args: Any) -> Any:
+        if ep.pattern.fullmatch(ep.value) is None:
+            raise ValueError(
+                f"malformed entry point target {ep.value!r}; expected 'module:attribute'"
+            )
         try:
-            return super()._load_one_plugin(*args, **kwargs)  # type: ignore[misc]
+            return super()._load_one_plugin(ep, *args)  # type: ignore[misc]
         except SystemExit as exc:
             raise RuntimeError(f"plugin called sys.exit({exc.code!r}) while loading") from exc
+        except AssertionError as exc:
+            raise RuntimeError(f"AssertionError: {exc}" if str(exc) else "AssertionError") from exc
 
 
-class _ChosenDriverManager(_NoExitMixin, DriverManager):
+class _ChosenDriverManager(_GuardedLoadMixin, DriverManager):
     """A :class:`~stevedore.driver.DriverManager` over one given entry point."""
 
     def __init__(self, plugin: PluginEntryPoint, **kwargs: Any) -> None:
@@ -45,7 +57,7 @@ class _ChosenDriverManager(_NoExitMixin, DriverManager):
         return list(self._chosen)
 
 
-class _ChosenNamedManager(_NoExitMixin, NamedExtensionManager):
+class _ChosenNamedManager(_GuardedLoadMixin, NamedExtensionManager):
     """A :class:`~stevedore.named.NamedExtensionManager` over given entry points."""
 
     def __init__(self, plugins: Sequence[PluginEntryPoint], **kwargs: Any) -> None:

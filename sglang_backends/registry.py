@@ -5,7 +5,8 @@ name on stevedore. Discovery reads package metadata; stevedore's
 ``DriverManager`` (one backend) and ``NamedExtensionManager`` (automatic
 detection) import only what is selected; the registry adds the checks:
 reserved and built-in names, duplicate providers, the enabled/disabled
-selection, factory validation and detection aggregation.
+selection, factory validation and detection aggregation. Listing imports
+neither plugins nor stevedore.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sglang_backends.detection import (
     DetectionOutcome,
     DetectionReport,
     Verdict,
+    describe,
     run_detectors,
 )
 from sglang_backends.discovery import (
@@ -52,7 +54,6 @@ from sglang_backends.errors import (
     ServeBackendError,
     UnknownBackendError,
 )
-from sglang_backends.loading import load_many, load_one
 
 __all__ = ["FALLBACK_BACKEND", "ServeBackendRegistry"]
 
@@ -74,6 +75,7 @@ class ServeBackendRegistry:
     :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or
         built-in name.
+    :raises TypeError: *enabled* or *disabled* is a string, not a collection.
     """
 
     def __init__(
@@ -89,6 +91,9 @@ class ServeBackendRegistry:
             raise ReservedNameError(
                 f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
             )
+        for label, names in (("enabled", enabled), ("disabled", disabled)):
+            if isinstance(names, str):
+                raise TypeError(f"{label} must be a collection of backend names, not a string")
         if not detect_timeout > 0:
             raise ValueError(f"detect_timeout must be > 0, got {detect_timeout!r}")
 
@@ -108,6 +113,8 @@ class ServeBackendRegistry:
             (None, name): RegisteredServeBackend(name=name, backend=backend)
             for name, backend in self._builtins.items()
         }
+        # Loaded plugins by entry point, so ``NAME`` and ``DIST:NAME`` share one.
+        self._by_plugin: dict[PluginEntryPoint, RegisteredServeBackend] = {}
 
         conflicts = [r.plugin for r in self._records if r.status is PluginStatus.CONFLICT]
         if conflicts:
@@ -176,11 +183,17 @@ class ServeBackendRegistry:
         """
         dist, plain = split_qualified_name(name)
         key = (None if dist is None else normalize_distribution(dist), plain)
+        registered = self._loaded.get(key)  # built-ins and loaded plugins: no waiting
+        if registered is not None:
+            return registered
         with self._lock:
             registered = self._loaded.get(key)
             if registered is None:
                 plugin = self._choose(name, dist, plain)
-                registered = self._build(plugin, self._import(plugin))
+                registered = self._by_plugin.get(plugin)
+                if registered is None:
+                    registered = self._build(plugin, self._import(plugin))
+                    self._by_plugin[plugin] = registered
                 self._loaded[key] = registered
             return registered
 
@@ -228,14 +241,15 @@ class ServeBackendRegistry:
     @staticmethod
     def _load_error(plugin: PluginEntryPoint, exc: BaseException) -> BackendLoadError:
         return BackendLoadError(
-            f"Failed to load serve backend {plugin.name!r} from {plugin.provider}: "
-            f"{exc or type(exc).__name__}",
+            f"Failed to load serve backend {plugin.name!r} from {plugin.provider}: {describe(exc)}",
             name=plugin.name,
             distribution=plugin.distribution,
         )
 
     def _import(self, plugin: PluginEntryPoint) -> object:
         """Import *plugin*'s target through stevedore's ``DriverManager``."""
+        from sglang_backends.loading import load_one  # stevedore: only once loading
+
         try:
             return load_one(plugin)
         except Exception as exc:
@@ -292,8 +306,15 @@ class ServeBackendRegistry:
             except ServeBackendError as exc:
                 slots.append(self._failed(name, None, 0.0, exc))
                 continue
+            registered = self._by_plugin.get(plugin)
+            if registered is not None:
+                self._loaded[(None, name)] = registered
+                slots.append(registered)
+                continue
             slots.append(plugin)
             wanted.append(plugin)
+
+        from sglang_backends.loading import load_many  # stevedore: only once loading
 
         failures: dict[str, BaseException] = {}
         started = time.perf_counter()
@@ -313,6 +334,7 @@ class ServeBackendRegistry:
             except ServeBackendError as exc:
                 result.append(self._failed(plugin.name, plugin.distribution, elapsed, exc))
                 continue
+            self._by_plugin[plugin] = registered
             self._loaded[(None, plugin.name)] = registered
             result.append(registered)
         return result

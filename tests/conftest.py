@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -35,3 +36,63 @@ def preinstalled() -> tuple[str, ...]:
     from sglang_backends.discovery import discover
 
     return tuple(sorted(discover()))
+
+
+def backend_module(*, detect: str | None = None, prelude: str = "", api_version: int = 1) -> str:
+    """Source of a plugin module whose ``factory`` counts its calls in ``CALLS``.
+
+    :param detect: the body of ``detect(request)``, one statement; ``None``
+        for a backend without a detector.
+    :param prelude: statements run at import, after the counters (set
+        ``FACTORY_DELAY`` to make the factory slow).
+    """
+    detector = "detect" if detect is not None else "None"
+    return (
+        "import time\n"
+        "from sglang_backends import ServeBackend, ServeBackendDetection\n"
+        "CALLS = 0\n"
+        "FACTORY_DELAY = 0.0\n"
+        f"{prelude}\n"
+        "def detect(request):\n"
+        f"    {detect or 'return ServeBackendDetection.UNKNOWN'}\n"
+        "def factory():\n"
+        "    global CALLS\n"
+        "    CALLS += 1\n"
+        "    time.sleep(FACTORY_DELAY)\n"
+        f"    return ServeBackend(api_version={api_version}, run=lambda request: None,"
+        f" detect={detector})\n"
+    )
+
+
+@pytest.fixture
+def install_backend(site):
+    """Install a distribution providing one backend; returns its module name.
+
+    ``install_backend(dist, name, detect=..., prelude=..., target=...)``: the
+    module is ``<dist>_<name>_plugin`` (made an identifier) unless *module* is given.
+    """
+
+    def install(
+        dist: str,
+        name: str,
+        *,
+        detect: str | None = None,
+        prelude: str = "",
+        api_version: int = 1,
+        module: str | None = None,
+        source: str | None = None,
+        target: str | None = None,
+        version: str = "1.0",
+    ) -> str:
+        module = module or re.sub(r"\W", "_", f"{dist}_{name}_plugin")
+        if source is None:
+            source = backend_module(detect=detect, prelude=prelude, api_version=api_version)
+        site.install(
+            dist,
+            version=version,
+            entry_points={name: target or f"{module}:factory"},
+            modules={f"{module}.py": source},
+        )
+        return module
+
+    return install

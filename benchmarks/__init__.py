@@ -1,0 +1,1 @@
+"""Benchmarks of sglang-backends; run ``python benchmarks/run.py``."""

@@ -1,0 +1,83 @@
+"""Helpers shared by the benchmarks: fresh interpreters, medians, markdown."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Bytecode is written to a private prefix so imports are measured as after an
+# install (compiled), without writing into the source tree.
+PYCACHE = Path(tempfile.gettempdir()) / "sglang-backends-bench-pycache"
+
+
+def environ(extra_path: Sequence[str | os.PathLike[str]] = ()) -> dict[str, str]:
+    """The environment for measured interpreters: compiled bytecode, *extra_path* first."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    parts = [str(p) for p in extra_path] + [
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
+    if parts:
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[float, str]:
+    """Run *argv*; return its wall time in seconds and its stdout."""
+    started = time.perf_counter()
+    result = subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if result.returncode:
+        raise RuntimeError(f"{argv!r} failed:\n{result.stderr}")
+    return elapsed, result.stdout
+
+
+def python(code: str, *flags: str) -> list[str]:
+    return [sys.executable, *flags, "-c", code]
+
+
+def medians(
+    cases: Mapping[str, Sequence[str]], env: Mapping[str, str], repeat: int
+) -> dict[str, tuple[float, float | None]]:
+    """Median wall time (ms) per case, and of the float each run prints last (ms), if any.
+
+    Cases are interleaved round by round so drift in the machine's load
+    affects them alike; one warm-up round compiles bytecode first.
+    """
+    for argv in cases.values():
+        run(argv, env)
+    walls: dict[str, list[float]] = {name: [] for name in cases}
+    inner: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):
+        for name, argv in cases.items():
+            wall, out = run(argv, env)
+            walls[name].append(wall * 1000)
+            lines = out.split()
+            if lines:
+                inner[name].append(float(lines[-1]) * 1000)
+    return {
+        name: (
+            statistics.median(walls[name]),
+            statistics.median(inner[name]) if inner[name] else None,
+        )
+        for name in cases
+    }
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.0f}"

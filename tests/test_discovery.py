@@ -1,0 +1,188 @@
+"""Discovery reads package metadata, never stevedore's on-disk entry-point cache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sglang_backends import ServeBackendRegistry, ServeRequest
+from sglang_backends.builtins import default_builtins
+from sglang_backends.discovery import discover, normalize_distribution, split_qualified_name
+
+
+def run_python(site, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run *code* in a fresh interpreter that sees *site*."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**site.environ(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_discover_records_distribution_version_and_target(install_backend):
+    module = install_backend("omni-runtime", "omni", version="2.3")
+    install_backend("zed-runtime", "dup")
+    install_backend("acme-runtime", "dup")
+    found = discover()
+    (omni,) = found["omni"]
+    assert (omni.name, omni.target, omni.distribution, omni.version) == (
+        "omni",
+        f"{module}:factory",
+        "omni-runtime",
+        "2.3",
+    )
+    assert omni.entry_point.dist.name == "omni-runtime"
+    assert [p.distribution for p in found["dup"]] == ["acme-runtime", "zed-runtime"]
+    assert module not in sys.modules
+
+
+def test_other_groups_are_ignored(site):
+    site.install("tools", entry_points={"omni": "tools:main"}, group="console_scripts")
+    assert "omni" not in discover()
+    assert ServeBackendRegistry(default_builtins()).available_names == ("llm", "diffusion")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("omni", (None, "omni")),
+        ("omni-runtime:omni", ("omni-runtime", "omni")),
+        (":omni", (None, ":omni")),
+        ("a:b:omni", ("a:b", "omni")),
+    ],
+)
+def test_split_qualified_name(text, expected):
+    assert split_qualified_name(text) == expected
+
+
+def test_normalize_distribution_follows_pep_503():
+    assert normalize_distribution("Omni_Runtime.Plugins") == "omni-runtime-plugins"
+
+
+def test_entry_points_rewritten_in_place_are_seen_by_a_new_registry(site, install_backend):
+    install_backend("omni-runtime", "one")
+    first = ServeBackendRegistry(default_builtins())
+    assert first.available_names == ("llm", "diffusion", "one")
+    install_backend("late-runtime", "late")
+    (info,) = site.path.glob("omni_runtime-*.dist-info")
+    (info / "entry_points.txt").write_text(
+        "[sglang.serve_backends]\ntwo = omni_runtime_one_plugin:factory\n", encoding="utf-8"
+    )
+    second = ServeBackendRegistry(default_builtins())
+    assert second.available_names == ("llm", "diffusion", "late", "two")
+    assert second.get("two").distribution == "omni-runtime"
+    assert first.available_names == ("llm", "diffusion", "one")
+
+
+def test_stale_stevedore_cache_does_not_hide_a_rewrite(site, install_backend, tmp_path):
+    """stevedore keys its cache by 128 s mtime buckets; a same-path rewrite stays unseen."""
+    install_backend("omni-runtime", "one")
+    result = run_python(
+        site,
+        f"""
+        import importlib, json, pathlib, sys
+        from stevedore import _cache
+        from sglang_backends import ServeBackendRegistry
+        from sglang_backends.builtins import default_builtins
+
+        before = ServeBackendRegistry(default_builtins()).available_names
+        warm = [ep.name for ep in _cache.get_group_all("sglang.serve_backends")]
+        info = next(pathlib.Path({str(site.path)!r}).glob("omni_runtime-*.dist-info"))
+        (info / "entry_points.txt").write_text(
+            "[sglang.serve_backends]\\ntwo = omni_runtime_one_plugin:factory\\n"
+        )
+        importlib.invalidate_caches()
+        registry = ServeBackendRegistry(default_builtins())
+        print(json.dumps([before, warm, registry.available_names, registry.get("two").name]))
+        """,
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+    )
+    assert result.returncode == 0, result.stderr
+    before, warm, after, loaded = json.loads(result.stdout)
+    assert before == ["llm", "diffusion", "one"]
+    assert warm == ["one"]  # stevedore's cache was warm with the old list
+    assert after == ["llm", "diffusion", "two"]
+    assert loaded == "two"
+
+
+@pytest.mark.parametrize(
+    "corruption",
+    [b"[]", b"{}", b"null", b'{"groups": 5}', b"\xff\xfe not utf-8", b"{truncated"],
+    ids=["list", "empty", "null", "wrong-shape", "bad-utf8", "truncated"],
+)
+def test_corrupted_stevedore_cache_does_not_break_the_registry(
+    site, install_backend, tmp_path, corruption
+):
+    install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
+    cache = tmp_path / "cache"
+    result = run_python(
+        site,
+        f"""
+        import json, os, sys
+        from stevedore import _cache
+        from sglang_backends import ServeBackendRegistry, ServeRequest
+        from sglang_backends.builtins import default_builtins
+
+        digest, _ = _cache._hash_settings_for_path(tuple(sys.path))
+        os.makedirs(_cache._c._dir, exist_ok=True)
+        path = os.path.join(_cache._c._dir, digest)
+        with open(path, "wb") as f:
+            f.write({corruption!r})
+        registry = ServeBackendRegistry(default_builtins())
+        names = registry.available_names
+        loaded = registry.get("omni")
+        detected = registry.auto_detect(ServeRequest(argv=(), model_path="m"))
+        with open(path, "rb") as f:
+            untouched = f.read() == {corruption!r}
+        print(json.dumps([_cache._c._dir, names, loaded.distribution, detected.name, untouched]))
+        """,
+        XDG_CACHE_HOME=str(cache),
+    )
+    assert result.returncode == 0, result.stderr
+    cache_dir, names, dist, detected, untouched = json.loads(result.stdout)
+    assert cache_dir.startswith(str(cache))
+    assert names == ["llm", "diffusion", "omni"]
+    assert dist == "omni-runtime"
+    assert detected == "omni"
+    assert untouched
+
+
+def test_loading_never_reads_stevedore_cache(install_backend, monkeypatch):
+    from stevedore import _cache
+    from stevedore.extension import ExtensionManager
+
+    install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
+    install_backend("other-runtime", "other")
+    reads = []
+
+    def refuse(self, path):
+        reads.append(path)
+        raise AssertionError("stevedore's entry-point cache was read")
+
+    monkeypatch.setattr(_cache.Cache, "_get_data_for_path", refuse)
+    monkeypatch.setattr(ExtensionManager, "ENTRY_POINT_CACHE", {})
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.get("other").name == "other"
+    assert registry.auto_detect(ServeRequest(argv=(), model_path="m")).name == "omni"
+    assert reads == []
+    assert ExtensionManager.ENTRY_POINT_CACHE == {}
+
+
+def test_a_distribution_with_malformed_entry_points_is_skipped_with_a_warning(
+    site, install_backend, registry_warnings
+):
+    install_backend("omni-runtime", "omni")
+    info = site.install("broken-meta", entry_points={"x": "x:y"})
+    (info / "entry_points.txt").write_text("[sglang.serve_backends]\njunk without equals\n")
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.available_names == ("llm", "diffusion", "omni")
+    assert registry.get("omni").distribution == "omni-runtime"
+    messages = [r.getMessage() for r in registry_warnings.records]
+    assert len([m for m in messages if "broken-meta" in m]) == 1
+    assert "Ignoring the entry points of distribution broken-meta" in messages[0]

@@ -1,0 +1,476 @@
+"""The registry's listing, selection, validation and enabled/disabled rules.
+
+Every plugin here is a real installed distribution (a dist-info directory on
+``sys.path``); whether a plugin was imported is read from ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from sglang_backends import (
+    BackendAPIVersionError,
+    BackendConflictError,
+    BackendLoadError,
+    BackendTypeError,
+    DisabledBackendError,
+    DuplicateBackendError,
+    ReservedNameError,
+    ServeBackend,
+    ServeBackendError,
+    ServeBackendRegistry,
+    UnknownBackendError,
+)
+from sglang_backends.builtins import default_builtins
+from sglang_backends.discovery import PluginStatus
+
+# -- listing -------------------------------------------------------------------
+
+
+def test_available_names_lists_builtins_in_order_then_plugins_sorted(install_backend):
+    modules = [install_backend(f"dist-{name}", name) for name in ("zeta", "alpha", "mid")]
+    builtins = {
+        "second": ServeBackend(api_version=1, run=print),
+        "first": ServeBackend(api_version=1, run=print),
+    }
+    registry = ServeBackendRegistry(builtins)
+    assert registry.available_names == ("second", "first", "alpha", "mid", "zeta")
+    assert registry.builtin_names == ("second", "first")
+    assert not [m for m in modules if m in sys.modules]
+
+
+def test_listing_imports_no_plugin_in_a_fresh_interpreter(site, install_backend):
+    install_backend("omni-runtime", "omni", prelude="raise SystemExit('imported at listing')")
+    code = textwrap.dedent(
+        """
+        import sys
+        from sglang_backends import ServeBackendRegistry
+        from sglang_backends.builtins import default_builtins
+        registry = ServeBackendRegistry(default_builtins())
+        print(",".join(registry.available_names))
+        print(sorted(m for m in sys.modules if "omni" in m))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=site.environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.splitlines() == ["llm,diffusion,omni", "[]"]
+
+
+def test_plugins_reports_each_entry_point_with_its_status(install_backend):
+    install_backend("ok-dist", "ok")
+    install_backend("dup-a", "dup")
+    install_backend("dup-b", "dup")
+    install_backend("off-dist", "off")
+    registry = ServeBackendRegistry(default_builtins(), disabled=["off"])
+    statuses = [(r.plugin.name, r.plugin.distribution, r.status) for r in registry.plugins]
+    assert statuses == [
+        ("dup", "dup-a", PluginStatus.DUPLICATE),
+        ("dup", "dup-b", PluginStatus.DUPLICATE),
+        ("off", "off-dist", PluginStatus.DISABLED),
+        ("ok", "ok-dist", PluginStatus.ENABLED),
+    ]
+
+
+# -- get -----------------------------------------------------------------------
+
+
+def test_get_imports_only_the_selected_plugin_and_memoises(install_backend):
+    wanted = install_backend("omni-runtime", "omni")
+    other = install_backend("other-runtime", "other")
+    registry = ServeBackendRegistry(default_builtins())
+    loaded = registry.get("omni")
+    assert (loaded.name, loaded.distribution) == ("omni", "omni-runtime")
+    assert wanted in sys.modules
+    assert other not in sys.modules
+    assert registry.get("omni") is loaded
+    assert registry.get("omni-runtime:omni") is loaded
+    assert sys.modules[wanted].CALLS == 1
+
+
+def test_get_loads_through_a_stevedore_driver_manager(install_backend, monkeypatch):
+    from stevedore import DriverManager
+
+    install_backend("omni-runtime", "omni")
+    seen = []
+    original = DriverManager.__init__
+
+    def spy(self, namespace, name, *args, **kwargs):
+        seen.append((namespace, name))
+        original(self, namespace, name, *args, **kwargs)
+
+    monkeypatch.setattr(DriverManager, "__init__", spy)
+    ServeBackendRegistry(default_builtins()).get("omni")
+    assert seen == [("sglang.serve_backends", "omni")]
+
+
+def test_builtins_are_returned_without_distribution():
+    builtins = default_builtins()
+    loaded = ServeBackendRegistry(builtins).get("diffusion")
+    assert loaded.backend is builtins["diffusion"]
+    assert loaded.distribution is None
+
+
+def test_concurrent_get_builds_one_object_and_calls_the_factory_once(install_backend):
+    module = install_backend("slow-runtime", "slow", prelude="FACTORY_DELAY = 0.3")
+    registry = ServeBackendRegistry(default_builtins())
+    barrier = threading.Barrier(16)
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        barrier.wait()
+        try:
+            results.append(registry.get("slow"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors
+    assert len(results) == 16
+    assert len({id(r) for r in results}) == 1
+    assert sys.modules[module].CALLS == 1
+
+
+def test_loaded_backends_are_returned_while_another_plugin_loads(install_backend):
+    source = (
+        "import threading\n"
+        "from sglang_backends import ServeBackend\n"
+        "ENTERED, GATE = threading.Event(), threading.Event()\n"
+        "def factory():\n"
+        "    ENTERED.set()\n"
+        "    GATE.wait(10)\n"
+        "    return ServeBackend(api_version=1, run=print)\n"
+    )
+    module = install_backend("gated-runtime", "gated", source=source)
+    registry = ServeBackendRegistry(default_builtins())
+    loader = threading.Thread(target=registry.get, args=("gated",))
+    loader.start()
+    try:
+        for _ in range(200):  # until the factory runs (or 10 s pass)
+            if module in sys.modules and sys.modules[module].ENTERED.is_set():
+                break
+            time.sleep(0.05)
+        assert sys.modules[module].ENTERED.is_set()
+        assert registry.get("llm").name == "llm"
+        assert loader.is_alive()  # the factory was still running
+    finally:
+        sys.modules[module].GATE.set()
+        loader.join(10)
+    assert registry.get("gated").name == "gated"
+
+
+def test_unknown_name_lists_available_values(install_backend):
+    install_backend("omni-runtime", "omni")
+    registry = ServeBackendRegistry(default_builtins())
+    with pytest.raises(ValueError) as info:
+        registry.get("x")
+    assert str(info.value) == (
+        "Unknown serve backend 'x'. Available values: auto, llm, diffusion, omni."
+    )
+    assert isinstance(info.value, UnknownBackendError)
+    assert isinstance(info.value, ServeBackendError)
+
+
+@pytest.mark.parametrize("name", ["auto", "nope-dist:omni", "omni-runtime:llm"])
+def test_reserved_and_unprovided_qualified_names_are_unknown(install_backend, name):
+    install_backend("omni-runtime", "omni")
+    with pytest.raises(UnknownBackendError, match=r"^Unknown serve backend"):
+        ServeBackendRegistry(default_builtins()).get(name)
+
+
+# -- reserved names and duplicates ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["llm", "diffusion", "auto"])
+def test_plugin_cannot_replace_a_builtin_or_auto(install_backend, name):
+    module = install_backend("sneaky-runtime", name)
+    with pytest.raises(RuntimeError, match="cannot replace") as info:
+        ServeBackendRegistry(default_builtins())
+    assert isinstance(info.value, BackendConflictError)
+    assert "sneaky-runtime" in str(info.value)
+    assert name in str(info.value)
+    assert module not in sys.modules
+
+
+def test_disabled_conflicting_plugin_does_not_raise(install_backend):
+    module = install_backend("sneaky-runtime", "llm")
+    install_backend("omni-runtime", "omni")
+    registry = ServeBackendRegistry(default_builtins(), enabled=["omni"])
+    assert registry.available_names == ("llm", "diffusion", "omni")
+    assert registry.get("llm").distribution is None
+    registry = ServeBackendRegistry(default_builtins(), disabled=["llm"])
+    assert registry.available_names == ("llm", "diffusion", "omni")
+    assert module not in sys.modules
+
+
+def test_builtin_named_auto_is_a_value_error():
+    with pytest.raises(ValueError, match="auto") as info:
+        ServeBackendRegistry({"auto": ServeBackend(api_version=1, run=print)})
+    assert isinstance(info.value, ReservedNameError)
+
+
+@pytest.mark.parametrize("same_target", [False, True], ids=["own-targets", "same-target"])
+def test_two_providers_of_one_name_raise_before_importing_either(install_backend, same_target):
+    if same_target:
+        first = install_backend("zed-runtime", "omni", module="shared_omni")
+        second = install_backend("acme-runtime", "omni", module="shared_omni")
+    else:
+        first = install_backend("zed-runtime", "omni")
+        second = install_backend("acme-runtime", "omni")
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.available_names == ("llm", "diffusion", "omni")
+    with pytest.raises(RuntimeError) as info:
+        registry.get("omni")
+    assert "Multiple distributions register serve backend 'omni': acme-runtime, zed-runtime." in (
+        str(info.value)
+    )
+    assert isinstance(info.value, DuplicateBackendError)
+    assert info.value.providers == ("acme-runtime", "zed-runtime")
+    assert first not in sys.modules
+    assert second not in sys.modules
+
+    picked = registry.get("zed-runtime:omni")
+    assert picked.distribution == "zed-runtime"
+    assert registry.get("zed_runtime:omni") is picked  # names compare normalized
+    assert registry.get("acme-runtime:omni").distribution == "acme-runtime"
+
+
+# -- factory validation --------------------------------------------------------
+
+BROKEN = {
+    "import-error": (
+        "raise ImportError('needs libfoo')",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: needs libfoo",
+        ImportError,
+    ),
+    "multi-line": (
+        "raise ImportError('needs libfoo\\n  and libbar')",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: needs libfoo and libbar",
+        ImportError,
+    ),
+    "sys-exit": (
+        "import sys; sys.exit(3)",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: "
+        "plugin called sys.exit(3) while loading",
+        RuntimeError,
+    ),
+    "assert": (
+        "assert False, 'bad setup'",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: AssertionError: bad setup",
+        RuntimeError,
+    ),
+    "not-callable": (
+        "",
+        "{module}:CALLS",
+        "Failed to load serve backend 'broken' from broken-runtime: "
+        "the entry point must resolve to a callable factory",
+        TypeError,
+    ),
+    "missing-attr": (
+        "",
+        "{module}:nothing_here",
+        "Failed to load serve backend 'broken' from broken-runtime: "
+        "module 'broken_plugin' has no attribute 'nothing_here'",
+        AttributeError,
+    ),
+    "malformed-target": (
+        "",
+        "not a target!!",
+        "Failed to load serve backend 'broken' from broken-runtime: malformed entry point "
+        "target 'not a target!!'; expected 'module:attribute'",
+        ValueError,
+    ),
+    "syntax-error": (
+        "def oops(:",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: invalid syntax",
+        SyntaxError,
+    ),
+    "factory-raises": (
+        "def factory():\n    raise OSError('no GPU here')",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: no GPU here",
+        OSError,
+    ),
+    "factory-exits": (
+        "def factory():\n    raise SystemExit('bye')",
+        None,
+        "Failed to load serve backend 'broken' from broken-runtime: bye",
+        SystemExit,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_plugin_is_a_runtime_error_naming_backend_and_distribution(
+    site, install_backend, case
+):
+    prelude, target, message, cause = BROKEN[case]
+    module = "broken_plugin"
+    source = "CALLS = 0\ndef factory():\n    return None\n" + prelude + "\n"
+    install_backend(
+        "broken-runtime",
+        "broken",
+        module=module,
+        source=source,
+        target=target and target.format(module=module),
+    )
+    registry = ServeBackendRegistry(default_builtins())
+    with pytest.raises(RuntimeError) as info:
+        registry.get("broken")
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+    assert isinstance(info.value, BackendLoadError)
+    assert (info.value.name, info.value.distribution) == ("broken", "broken-runtime")
+    assert isinstance(info.value.__cause__, BaseException)
+    chain = info.value.__cause__
+    assert isinstance(chain, cause) or isinstance(chain.__cause__, cause)
+
+
+@pytest.mark.parametrize(
+    ("returned", "type_name"),
+    [("None", "NoneType"), ("{'api_version': 1}", "dict"), ("object()", "object")],
+)
+def test_factory_returning_something_else_is_a_type_error(install_backend, returned, type_name):
+    source = f"def factory():\n    return {returned}\n"
+    install_backend("odd-runtime", "odd", source=source)
+    with pytest.raises(TypeError) as info:
+        ServeBackendRegistry(default_builtins()).get("odd")
+    assert isinstance(info.value, BackendTypeError)
+    assert f"Serve backend 'odd' factory returned {type_name};" in str(info.value)
+    assert "odd-runtime" in str(info.value)
+
+
+def test_other_api_version_is_a_runtime_error(install_backend):
+    install_backend("future-runtime", "future", api_version=2)
+    with pytest.raises(RuntimeError) as info:
+        ServeBackendRegistry(default_builtins()).get("future")
+    assert isinstance(info.value, BackendAPIVersionError)
+    message = str(info.value)
+    assert message.startswith("Serve backend 'future' from future-runtime uses API version 2;")
+    assert message.endswith("requires version 1.")
+
+
+def test_failed_load_is_not_memoised_as_success(install_backend):
+    module = install_backend("flaky-runtime", "flaky", prelude="raise ImportError('first try')")
+    registry = ServeBackendRegistry(default_builtins())
+    for _ in range(2):
+        with pytest.raises(BackendLoadError, match="first try"):
+            registry.get("flaky")
+    assert module not in sys.modules
+
+
+# -- enabled / disabled --------------------------------------------------------
+
+
+def test_disabled_plugin_is_never_imported_nor_listed(install_backend):
+    off = install_backend("off-runtime", "off", detect="return ServeBackendDetection.MATCH")
+    on = install_backend("on-runtime", "on")
+    registry = ServeBackendRegistry(default_builtins(), disabled=["off"])
+    assert registry.available_names == ("llm", "diffusion", "on")
+    with pytest.raises(ValueError) as info:
+        registry.get("off")
+    assert isinstance(info.value, DisabledBackendError)
+    assert str(info.value) == (
+        "Serve backend 'off' from off-runtime is disabled: it is in the disabled list; "
+        "remove it from that list to use it."
+    )
+    from sglang_backends import ServeRequest
+
+    assert registry.auto_detect(ServeRequest(argv=(), model_path="m")).name == "llm"
+    assert off not in sys.modules
+    assert on in sys.modules  # auto detection did load the enabled one
+
+
+def test_plugin_outside_enabled_list_is_never_imported(install_backend):
+    off = install_backend("off-runtime", "off", detect="return ServeBackendDetection.MATCH")
+    install_backend("on-runtime", "on")
+    registry = ServeBackendRegistry(default_builtins(), enabled=["on"])
+    assert registry.available_names == ("llm", "diffusion", "on")
+    with pytest.raises(DisabledBackendError, match="not in the enabled list; add it"):
+        registry.get("off")
+    from sglang_backends import ServeRequest
+
+    assert registry.auto_detect(ServeRequest(argv=(), model_path="m")).name == "llm"
+    assert off not in sys.modules
+
+
+def test_empty_enabled_list_allows_no_plugin(install_backend):
+    install_backend("on-runtime", "on")
+    registry = ServeBackendRegistry(default_builtins(), enabled=[])
+    assert registry.available_names == ("llm", "diffusion")
+
+
+def test_selection_naming_an_uninstalled_plugin_warns(install_backend, registry_warnings):
+    install_backend("on-runtime", "on")
+    ServeBackendRegistry(default_builtins(), enabled=["on", "ghost"], disabled=["phantom"])
+    messages = [
+        r.getMessage() for r in registry_warnings.records if r.name.startswith("sglang_backends")
+    ]
+    assert len(messages) == 2
+    assert "'ghost' in the enabled list is not installed" in messages[0]
+    assert "'phantom' in the disabled list is not installed" in messages[1]
+    assert all("installed plugins: on" in m for m in messages)
+
+
+def test_selection_naming_installed_plugins_does_not_warn(install_backend, registry_warnings):
+    install_backend("on-runtime", "on")
+    install_backend("off-runtime", "off")
+    ServeBackendRegistry(default_builtins(), enabled=["on"], disabled=["off"])
+    assert not registry_warnings.records
+
+
+def test_invalid_detect_timeout_is_refused():
+    with pytest.raises(ValueError, match="detect_timeout"):
+        ServeBackendRegistry(default_builtins(), detect_timeout=0)
+
+
+def test_readme_example_runs(site, install_backend):
+    import pathlib
+    import re
+
+    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+    section = readme.read_text(encoding="utf-8").split("## Using the registry", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
+    result = subprocess.run(
+        [sys.executable, "-c", example],
+        env=site.environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "('llm', 'diffusion', 'omni')",
+        "llm None",
+        "omni",
+        "diffusion: unknown",
+        "omni: match",
+    ]
+
+
+@pytest.mark.parametrize("selection", [{"enabled": "omni"}, {"disabled": "omni"}])
+def test_a_single_string_selection_is_refused(selection):
+    with pytest.raises(TypeError, match="collection of backend names, not a string"):
+        ServeBackendRegistry(default_builtins(), **selection)
