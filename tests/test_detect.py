@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from sglang_backends.commands.detect import normalize_request
-
 CLI = str(Path(sys.executable).with_name("sglang-backends"))
 
 DETECTOR = """
@@ -116,25 +114,6 @@ def test_table_output_ends_with_the_selection(detectors):
     assert result.stdout.splitlines()[-1] == "vlm selected"
 
 
-@pytest.mark.parametrize(
-    ("tokens", "expected"),
-    [
-        (
-            ["org/model", "--tp", "2"],
-            (("--model-path", "org/model", "--tp", "2"), "org/model", True),
-        ),
-        (["--model", "m", "--x"], (("--model", "m", "--x"), "m", False)),
-        (["--model-path=/p"], (("--model-path=/p",), "/p", False)),
-        (["m", "--model-type", "omni", "--y"], (("--model-path", "m", "--y"), "m", True)),
-        (["--tp", "2"], (("--tp", "2"), None, False)),
-        ([], ((), None, False)),
-    ],
-)
-def test_requests_are_normalized_like_serve(tokens, expected):
-    argv, model_path, positional, _ = normalize_request(tokens)
-    assert (argv, model_path, positional) == expected
-
-
 def test_serve_options_after_detect_options_need_no_separator(detectors):
     plain = run(detectors, "detect", "-f", "json", "--model-path", "/m/omni", "--tp", "2")
     separated = run(detectors, "detect", "-f", "json", "--", "--model-path", "/m/omni")
@@ -148,3 +127,10 @@ def test_model_type_in_the_request_is_ignored_with_a_warning(detectors):
     assert result.returncode == 0, result.stderr
     assert "ignoring --model-type vlm" in result.stderr
     assert json.loads(result.stdout)[-1]["Backend"] == "omni"
+
+
+def test_bad_model_type_in_the_request_is_a_usage_error_as_in_serve(detectors):
+    result = run(detectors, "detect", "/m/omni", "--model-type", "a/b")
+    assert result.returncode != 0
+    assert "is not a backend name" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -11,51 +11,9 @@ from cliff.lister import Lister
 from sglang_backends.commands._base import SelectionOptions, warn_not_installed
 from sglang_backends.commands.check import _positive
 
-__all__ = ["DetectBackend", "normalize_request"]
+__all__ = ["DetectBackend"]
 
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
-_MODEL_OPTIONS = ("--model-path", "--model")
-
-
-def normalize_request(
-    tokens: Sequence[str],
-) -> tuple[tuple[str, ...], str | None, bool, str | None]:
-    """Normalize a serve command line as ``serve`` does.
-
-    ``--model-type`` is removed; a first argument that is not an option
-    becomes ``--model-path MODEL``; the model path is the first
-    ``--model-path``/``--model`` value.
-
-    :returns: ``(argv, model_path, model_path_is_positional, model_type)``.
-    """
-    argv: list[str] = []
-    model_type = None
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        if token == "--model-type":
-            model_type = tokens[index + 1] if index + 1 < len(tokens) else ""
-            index += 2
-            continue
-        if token.startswith("--model-type="):
-            model_type = token.partition("=")[2]
-            index += 1
-            continue
-        argv.append(token)
-        index += 1
-    positional = bool(argv) and not argv[0].startswith("-")
-    if positional:
-        argv = ["--model-path", argv[0], *argv[1:]]
-    model_path = None
-    for index, token in enumerate(argv):
-        if token in _MODEL_OPTIONS and index + 1 < len(argv):
-            model_path = argv[index + 1]
-            break
-        name, sep, value = token.partition("=")
-        if sep and name in _MODEL_OPTIONS:
-            model_path = value
-            break
-    return tuple(argv), model_path, positional, model_type
 
 
 def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list[str]:
@@ -183,15 +141,22 @@ class DetectBackend(SelectionOptions, Lister):
         from sglang_backends.builtins import default_builtins
         from sglang_backends.commands._isolation import run_isolated
         from sglang_backends.discovery import discover
+        from sglang_backends.dispatch import AUTO, normalize, parse_host_options
         from sglang_backends.errors import ServeBackendError
 
         tokens = list(parsed_args.request)
         if tokens and tokens[0] == "--":
             tokens = tokens[1:]
-        argv, model_path, positional, model_type = normalize_request(tokens)
-        if model_type is not None and model_type != "auto":
+        host = parse_host_options(tokens)
+        request = normalize(host.argv)
+        if host.model_type is not None and host.model_type != AUTO:
             self.app.LOG.warning(
-                "detect explains automatic detection; ignoring --model-type %s", model_type
+                "detect explains automatic detection; ignoring --model-type %s", host.model_type
+            )
+        if host.config_files or host.config_dirs:
+            self.app.LOG.warning(
+                "--config-file/--config-dir inside the request are ignored; "
+                "give them before the request, as detect's own options"
             )
 
         selection = self.selection(parsed_args)
@@ -202,9 +167,9 @@ class DetectBackend(SelectionOptions, Lister):
 
         job = {
             "action": "explain",
-            "argv": list(argv),
-            "model_path": model_path,
-            "positional": positional,
+            "argv": list(request.argv),
+            "model_path": request.model_path,
+            "positional": request.model_path_is_positional,
             "enabled": None if settings.enabled is None else list(settings.enabled),
             "disabled": list(settings.disabled),
             "detect_timeout": settings.detect_timeout,
