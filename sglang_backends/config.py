@@ -17,11 +17,9 @@ configuration is in use.
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg
@@ -42,7 +40,6 @@ __all__ = [
     "list_opts",
     "load_settings",
     "make_conf",
-    "naming_options",
     "option_origins",
     "register_opts",
     "registry_from_conf",
@@ -326,43 +323,9 @@ def load_settings(
 
 # -- registries --------------------------------------------------------------
 
-_UNKNOWN_SELECTION = "Serve backend %r in the %s list is not installed"
-
-
-class _NameTheOption(logging.Filter):
-    """Add the option (and where it was set) to the registry's not-installed warning."""
-
-    def __init__(self, origins: Mapping[str, str]) -> None:
-        super().__init__()
-        self._origins = origins
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str) and record.msg.startswith(_UNKNOWN_SELECTION):
-            label = record.args[1] if isinstance(record.args, tuple) else None
-            origin = self._origins.get(str(label))
-            if origin:
-                record.msg = f"{record.msg} (check {origin})"
-        return True
-
-
-@contextlib.contextmanager
-def naming_options(origins: Mapping[str, str]) -> Iterator[None]:
-    """While active, the registry's warnings about not-installed names say which option set them.
-
-    :param origins: ``"enabled"``/``"disabled"`` to a description such as
-        ``"[serve_backends] enabled_backends in /etc/x.conf"``.
-    """
-    logger = logging.getLogger("sglang_backends.registry")
-    name_filter = _NameTheOption(origins)
-    logger.addFilter(name_filter)
-    try:
-        yield
-    finally:
-        logger.removeFilter(name_filter)
-
 
 def option_origins(source: str) -> dict[str, str]:
-    """Describe the two list options as set in *source*, for :func:`naming_options`."""
+    """Describe where the two list options were set, for the registry's warnings."""
     return {
         "enabled": f"[{GROUP}] enabled_backends, set in {source}",
         "disabled": f"[{GROUP}] disabled_backends, set in {source}",
@@ -379,20 +342,20 @@ def build_registry(
 
     A list name that is not installed is logged as a WARNING naming the
     option and where it was set (*origins*, by default from
-    ``settings.source``).
+    ``settings.source``; see :func:`option_origins`).
 
     :param builtins: defaults to :func:`sglang_backends.builtins.default_builtins`.
     """
     from sglang_backends.builtins import default_builtins
     from sglang_backends.registry import ServeBackendRegistry
 
-    with naming_options(origins if origins is not None else option_origins(settings.source)):
-        return ServeBackendRegistry(
-            default_builtins() if builtins is None else builtins,
-            enabled=settings.enabled,
-            disabled=settings.disabled,
-            detect_timeout=settings.detect_timeout,
-        )
+    return ServeBackendRegistry(
+        default_builtins() if builtins is None else builtins,
+        enabled=settings.enabled,
+        disabled=settings.disabled,
+        detect_timeout=settings.detect_timeout,
+        selection_origins=origins if origins is not None else option_origins(settings.source),
+    )
 
 
 def registry_from_conf(

@@ -27,6 +27,7 @@ __all__ = [
     "inventory",
     "normalize_distribution",
     "split_qualified_name",
+    "warn_unknown_selection",
 ]
 
 
@@ -182,3 +183,40 @@ def inventory(
                 status = PluginStatus.ENABLED
             records.append(PluginRecord(plugin=plugin, status=status))
     return records
+
+
+def warn_unknown_selection(
+    installed: Collection[str],
+    builtin_names: Collection[str],
+    *,
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+    origins: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Warn about names in the enabled/disabled lists that nothing installed provides.
+
+    A typo in a list must not pass silently. Each warning goes to the
+    ``sglang_backends.registry`` logger and, when *origins* maps ``"enabled"``
+    or ``"disabled"`` to where that list was set (an option in a file, a
+    command-line flag), says so.
+
+    :returns: the unknown names, in warning order.
+    """
+    unknown = []
+    for label, names in (("enabled", enabled or ()), ("disabled", disabled)):
+        for name in sorted(names):
+            if name in installed or name in builtin_names:
+                continue
+            unknown.append(name)
+            origin = (origins or {}).get(label)
+            _SELECTION_LOG.warning(
+                "Serve backend %r in the %s list is not installed; installed plugins: %s%s",
+                name,
+                label,
+                ", ".join(sorted(installed)) or "none",
+                f" (check {origin})" if origin else "",
+            )
+    return unknown
+
+
+_SELECTION_LOG = logging.getLogger("sglang_backends.registry")

@@ -41,6 +41,7 @@ from sglang_backends.discovery import (
     is_allowed,
     normalize_distribution,
     split_qualified_name,
+    warn_unknown_selection,
 )
 from sglang_backends.errors import (
     AmbiguousDetectionError,
@@ -72,6 +73,9 @@ class ServeBackendRegistry:
         selection is never imported and is not listed.
     :param detect_timeout: seconds each detector may run during
         :meth:`auto_detect` before it counts as inconclusive.
+    :param selection_origins: where the lists were set, ``{"enabled": ...,
+        "disabled": ...}`` (an option in a file, a flag), so the warning about
+        a listed name that is not installed can say where to fix it.
     :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or
         built-in name.
@@ -85,6 +89,7 @@ class ServeBackendRegistry:
         enabled: Iterable[str] | None = None,
         disabled: Iterable[str] = (),
         detect_timeout: float = DEFAULT_DETECT_TIMEOUT,
+        selection_origins: Mapping[str, str] | None = None,
     ) -> None:
         reserved = sorted(set(builtins) & RESERVED_SERVE_BACKEND_NAMES)
         if reserved:
@@ -124,18 +129,13 @@ class ServeBackendRegistry:
                 name=conflicts[0].name,
                 distribution=conflicts[0].distribution,
             )
-        self._warn_unknown_selection()
-
-    def _warn_unknown_selection(self) -> None:
-        for label, names in (("enabled", self._enabled or ()), ("disabled", self._disabled)):
-            for name in sorted(names):
-                if name not in self._discovered and name not in self._builtins:
-                    LOG.warning(
-                        "Serve backend %r in the %s list is not installed; installed plugins: %s",
-                        name,
-                        label,
-                        ", ".join(sorted(self._discovered)) or "none",
-                    )
+        warn_unknown_selection(
+            self._discovered,
+            self._builtins,
+            enabled=self._enabled,
+            disabled=self._disabled,
+            origins=selection_origins,
+        )
 
     # -- listing ---------------------------------------------------------
 

@@ -93,29 +93,30 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     return restore
 
 
-def _load_settings(host: HostOptions) -> Settings:
-    """Defaults, or configuration files and the environment when any is in use."""
+def _configure(host: HostOptions) -> tuple[Settings, ServeBackendRegistry]:
+    """Settings and registry: defaults, or configuration when any is in use.
+
+    oslo.config is imported only when a file, a directory or an
+    ``OS_SERVE_BACKENDS__*`` variable asks for it.
+    """
     if not (host.config_files or host.config_dirs or configuration_in_environment()):
-        return Settings()
+        settings = Settings()
+        return settings, ServeBackendRegistry(
+            default_builtins(),
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            detect_timeout=settings.detect_timeout,
+        )
+    from sglang_backends.config import build_registry, load_settings
+
     try:
-        from sglang_backends.config import load_settings
-    except ImportError as exc:
-        raise _Failure(f"configuration support is not available: {exc}", EXIT_FAILURE) from exc
-    try:
-        return load_settings(
+        settings = load_settings(
             config_files=list(host.config_files), config_dirs=list(host.config_dirs)
         )
     except ConfigurationError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from exc
-
-
-def _registry(settings: Settings) -> ServeBackendRegistry:
-    return ServeBackendRegistry(
-        default_builtins(),
-        enabled=settings.enabled,
-        disabled=settings.disabled,
-        detect_timeout=settings.detect_timeout,
-    )
+    LOG.debug("Settings from %s: %r", settings.source, settings)
+    return settings, build_registry(settings)
 
 
 def _describe(registered: RegisteredServeBackend) -> str:
@@ -208,12 +209,10 @@ def _serve(argv: Sequence[str]) -> int:
 
 
 def _dispatch(host: HostOptions) -> int:
-    settings = _load_settings(host)
+    settings, registry = _configure(host)
     model_type = host.model_type or settings.model_type or AUTO
     request = normalize(host.argv)
     LOG.debug("Backend request: %r", request)
-
-    registry = _registry(settings)
     if wants_help(request.argv):
         if model_type == AUTO:
             sys.stdout.write(general_help(registry))

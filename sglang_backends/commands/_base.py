@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -22,7 +21,6 @@ __all__ = [
     "warn_not_installed",
 ]
 
-LOG = logging.getLogger(__name__)
 
 CONFIG_HELP = """\
 configuration:
@@ -132,18 +130,15 @@ def warn_not_installed(
     selection: Selection, installed: Collection[str], builtins: Collection[str]
 ) -> None:
     """Warn about list names that match nothing installed, naming the option that set them."""
-    settings = selection.settings
-    for label, names in (("enabled", settings.enabled or ()), ("disabled", settings.disabled)):
-        for name in sorted(names):
-            if name not in installed and name not in builtins:
-                LOG.warning(
-                    "Serve backend %r in the %s list is not installed; installed plugins: %s "
-                    "(check %s)",
-                    name,
-                    label,
-                    ", ".join(sorted(installed)) or "none",
-                    selection.origins[label],
-                )
+    from sglang_backends.discovery import warn_unknown_selection
+
+    warn_unknown_selection(
+        installed,
+        builtins,
+        enabled=selection.settings.enabled,
+        disabled=selection.settings.disabled,
+        origins=selection.origins,
+    )
 
 
 def builtin_target(backend: Any) -> str:

@@ -1,0 +1,146 @@
+"""``serve`` driven by configuration: files, directories and ``OS_SERVE_BACKENDS__*``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from servetools import RECORDER, read_json, run_serve
+
+
+@pytest.fixture
+def recorder(site, tmp_path):
+    """Two recording plugins installed; returns (environ, record file)."""
+    site.install(
+        "recorder-dist",
+        entry_points={"recorder": "recorder_plugin:recorder", "other": "recorder_plugin:recorder"},
+        modules={"recorder_plugin.py": RECORDER},
+    )
+    record = tmp_path / "record.json"
+    env = site.environ()
+    env["SERVE_RECORD"] = str(record)
+    return env, record
+
+
+def conf(tmp_path, body: str, name: str = "serve.conf"):
+    path = tmp_path / name
+    path.write_text("[serve_backends]\n" + body)
+    return path
+
+
+def serve_with_environment(args, env):
+    """Run serve keeping the ``OS_SERVE_BACKENDS__*`` variables (run_serve drops them)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_backends", "serve", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_model_type_from_a_configuration_file(recorder, tmp_path):
+    env, record = recorder
+    path = conf(tmp_path, "model_type = recorder\n")
+    result = run_serve(["org/model", "--config-file", str(path), "--tp", "2"], env)
+    assert result.returncode == 0, result.stderr
+    assert "Using serve backend 'recorder'" in result.stderr
+    assert read_json(record)["argv"] == ["--model-path", "org/model", "--tp", "2"]
+
+
+def test_command_line_model_type_beats_configuration(recorder, tmp_path):
+    env, _ = recorder
+    path = conf(tmp_path, "model_type = recorder\n")
+    result = run_serve(["m", f"--config-file={path}", "--model-type", "other"], env)
+    assert result.returncode == 0, result.stderr
+    assert "Using serve backend 'other'" in result.stderr
+
+
+def test_model_type_from_the_environment_and_from_a_directory(recorder, tmp_path):
+    env, _ = recorder
+    confdir = tmp_path / "serve.d"
+    confdir.mkdir()
+    conf(confdir, "model_type = other\n", name="10-model.conf")
+    from_dir = run_serve(["m", "--config-dir", str(confdir)], env)
+    assert "Using serve backend 'other'" in from_dir.stderr, from_dir.stderr
+    from_env = serve_with_environment(["m"], {**env, "OS_SERVE_BACKENDS__MODEL_TYPE": "recorder"})
+    assert from_env.returncode == 0, from_env.stderr
+    assert "Using serve backend 'recorder'" in from_env.stderr
+
+
+def test_disabled_backend_is_refused_and_never_run(recorder, tmp_path):
+    env, record = recorder
+    path = conf(tmp_path, "disabled_backends = recorder\n")
+    result = run_serve(["m", "--config-file", str(path), "--model-type", "recorder"], env)
+    assert result.returncode == 1
+    [line] = result.error_lines
+    assert "'recorder' from recorder-dist is disabled" in line
+    assert not record.exists()
+
+
+def test_enabled_list_narrows_the_choices_in_auto_help(recorder, tmp_path):
+    env, _ = recorder
+    path = conf(tmp_path, "enabled_backends = other\n")
+    result = run_serve(["--help", "--config-file", str(path)], env)
+    assert result.returncode == 0, result.stderr
+    usage = result.stdout.splitlines()[0]
+    assert ",other}" in usage and "recorder" not in usage
+    [listed] = [line for line in result.stdout.splitlines() if line.strip().startswith("recorder")]
+    assert listed.endswith("(disabled)")
+
+
+def test_missing_configuration_file_is_a_usage_error(recorder, tmp_path):
+    env, record = recorder
+    missing = tmp_path / "nope.conf"
+    result = run_serve(["m", "--config-file", str(missing)], env)
+    assert result.returncode == 2
+    [line] = result.error_lines
+    assert str(missing) in line
+    assert "Traceback" not in result.stderr
+    assert not record.exists()
+
+
+def test_invalid_value_names_file_and_option(recorder, tmp_path):
+    env, _ = recorder
+    path = conf(tmp_path, "detect_timeout = -3\n")
+    result = run_serve(["m", "--config-file", str(path)], env)
+    assert result.returncode == 2
+    [line] = result.error_lines
+    assert "detect_timeout" in line and str(path) in line
+
+
+def test_typo_in_a_list_warns_naming_option_and_file(recorder, tmp_path):
+    env, _ = recorder
+    path = conf(tmp_path, "disabled_backends = recoder\n")
+    result = run_serve(["m", "--config-file", str(path), "--model-type", "recorder"], env)
+    assert result.returncode == 0, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "'recoder'" in line]
+    assert "not installed" in warning
+    assert "disabled_backends" in warning and str(path) in warning
+
+
+def _heavy_modules(args, env) -> str:
+    code = (
+        "import sys\n"
+        "from sglang_backends.cli import main\n"
+        f"status = main(['serve', *{list(args)!r}])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'oslo_config', 'cliff'})\n"
+        "print('HEAVY', heavy, status, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return next(line for line in result.stderr.splitlines() if line.startswith("HEAVY"))
+
+
+def test_configuration_machinery_is_imported_only_when_used(recorder, tmp_path):
+    env, _ = recorder
+    env = {k: v for k, v in env.items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    path = conf(tmp_path, "model_type = recorder\n")
+    assert _heavy_modules(["--model-type", "recorder", "--help"], env) == "HEAVY [] 0"
+    with_file = _heavy_modules(["--config-file", str(path), "--help"], env)
+    assert with_file == "HEAVY ['oslo_config'] 0"
+    with_env = _heavy_modules(["--help"], {**env, "OS_SERVE_BACKENDS__DETECT_TIMEOUT": "3"})
+    assert with_env == "HEAVY ['oslo_config'] 0"
