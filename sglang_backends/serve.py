@@ -46,12 +46,6 @@ from sglang_backends.errors import (
     ServeBackendError,
     UnknownBackendError,
 )
-from sglang_backends.processes import (
-    StopSignals,
-    become_subreaper,
-    stop_timeout,
-    terminate_descendants,
-)
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import Settings, configuration_in_environment
 from sglang_backends.usage import PROG, general_help, usage_line
@@ -156,6 +150,14 @@ def _forward_help(registered: RegisteredServeBackend, request: ServeRequest) -> 
 
 def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
     """Run the backend until it returns, raises or is stopped; then stop every descendant."""
+    # psutil is needed only once something is launched, not for help or errors.
+    from sglang_backends.processes import (
+        StopSignals,
+        become_subreaper,
+        stop_timeout,
+        terminate_descendants,
+    )
+
     grace = stop_timeout()
     become_subreaper()
     guard = StopSignals(timeout=2 * grace, on_force=lambda: terminate_descendants(grace))
