@@ -194,3 +194,16 @@ def test_dead_worker_is_reported(tmp_path):
         assert alive(running) == []
     finally:
         kill_all([proc.pid, *running])
+
+
+def test_example_passes_the_plugin_author_contract_check():
+    from sglang_backends.testing import assert_backend_contract
+
+    installed = assert_backend_contract("echo")
+    assert installed.backend.api_version == 1
+    assert installed.detections["local directory"] == "no_match"
+    assert installed.detections["hub id"] == "unknown"
+    assert installed.detections["no model path"] == "unknown"
+    marked = ServeRequest(("--model-path", str(MODEL)), str(MODEL), True)
+    direct = assert_backend_contract(echo.make_backend, requests=[("echo model", marked)])
+    assert direct.detections == {"echo model": "match"}
