@@ -20,6 +20,7 @@ extensions = [
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_preserve_defaults = True  # show "opts=OPTS", not the option objects
 autodoc_default_options = {"members": True, "show-inheritance": True}
 nitpicky = False
 intersphinx_mapping = {}
