@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
 
 import psutil
@@ -73,6 +73,32 @@ def _signal_all(processes: list[psutil.Process], how: Callable[[psutil.Process],
             pass
         except psutil.AccessDenied as exc:
             LOG.warning("Cannot stop process %s: %s", process.pid, exc)
+
+
+def kill_processes(pids: Iterable[int], *, timeout: float = 5.0) -> None:
+    """SIGKILL the processes *pids* at once and wait up to *timeout* s for them to go.
+
+    For processes that misbehaved (a hung plugin import, a ``--help`` that
+    launched something): they get no grace period.
+    """
+    processes = []
+    for pid in pids:
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    _signal_all(processes, psutil.Process.kill)
+    psutil.wait_procs(processes, timeout=timeout)
+
+
+def kill_tree(pid: int, *, timeout: float = 5.0) -> None:
+    """SIGKILL process *pid* and every descendant of it; see :func:`kill_processes`."""
+    try:
+        parent = psutil.Process(pid)
+        pids = [child.pid for child in parent.children(recursive=True)] + [pid]
+    except psutil.NoSuchProcess:
+        return
+    kill_processes(pids, timeout=timeout)
 
 
 def _running(processes: list[psutil.Process]) -> list[psutil.Process]:

@@ -34,17 +34,18 @@ def warnings_of(caplog) -> list[str]:
     ]
 
 
-def verdicts(report) -> list[tuple[str, str]]:
-    return [(o.name, o.verdict.value) for o in report.outcomes]
+def verdicts(report, ignore: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """``(name, verdict)`` in report order, leaving out the backends named in *ignore*."""
+    return [(o.name, o.verdict.value) for o in report.outcomes if o.name not in ignore]
 
 
-def test_nothing_matches_falls_back_to_llm(install_backend):
+def test_nothing_matches_falls_back_to_llm(install_backend, preinstalled):
     install_backend("no-runtime", "no", detect=NO_MATCH)
     install_backend("quiet-runtime", "quiet", detect="return ServeBackendDetection.UNKNOWN")
     install_backend("blind-runtime", "blind")
     registry = ServeBackendRegistry(default_builtins())
     report = registry.explain(REQUEST)
-    assert verdicts(report) == [
+    assert verdicts(report, ignore=preinstalled) == [
         ("diffusion", "unknown"),
         ("blind", "no detector"),
         ("no", "no_match"),
@@ -56,7 +57,7 @@ def test_nothing_matches_falls_back_to_llm(install_backend):
     assert chosen.backend is registry.get("llm").backend
 
 
-def test_llm_is_never_asked_even_if_it_has_a_detector():
+def test_llm_is_never_asked_even_if_it_has_a_detector(preinstalled):
     asked = []
 
     def llm_detect(request):
@@ -70,7 +71,8 @@ def test_llm_is_never_asked_even_if_it_has_a_detector():
     registry = ServeBackendRegistry(builtins)
     assert registry.auto_detect(REQUEST).name == "llm"
     assert asked == []
-    assert [o.name for o in registry.explain(REQUEST).outcomes] == ["other"]
+    outcomes = registry.explain(REQUEST).outcomes
+    assert [o.name for o in outcomes if o.name not in preinstalled] == ["other"]
 
 
 def test_single_match_wins(install_backend):
@@ -147,7 +149,9 @@ def test_duplicate_plugin_is_skipped_by_detection(install_backend, registry_warn
     assert first not in sys.modules and second not in sys.modules
 
 
-def test_plugins_are_loaded_through_one_named_extension_manager(install_backend, monkeypatch):
+def test_plugins_are_loaded_through_one_named_extension_manager(
+    install_backend, monkeypatch, preinstalled
+):
     from stevedore import NamedExtensionManager
 
     install_backend("a-runtime", "alpha", detect=NO_MATCH)
@@ -163,7 +167,8 @@ def test_plugins_are_loaded_through_one_named_extension_manager(install_backend,
     monkeypatch.setattr(NamedExtensionManager, "__init__", spy)
     registry = ServeBackendRegistry(default_builtins(), disabled=["gamma"])
     assert registry.auto_detect(REQUEST).name == "llm"
-    assert calls == [("sglang.serve_backends", ["alpha", "beta"])]
+    # Every enabled plugin with a detector, installed ones included, in one manager.
+    assert calls == [("sglang.serve_backends", sorted({"alpha", "beta", *preinstalled}))]
     assert off not in sys.modules
     # Loaded plugins are memoised: a second detection loads nothing more.
     registry.auto_detect(REQUEST)
@@ -171,8 +176,12 @@ def test_plugins_are_loaded_through_one_named_extension_manager(install_backend,
     assert registry.get("alpha") is registry.get("alpha")
 
 
-def test_detectors_run_concurrently(site, install_backend):
-    """Each detector waits for all the others: sequential runs would break the barrier."""
+def test_detectors_run_concurrently(site, install_backend, preinstalled):
+    """Each detector waits for the three others: sequential runs would break the barrier.
+
+    Backends installed in the environment do not take part in the rendezvous;
+    they run alongside and are left out of the comparison.
+    """
     site.install(
         "rendezvous",
         modules={"rendezvous.py": "import threading\nBARRIER = threading.Barrier(4)\n"},
@@ -184,7 +193,10 @@ def test_detectors_run_concurrently(site, install_backend):
     for name in ("a", "b", "c", "d"):
         install_backend(f"{name}-runtime", name, detect=detect)
     report = ServeBackendRegistry(default_builtins()).explain(REQUEST)
-    assert verdicts(report)[1:] == [(n, "no_match") for n in "abcd"]
+    assert verdicts(report, ignore=preinstalled) == [
+        ("diffusion", "unknown"),
+        *[(n, "no_match") for n in "abcd"],
+    ]
 
 
 def test_hanging_detector_times_out_and_counts_as_unknown(install_backend, registry_warnings):
@@ -207,7 +219,7 @@ def test_hanging_detector_times_out_and_counts_as_unknown(install_backend, regis
     assert outcome.verdict is Verdict.TIMEOUT
 
 
-def test_interpreter_exits_promptly_after_a_detector_hangs(site, install_backend):
+def test_interpreter_exits_promptly_after_a_detector_hangs(site, install_backend, preinstalled):
     install_backend("hang-runtime", "hang", detect="time.sleep(3600)")
     install_backend("omni-runtime", "omni", detect=MATCH)
     code = textwrap.dedent(
@@ -232,7 +244,8 @@ def test_interpreter_exits_promptly_after_a_detector_hangs(site, install_backend
     assert time.monotonic() - started < 20
     assert result.returncode == 0, result.stderr
     outcomes, chosen = result.stdout.splitlines()
-    assert json.loads(outcomes) == [
+    # The subprocess sees the same environment, so the same installed backends.
+    assert [o for o in json.loads(outcomes) if o[0] not in preinstalled] == [
         ["diffusion", "unknown"],
         ["hang", "timeout"],
         ["omni", "match"],
@@ -241,7 +254,9 @@ def test_interpreter_exits_promptly_after_a_detector_hangs(site, install_backend
 
 
 @pytest.mark.parametrize("delays", [(0.3, 0.0, 0.15, 0.05), (0.0, 0.3, 0.05, 0.15)])
-def test_outcome_does_not_depend_on_which_detector_finishes_first(install_backend, delays):
+def test_outcome_does_not_depend_on_which_detector_finishes_first(
+    install_backend, delays, preinstalled
+):
     answers = ("MATCH", "NO_MATCH", "MATCH", "UNKNOWN")
     for name, delay, answer in zip("dcba", delays, answers, strict=True):
         install_backend(
@@ -251,7 +266,7 @@ def test_outcome_does_not_depend_on_which_detector_finishes_first(install_backen
         )
     registry = ServeBackendRegistry(default_builtins())
     report = registry.explain(REQUEST)
-    assert verdicts(report) == [
+    assert verdicts(report, ignore=preinstalled) == [
         ("diffusion", "unknown"),
         ("a", "unknown"),
         ("b", "match"),

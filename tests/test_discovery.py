@@ -42,10 +42,11 @@ def test_discover_records_distribution_version_and_target(install_backend):
     assert module not in sys.modules
 
 
-def test_other_groups_are_ignored(site):
+def test_other_groups_are_ignored(site, preinstalled):
     site.install("tools", entry_points={"omni": "tools:main"}, group="console_scripts")
     assert "omni" not in discover()
-    assert ServeBackendRegistry(default_builtins()).available_names == ("llm", "diffusion")
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.available_names == ("llm", "diffusion", *preinstalled)
 
 
 @pytest.mark.parametrize(
@@ -65,22 +66,29 @@ def test_normalize_distribution_follows_pep_503():
     assert normalize_distribution("Omni_Runtime.Plugins") == "omni-runtime-plugins"
 
 
-def test_entry_points_rewritten_in_place_are_seen_by_a_new_registry(site, install_backend):
+def test_entry_points_rewritten_in_place_are_seen_by_a_new_registry(
+    site, install_backend, preinstalled
+):
+    def names(*plugins: str) -> tuple[str, ...]:
+        return ("llm", "diffusion", *sorted({*plugins, *preinstalled}))
+
     install_backend("omni-runtime", "one")
     first = ServeBackendRegistry(default_builtins())
-    assert first.available_names == ("llm", "diffusion", "one")
+    assert first.available_names == names("one")
     install_backend("late-runtime", "late")
     (info,) = site.path.glob("omni_runtime-*.dist-info")
     (info / "entry_points.txt").write_text(
         "[sglang.serve_backends]\ntwo = omni_runtime_one_plugin:factory\n", encoding="utf-8"
     )
     second = ServeBackendRegistry(default_builtins())
-    assert second.available_names == ("llm", "diffusion", "late", "two")
+    assert second.available_names == names("late", "two")
     assert second.get("two").distribution == "omni-runtime"
-    assert first.available_names == ("llm", "diffusion", "one")
+    assert first.available_names == names("one")
 
 
-def test_stale_stevedore_cache_does_not_hide_a_rewrite(site, install_backend, tmp_path):
+def test_stale_stevedore_cache_does_not_hide_a_rewrite(
+    site, install_backend, tmp_path, preinstalled
+):
     """stevedore keys its cache by 128 s mtime buckets; a same-path rewrite stays unseen."""
     install_backend("omni-runtime", "one")
     result = run_python(
@@ -105,9 +113,11 @@ def test_stale_stevedore_cache_does_not_hide_a_rewrite(site, install_backend, tm
     )
     assert result.returncode == 0, result.stderr
     before, warm, after, loaded = json.loads(result.stdout)
-    assert before == ["llm", "diffusion", "one"]
-    assert warm == ["one"]  # stevedore's cache was warm with the old list
-    assert after == ["llm", "diffusion", "two"]
+    # The subprocess sees the same environment, so the same installed backends.
+    assert before == ["llm", "diffusion", *sorted({"one", *preinstalled})]
+    # stevedore's cache was warm with the old list
+    assert [name for name in warm if name not in preinstalled] == ["one"]
+    assert after == ["llm", "diffusion", *sorted({"two", *preinstalled})]
     assert loaded == "two"
 
 
@@ -117,7 +127,7 @@ def test_stale_stevedore_cache_does_not_hide_a_rewrite(site, install_backend, tm
     ids=["list", "empty", "null", "wrong-shape", "bad-utf8", "truncated"],
 )
 def test_corrupted_stevedore_cache_does_not_break_the_registry(
-    site, install_backend, tmp_path, corruption
+    site, install_backend, tmp_path, corruption, preinstalled
 ):
     install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
     cache = tmp_path / "cache"
@@ -147,7 +157,7 @@ def test_corrupted_stevedore_cache_does_not_break_the_registry(
     assert result.returncode == 0, result.stderr
     cache_dir, names, dist, detected, untouched = json.loads(result.stdout)
     assert cache_dir.startswith(str(cache))
-    assert names == ["llm", "diffusion", "omni"]
+    assert names == ["llm", "diffusion", *sorted({"omni", *preinstalled})]
     assert dist == "omni-runtime"
     assert detected == "omni"
     assert untouched
@@ -175,13 +185,13 @@ def test_loading_never_reads_stevedore_cache(install_backend, monkeypatch):
 
 
 def test_a_distribution_with_malformed_entry_points_is_skipped_with_a_warning(
-    site, install_backend, registry_warnings
+    site, install_backend, registry_warnings, preinstalled
 ):
     install_backend("omni-runtime", "omni")
     info = site.install("broken-meta", entry_points={"x": "x:y"})
     (info / "entry_points.txt").write_text("[sglang.serve_backends]\njunk without equals\n")
     registry = ServeBackendRegistry(default_builtins())
-    assert registry.available_names == ("llm", "diffusion", "omni")
+    assert registry.available_names == ("llm", "diffusion", *sorted({"omni", *preinstalled}))
     assert registry.get("omni").distribution == "omni-runtime"
     messages = [r.getMessage() for r in registry_warnings.records]
     assert len([m for m in messages if "broken-meta" in m]) == 1

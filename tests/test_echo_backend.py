@@ -23,10 +23,13 @@ MODEL = EXAMPLE / "models" / "echo-tiny"
 
 try:
     import sglang_echo_backend as echo
-except ImportError:  # pragma: no cover - a broken test environment
-    pytest.fail(
-        "the echo example is not installed: pip install ./examples/echo-backend",
-        pytrace=False,
+except ImportError:  # pragma: no cover - an environment without the example
+    if os.environ.get("SGLANG_BACKENDS_REQUIRE_EXAMPLE"):
+        raise  # tox installs it: its absence there is a failure, not a skip
+    pytest.skip(
+        "the echo example is not installed (tox's py3 env installs it): "
+        "pip install ./examples/echo-backend",
+        allow_module_level=True,
     )
 
 

@@ -33,19 +33,20 @@ from sglang_backends.discovery import PluginStatus
 # -- listing -------------------------------------------------------------------
 
 
-def test_available_names_lists_builtins_in_order_then_plugins_sorted(install_backend):
+def test_available_names_lists_builtins_in_order_then_plugins_sorted(install_backend, preinstalled):
     modules = [install_backend(f"dist-{name}", name) for name in ("zeta", "alpha", "mid")]
     builtins = {
         "second": ServeBackend(api_version=1, run=print),
         "first": ServeBackend(api_version=1, run=print),
     }
     registry = ServeBackendRegistry(builtins)
-    assert registry.available_names == ("second", "first", "alpha", "mid", "zeta")
+    plugins = sorted({"zeta", "alpha", "mid", *preinstalled})
+    assert registry.available_names == ("second", "first", *plugins)
     assert registry.builtin_names == ("second", "first")
     assert not [m for m in modules if m in sys.modules]
 
 
-def test_listing_imports_no_plugin_in_a_fresh_interpreter(site, install_backend):
+def test_listing_imports_no_plugin_in_a_fresh_interpreter(site, install_backend, preinstalled):
     install_backend("omni-runtime", "omni", prelude="raise SystemExit('imported at listing')")
     code = textwrap.dedent(
         """
@@ -65,16 +66,22 @@ def test_listing_imports_no_plugin_in_a_fresh_interpreter(site, install_backend)
         timeout=60,
         check=True,
     )
-    assert result.stdout.splitlines() == ["llm,diffusion,omni", "[]"]
+    # The subprocess sees the same environment, so the same installed backends.
+    names = ",".join(["llm", "diffusion", *sorted({"omni", *preinstalled})])
+    assert result.stdout.splitlines() == [names, "[]"]
 
 
-def test_plugins_reports_each_entry_point_with_its_status(install_backend):
+def test_plugins_reports_each_entry_point_with_its_status(install_backend, preinstalled):
     install_backend("ok-dist", "ok")
     install_backend("dup-a", "dup")
     install_backend("dup-b", "dup")
     install_backend("off-dist", "off")
     registry = ServeBackendRegistry(default_builtins(), disabled=["off"])
-    statuses = [(r.plugin.name, r.plugin.distribution, r.status) for r in registry.plugins]
+    statuses = [
+        (r.plugin.name, r.plugin.distribution, r.status)
+        for r in registry.plugins
+        if r.plugin.name not in preinstalled
+    ]
     assert statuses == [
         ("dup", "dup-a", PluginStatus.DUPLICATE),
         ("dup", "dup-b", PluginStatus.DUPLICATE),
@@ -175,13 +182,14 @@ def test_loaded_backends_are_returned_while_another_plugin_loads(install_backend
     assert registry.get("gated").name == "gated"
 
 
-def test_unknown_name_lists_available_values(install_backend):
+def test_unknown_name_lists_available_values(install_backend, preinstalled):
     install_backend("omni-runtime", "omni")
     registry = ServeBackendRegistry(default_builtins())
     with pytest.raises(ValueError) as info:
         registry.get("x")
+    plugins = ", ".join(sorted({"omni", *preinstalled}))
     assert str(info.value) == (
-        "Unknown serve backend 'x'. Available values: auto, llm, diffusion, omni."
+        f"Unknown serve backend 'x'. Available values: auto, llm, diffusion, {plugins}."
     )
     assert isinstance(info.value, UnknownBackendError)
     assert isinstance(info.value, ServeBackendError)
@@ -208,14 +216,14 @@ def test_plugin_cannot_replace_a_builtin_or_auto(install_backend, name):
     assert module not in sys.modules
 
 
-def test_disabled_conflicting_plugin_does_not_raise(install_backend):
+def test_disabled_conflicting_plugin_does_not_raise(install_backend, preinstalled):
     module = install_backend("sneaky-runtime", "llm")
     install_backend("omni-runtime", "omni")
     registry = ServeBackendRegistry(default_builtins(), enabled=["omni"])
     assert registry.available_names == ("llm", "diffusion", "omni")
     assert registry.get("llm").distribution is None
     registry = ServeBackendRegistry(default_builtins(), disabled=["llm"])
-    assert registry.available_names == ("llm", "diffusion", "omni")
+    assert registry.available_names == ("llm", "diffusion", *sorted({"omni", *preinstalled}))
     assert module not in sys.modules
 
 
@@ -226,7 +234,9 @@ def test_builtin_named_auto_is_a_value_error():
 
 
 @pytest.mark.parametrize("same_target", [False, True], ids=["own-targets", "same-target"])
-def test_two_providers_of_one_name_raise_before_importing_either(install_backend, same_target):
+def test_two_providers_of_one_name_raise_before_importing_either(
+    install_backend, same_target, preinstalled
+):
     if same_target:
         first = install_backend("zed-runtime", "omni", module="shared_omni")
         second = install_backend("acme-runtime", "omni", module="shared_omni")
@@ -234,7 +244,7 @@ def test_two_providers_of_one_name_raise_before_importing_either(install_backend
         first = install_backend("zed-runtime", "omni")
         second = install_backend("acme-runtime", "omni")
     registry = ServeBackendRegistry(default_builtins())
-    assert registry.available_names == ("llm", "diffusion", "omni")
+    assert registry.available_names == ("llm", "diffusion", *sorted({"omni", *preinstalled}))
     with pytest.raises(RuntimeError) as info:
         registry.get("omni")
     assert "Multiple distributions register serve backend 'omni': acme-runtime, zed-runtime." in (
@@ -383,11 +393,11 @@ def test_failed_load_is_not_memoised_as_success(install_backend):
 # -- enabled / disabled --------------------------------------------------------
 
 
-def test_disabled_plugin_is_never_imported_nor_listed(install_backend):
+def test_disabled_plugin_is_never_imported_nor_listed(install_backend, preinstalled):
     off = install_backend("off-runtime", "off", detect="return ServeBackendDetection.MATCH")
     on = install_backend("on-runtime", "on")
     registry = ServeBackendRegistry(default_builtins(), disabled=["off"])
-    assert registry.available_names == ("llm", "diffusion", "on")
+    assert registry.available_names == ("llm", "diffusion", *sorted({"on", *preinstalled}))
     with pytest.raises(ValueError) as info:
         registry.get("off")
     assert isinstance(info.value, DisabledBackendError)
@@ -421,7 +431,9 @@ def test_empty_enabled_list_allows_no_plugin(install_backend):
     assert registry.available_names == ("llm", "diffusion")
 
 
-def test_selection_naming_an_uninstalled_plugin_warns(install_backend, registry_warnings):
+def test_selection_naming_an_uninstalled_plugin_warns(
+    install_backend, registry_warnings, preinstalled
+):
     install_backend("on-runtime", "on")
     ServeBackendRegistry(default_builtins(), enabled=["on", "ghost"], disabled=["phantom"])
     messages = [
@@ -430,7 +442,8 @@ def test_selection_naming_an_uninstalled_plugin_warns(install_backend, registry_
     assert len(messages) == 2
     assert "'ghost' in the enabled list is not installed" in messages[0]
     assert "'phantom' in the disabled list is not installed" in messages[1]
-    assert all("installed plugins: on" in m for m in messages)
+    installed = ", ".join(sorted({"on", *preinstalled}))
+    assert all(m.endswith(f"installed plugins: {installed}") for m in messages)
 
 
 def test_selection_naming_installed_plugins_does_not_warn(install_backend, registry_warnings):
@@ -445,7 +458,7 @@ def test_invalid_detect_timeout_is_refused():
         ServeBackendRegistry(default_builtins(), detect_timeout=0)
 
 
-def test_readme_example_runs(site, install_backend):
+def test_readme_example_runs(site, install_backend, preinstalled):
     import pathlib
     import re
 
@@ -461,10 +474,15 @@ def test_readme_example_runs(site, install_backend):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
-        "('llm', 'diffusion', 'omni')",
+    # The subprocess sees the same environment, so the same installed backends;
+    # their verdict lines are left out.
+    lines = result.stdout.splitlines()
+    assert lines[:3] == [
+        repr(("llm", "diffusion", *sorted({"omni", *preinstalled}))),
         "llm None",
         "omni",
+    ]
+    assert [line for line in lines[3:] if line.split(":")[0] not in preinstalled] == [
         "diffusion: unknown",
         "omni: match",
     ]

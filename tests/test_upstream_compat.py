@@ -87,10 +87,10 @@ def upstream(site, install_backend):
     return install
 
 
-def test_listing_an_upstream_plugin_imports_neither_it_nor_sglang(upstream):
+def test_listing_an_upstream_plugin_imports_neither_it_nor_sglang(upstream, preinstalled):
     module = upstream()
     registry = ServeBackendRegistry(default_builtins())
-    assert registry.available_names == ("llm", "diffusion", "legacy")
+    assert registry.available_names == ("llm", "diffusion", *sorted({"legacy", *preinstalled}))
     assert module not in sys.modules
     assert "sglang" not in sys.modules
 
@@ -115,8 +115,9 @@ def test_upstream_match_selects_the_plugin(upstream):
     registry = ServeBackendRegistry(default_builtins())
     chosen = registry.auto_detect(ServeRequest(argv=(), model_path="legacy/model"))
     assert chosen.name == "legacy"
-    outcome = registry.explain(ServeRequest(argv=(), model_path="other/model")).outcomes[-1]
-    assert (outcome.name, outcome.verdict) == ("legacy", Verdict.NO_MATCH)
+    outcomes = registry.explain(ServeRequest(argv=(), model_path="other/model")).outcomes
+    outcome = next(o for o in outcomes if o.name == "legacy")
+    assert outcome.verdict is Verdict.NO_MATCH
     assert registry.auto_detect(ServeRequest(argv=(), model_path="other/model")).name == "llm"
 
 
@@ -125,7 +126,8 @@ def test_upstream_unknown_is_unknown(upstream):
     report = ServeBackendRegistry(default_builtins()).explain(
         ServeRequest(argv=(), model_path="other")
     )
-    assert report.outcomes[-1].verdict is Verdict.UNKNOWN
+    outcome = next(o for o in report.outcomes if o.name == "legacy")
+    assert outcome.verdict is Verdict.UNKNOWN
 
 
 def test_upstream_backend_with_another_version_is_refused(upstream):

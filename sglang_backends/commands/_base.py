@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from cliff import _argparse as cliff_argparse
@@ -16,6 +16,7 @@ from sglang_backends.settings import Settings
 __all__ = [
     "Selection",
     "SelectionOptions",
+    "Survey",
     "builtin_target",
     "summary_line",
     "warn_not_installed",
@@ -42,6 +43,15 @@ class Selection:
 
     settings: Settings
     origins: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Survey:
+    """The selection, the built-ins and every installed plugin's status under it."""
+
+    selection: Selection
+    builtins: Mapping[str, Any]
+    records: Sequence[Any]
 
 
 def _names(values: list[str] | None) -> tuple[str, ...] | None:
@@ -95,15 +105,40 @@ class SelectionOptions(Command):
         )
         return parser
 
+    #: Set by a command whose output reports a failure: the exit status becomes 1.
+    failed = False
+
     def run(self, parsed_args: argparse.Namespace) -> int:
+        self.failed = False
         try:
-            return super().run(parsed_args)
+            status = super().run(parsed_args)
         except ConfigurationError as exc:
             if self.app_args is not None and self.app_args.debug:
                 self.app.LOG.exception(exc)
             else:
                 self.app.LOG.error("%s", exc)
             return 2
+        return status or (1 if self.failed else 0)
+
+    def survey(self, parsed_args: argparse.Namespace) -> Survey:
+        """Read the selection and classify every installed plugin under it; imports none.
+
+        Names in the lists that nothing installed provides are warned about.
+        """
+        from sglang_backends.builtins import default_builtins
+        from sglang_backends.discovery import discover, inventory
+
+        selection = self.selection(parsed_args)
+        builtins = default_builtins()
+        discovered = discover()
+        warn_not_installed(selection, discovered, builtins)
+        records = inventory(
+            discovered,
+            builtins,
+            enabled=selection.settings.enabled,
+            disabled=selection.settings.disabled,
+        )
+        return Survey(selection, builtins, records)
 
     def selection(self, parsed_args: argparse.Namespace) -> Selection:
         """Read configuration and apply the command-line overrides.

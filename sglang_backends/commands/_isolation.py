@@ -40,25 +40,20 @@ def default_jobs() -> int:
 
 
 def _kill_tree(pid: int) -> None:
-    """Kill process *pid*, its process group and every descendant."""
-    import psutil
+    """Kill worker *pid*, every descendant and its process group (it leads one)."""
+    from sglang_backends.processes import kill_tree
 
-    try:
-        parent = psutil.Process(pid)
-        victims = [*parent.children(recursive=True), parent]
-    except psutil.NoSuchProcess:
-        victims = []
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(pid, signal.SIGSTOP)  # freeze the group: nothing new is spawned
+        except (ProcessLookupError, PermissionError):
+            pass
+    kill_tree(pid)
     if hasattr(os, "killpg"):
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    for victim in victims:
-        try:
-            victim.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(victims, timeout=5)
 
 
 def _describe_exit(returncode: int) -> str:

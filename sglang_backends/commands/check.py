@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions, warn_not_installed
+from sglang_backends.commands._base import SelectionOptions
 
 __all__ = ["CheckBackends"]
 
@@ -83,26 +83,15 @@ class CheckBackends(SelectionOptions, Lister):
         )
         return parser
 
-    def run(self, parsed_args: argparse.Namespace) -> int:
-        self._failed = False
-        status = super().run(parsed_args)
-        return status or (1 if self._failed else 0)
-
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends.builtins import default_builtins
         from sglang_backends.commands._isolation import last_line, run_many
-        from sglang_backends.discovery import PluginStatus, discover, inventory
+        from sglang_backends.discovery import PluginStatus
 
-        selection = self.selection(parsed_args)
-        settings = selection.settings
-        builtins = default_builtins()
-        discovered = discover()
-        warn_not_installed(selection, discovered, builtins)
-        records = inventory(
-            discovered, builtins, enabled=settings.enabled, disabled=settings.disabled
-        )
+        survey = self.survey(parsed_args)
+        settings = survey.selection.settings
+        builtins, records = survey.builtins, survey.records
         conflicts = sorted({r.plugin.name for r in records if r.status is PluginStatus.CONFLICT})
         to_load = sorted(
             {
@@ -164,5 +153,5 @@ class CheckBackends(SelectionOptions, Lister):
                 rows.append((*head, "ok", seconds, detail))
             else:
                 rows.append((*head, "error", seconds, (worker.result or {}).get("error")))
-        self._failed = any(row[4] in FAILURES for row in rows)
+        self.failed = any(row[4] in FAILURES for row in rows)
         return COLUMNS, rows

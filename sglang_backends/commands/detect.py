@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions, warn_not_installed
+from sglang_backends.commands._base import SelectionOptions
 from sglang_backends.commands.check import _positive
 
 __all__ = ["DetectBackend"]
@@ -43,15 +43,11 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
     return args
 
 
-def _culprits(job: dict[str, Any], settings: Any, timeout: float) -> str:
+def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
     """Load the enabled plugins one per process to name those that hang or crash."""
-    from sglang_backends.builtins import default_builtins
     from sglang_backends.commands._isolation import default_jobs, run_many
-    from sglang_backends.discovery import PluginStatus, discover, inventory
+    from sglang_backends.discovery import PluginStatus
 
-    records = inventory(
-        discover(), default_builtins(), enabled=settings.enabled, disabled=settings.disabled
-    )
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
     jobs = [{**job, "action": "load", "name": name} for name in names]
     results = run_many(jobs, timeout=min(timeout, 10.0), concurrency=default_jobs())
@@ -128,19 +124,12 @@ class DetectBackend(SelectionOptions, Lister):
         )
         return parser
 
-    def run(self, parsed_args: argparse.Namespace) -> int:
-        self._failed = False
-        status = super().run(parsed_args)
-        return status or (1 if self._failed else 0)
-
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         import dataclasses
 
-        from sglang_backends.builtins import default_builtins
         from sglang_backends.commands._isolation import run_isolated
-        from sglang_backends.discovery import discover
         from sglang_backends.dispatch import AUTO, normalize, parse_host_options
         from sglang_backends.errors import ServeBackendError
 
@@ -159,11 +148,10 @@ class DetectBackend(SelectionOptions, Lister):
                 "give them before the request, as detect's own options"
             )
 
-        selection = self.selection(parsed_args)
-        settings = selection.settings
+        survey = self.survey(parsed_args)
+        settings = survey.selection.settings
         if parsed_args.detect_timeout is not None:
             settings = dataclasses.replace(settings, detect_timeout=parsed_args.detect_timeout)
-        warn_not_installed(selection, discover(), default_builtins())
 
         job = {
             "action": "explain",
@@ -178,7 +166,7 @@ class DetectBackend(SelectionOptions, Lister):
         if worker.failure is not None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
-                f"{_culprits(job, settings, parsed_args.timeout)}"
+                f"{_culprits(job, survey.records, parsed_args.timeout)}"
             )
         result = worker.result or {}
         if not result.get("ok"):
@@ -197,7 +185,7 @@ class DetectBackend(SelectionOptions, Lister):
             )
             rows.append((None, None, "ambiguous", seconds, detail))
             self.app.LOG.warning("No selection: %s", detail)
-            self._failed = True
+            self.failed = True
         elif result["fallback"]:
             detail = "no backend claimed the request; llm is the fallback"
             rows.append((result["selected"], None, "fallback", seconds, detail))

@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions, builtin_target, warn_not_installed
+from sglang_backends.commands._base import SelectionOptions, builtin_target
 
 __all__ = ["ListBackends"]
 
@@ -43,21 +43,13 @@ class ListBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends.builtins import default_builtins
-        from sglang_backends.discovery import discover, inventory
-
-        selection = self.selection(parsed_args)
-        settings = selection.settings
-        builtins = default_builtins()
-        discovered = discover()
-        warn_not_installed(selection, discovered, builtins)
+        survey = self.survey(parsed_args)
+        builtins = survey.builtins
         rows: list[tuple[Any, ...]] = [
             (name, "built-in", None, None, builtin_target(backend), "enabled")
             for name, backend in builtins.items()
         ]
-        for record in inventory(
-            discovered, builtins, enabled=settings.enabled, disabled=settings.disabled
-        ):
+        for record in survey.records:
             plugin = record.plugin
             rows.append(
                 (

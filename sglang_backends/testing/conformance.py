@@ -107,24 +107,6 @@ def _children(pid: int) -> set[int]:
         return set()
 
 
-def _terminate(pids: set[int]) -> None:
-    """Kill processes a misbehaving ``--help`` left behind."""
-    import psutil
-
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.Error:
-            continue
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            continue
-    psutil.wait_procs(procs, timeout=5)
-
-
 def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     """Run ``run(--help)`` in a thread, watching for sockets and processes."""
     pid = os.getpid()
@@ -163,7 +145,9 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
             f"{sorted(opened)}; --help must not launch a server"
         )
     if spawned:
-        _terminate(spawned)
+        from sglang_backends.processes import kill_processes
+
+        kill_processes(spawned)
         raise ContractViolation(
             f"Serve backend {name!r}: run(['--help']) started processes {sorted(spawned)}; "
             "--help must not launch a server"

@@ -78,10 +78,15 @@ class PluginSite:
         group: str = SERVE_BACKENDS_GROUP,
         modules: Mapping[str, str] | None = None,
     ) -> Path:
-        """Install a distribution here; see :func:`write_distribution`."""
-        for relative in modules or {}:
-            top = Path(relative).parts[0]
-            self._modules.add(top[:-3] if top.endswith(".py") else top)
+        """Install a distribution here; see :func:`write_distribution`.
+
+        Modules it ships that were already imported are dropped from
+        :data:`sys.modules`, so the next import sees the new code.
+        """
+        tops = {Path(relative).parts[0] for relative in modules or {}}
+        tops = {top[:-3] if top.endswith(".py") else top for top in tops}
+        self._modules |= tops
+        self._forget(tops)
         return write_distribution(
             self.path,
             name,
@@ -100,8 +105,12 @@ class PluginSite:
 
     def forget_modules(self) -> None:
         """Drop modules imported from this site so the next import is fresh."""
+        self._forget(self._modules)
+
+    @staticmethod
+    def _forget(tops: set[str]) -> None:
         for name in list(sys.modules):
-            if name.split(".")[0] in self._modules:
+            if name.split(".")[0] in tops:
                 del sys.modules[name]
 
     @contextmanager
