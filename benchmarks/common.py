@@ -45,20 +45,26 @@ def python(code: str, *flags: str) -> list[str]:
 
 
 def medians(
-    cases: Mapping[str, Sequence[str]], env: Mapping[str, str], repeat: int
+    cases: Mapping[str, Sequence[str]],
+    env: Mapping[str, str],
+    repeat: int,
+    *,
+    case_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, tuple[float, float | None]]:
     """Median wall time (ms) per case, and of the float each run prints last (ms), if any.
 
     Cases are interleaved round by round so drift in the machine's load
     affects them alike; one warm-up round compiles bytecode first.
+    *case_env* gives some cases their own environment instead of *env*.
     """
-    for argv in cases.values():
-        run(argv, env)
+    envs = {name: (case_env or {}).get(name, env) for name in cases}
+    for name, argv in cases.items():
+        run(argv, envs[name])
     walls: dict[str, list[float]] = {name: [] for name in cases}
     inner: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeat):
         for name, argv in cases.items():
-            wall, out = run(argv, env)
+            wall, out = run(argv, envs[name])
             walls[name].append(wall * 1000)
             last = out.split()[-1:] or [""]
             try:
@@ -72,6 +78,11 @@ def medians(
         )
         for name in cases
     }
+
+
+def over(value: float, base: float) -> str:
+    """*value* relative to *base*, signed, in whole ms (empty for the base itself)."""
+    return "" if value == base else f"{value - base:+.0f}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ROOT, environ, medians, ms, python, table
+from benchmarks.common import ROOT, environ, medians, ms, over, python, table
 
 CONTRACT = "from sglang_backends import ServeBackend, ServeRequest, ServeBackendDetection"
 
@@ -38,10 +38,7 @@ def main(argv: list[str] | None = None) -> str:
     }
     results = medians(cases, environ([ROOT]), args.repeat)
     base = results["`python -S -c pass`"][0]
-    rows = [
-        [case, ms(wall), "" if wall == base else f"+{wall - base:.0f}"]
-        for case, (wall, _) in results.items()
-    ]
+    rows = [[case, ms(wall), over(wall, base)] for case, (wall, _) in results.items()]
     return table(["case", "process ms", "over `pass`"], rows)
 
 

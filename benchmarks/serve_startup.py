@@ -5,8 +5,8 @@ through dispatch: a targeted help loads one backend and returns) in fresh
 processes, with no configuration, with a configuration file and with an
 ``OS_SERVE_BACKENDS__*`` variable. Without configuration, oslo.config and
 cliff are not imported; the difference is what configuration costs.
-The backend is the example plugin ``echo`` if installed, else a stand-in
-written to a temporary directory.
+The backend is a minimal stand-in plugin written to a temporary directory,
+so the figures do not depend on which plugins are installed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import environ, medians, ms, table
+from benchmarks.common import environ, medians, ms, over, table
 
 STAND_IN = """
 import argparse
@@ -61,20 +61,16 @@ def main(argv: list[str] | None = None) -> str:
             "no configuration": [*command, *target],
             "`--config-file serve.conf`": [*command, "--config-file", str(conf), *target],
         }
-        results = medians(cases, env, args.repeat)
         env_case = "`OS_SERVE_BACKENDS__DETECT_TIMEOUT=5`"
-        results.update(
-            medians(
-                {env_case: [*command, *target]},
-                {**env, "OS_SERVE_BACKENDS__DETECT_TIMEOUT": "5"},
-                args.repeat,
-            )
+        cases[env_case] = [*command, *target]
+        results = medians(
+            cases,
+            env,
+            args.repeat,
+            case_env={env_case: {**env, "OS_SERVE_BACKENDS__DETECT_TIMEOUT": "5"}},
         )
     base = results["no configuration"][0]
-    rows = [
-        [case, ms(wall), "" if wall == base else f"+{wall - base:.0f}"]
-        for case, (wall, _) in results.items()
-    ]
+    rows = [[case, ms(wall), over(wall, base)] for case, (wall, _) in results.items()]
     return table(["`serve --model-type NAME --help` with", "process ms", "over none"], rows)
 
 

@@ -79,7 +79,8 @@ class CheckBackends(SelectionOptions, Lister):
             metavar="N",
             type=_jobs,
             default=default_jobs(),
-            help=f"plugins loaded at once, each in its own process (default: {default_jobs()})",
+            help="plugins loaded at once, each in its own process "
+            "(default: the number of CPUs, at most 4)",
         )
         return parser
 
