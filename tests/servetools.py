@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-
-#: The console script installed next to this interpreter.
-CONSOLE_SCRIPT = str(Path(sys.executable).with_name("sglang-backends"))
+from clitools import CLI, clean_environ
 
 #: A plugin whose backends write the request they receive to $SERVE_RECORD.
 RECORDER = """
@@ -52,11 +50,6 @@ def config_only():
 """
 
 
-def clean_environ(env: Mapping[str, str]) -> dict[str, str]:
-    """*env* without configuration variables, so ``serve`` uses its defaults."""
-    return {k: v for k, v in env.items() if not k.startswith("OS_SERVE_BACKENDS__")}
-
-
 @dataclass
 class Result:
     """A finished ``serve`` run."""
@@ -81,7 +74,7 @@ def run_serve(
     timeout: float = 60,
 ) -> Result:
     """Run ``serve ARGS`` to completion."""
-    command = [CONSOLE_SCRIPT] if console_script else [sys.executable, "-m", "sglang_backends"]
+    command = [CLI] if console_script else [sys.executable, "-m", "sglang_backends"]
     # Files, not pipes: a leaked descendant holding a pipe open would make
     # reading it hang instead of letting the test report the leak.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -102,7 +95,7 @@ def start_serve(args: Sequence[str], env: Mapping[str, str], log: Path) -> subpr
     """Start ``serve ARGS`` in the background, its output going to *log*."""
     with open(log, "wb") as stream:
         return subprocess.Popen(
-            [CONSOLE_SCRIPT, "serve", *args],
+            [CLI, "serve", *args],
             env=clean_environ(env),
             stdout=stream,
             stderr=subprocess.STDOUT,

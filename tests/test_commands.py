@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-CLI = str(Path(sys.executable).with_name("sglang-backends"))
+from clitools import run_cli
 
 GOOD = """
 from sglang_backends import ServeBackend
@@ -17,16 +15,6 @@ from sglang_backends import ServeBackend
 def factory():
     return ServeBackend(api_version=1, run=lambda request: None)
 """
-
-
-def run(site, *args, env=None, timeout=60):
-    """Run the real console script with *site* on its path; no stray configuration."""
-    environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
-    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
-    environ.update(env or {})
-    return subprocess.run(
-        [CLI, *args], env=environ, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def statuses(result) -> dict[str, str]:
@@ -46,7 +34,7 @@ def plugins(site):
 
 
 def test_without_a_command_prints_help(site):
-    result = run(site)
+    result = run_cli(site)
     assert result.returncode == 1
     for command in ("list", "show", "check", "detect"):
         assert command in result.stdout
@@ -62,7 +50,7 @@ def test_without_a_command_prints_help(site):
     ],
 )
 def test_each_command_explains_itself(site, command, words):
-    result = run(site, command, "--help")
+    result = run_cli(site, command, "--help")
     assert result.returncode == 0, result.stderr
     for word in words:
         assert word in result.stdout
@@ -70,7 +58,7 @@ def test_each_command_explains_itself(site, command, words):
 
 
 def test_unknown_command_is_rejected(site):
-    result = run(site, "lsit")
+    result = run_cli(site, "lsit")
     assert result.returncode == 2
     assert "list" in result.stdout
 
@@ -79,7 +67,7 @@ def test_unknown_command_is_rejected(site):
 def test_bad_configuration_is_one_line_and_exit_2(site, tmp_path, command):
     conf = tmp_path / "bad.conf"
     conf.write_text("[serve_backends]\ndetect_timeout = -1\n")
-    result = run(site, command[0], "--config-file", str(conf), *command[1:])
+    result = run_cli(site, command[0], "--config-file", str(conf), *command[1:])
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert "[serve_backends] detect_timeout" in line
@@ -88,13 +76,13 @@ def test_bad_configuration_is_one_line_and_exit_2(site, tmp_path, command):
 
 
 def test_missing_configuration_file_is_exit_2(site, tmp_path):
-    result = run(site, "list", "--config-file", str(tmp_path / "nope.conf"))
+    result = run_cli(site, "list", "--config-file", str(tmp_path / "nope.conf"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"Configuration file not found: {tmp_path / 'nope.conf'}"
 
 
 def test_invalid_environment_value_is_exit_2(site):
-    result = run(site, "list", env={"OS_SERVE_BACKENDS__DETECT_TIMEOUT": "abc"})
+    result = run_cli(site, "list", env={"OS_SERVE_BACKENDS__DETECT_TIMEOUT": "abc"})
     assert result.returncode == 2
     assert "OS_SERVE_BACKENDS__DETECT_TIMEOUT" in result.stderr
     assert "Traceback" not in result.stderr
@@ -103,8 +91,8 @@ def test_invalid_environment_value_is_exit_2(site):
 def test_debug_adds_the_traceback(site, tmp_path):
     conf = tmp_path / "bad.conf"
     conf.write_text("[serve_backends]\ndetect_timeout = zero\n")
-    quiet = run(site, "list", "--config-file", str(conf))
-    loud = run(site, "--debug", "list", "--config-file", str(conf))
+    quiet = run_cli(site, "list", "--config-file", str(conf))
+    loud = run_cli(site, "--debug", "list", "--config-file", str(conf))
     assert "Traceback" not in quiet.stderr
     assert "Traceback" in loud.stderr
     assert loud.returncode == quiet.returncode == 2
@@ -115,7 +103,7 @@ def test_configuration_file_and_directory_select_plugins(plugins, tmp_path, prei
     conf.write_text("[serve_backends]\nenabled_backends = omni, vlm\n")
     (tmp_path / "conf.d").mkdir()
     (tmp_path / "conf.d" / "50-deny.conf").write_text("[serve_backends]\ndisabled_backends = vlm\n")
-    result = run(
+    result = run_cli(
         plugins,
         "list",
         "-f",
@@ -138,15 +126,17 @@ def test_configuration_file_and_directory_select_plugins(plugins, tmp_path, prei
 def test_precedence_command_line_then_environment_then_file(plugins, tmp_path):
     conf = tmp_path / "x.conf"
     conf.write_text("[serve_backends]\nenabled_backends = omni\n")
-    from_file = statuses(run(plugins, "list", "-f", "json", "--config-file", str(conf)))
+    from_file = statuses(run_cli(plugins, "list", "-f", "json", "--config-file", str(conf)))
     assert [n for n, s in from_file.items() if s == "enabled"] == ["llm", "diffusion", "omni"]
 
     env = {"OS_SERVE_BACKENDS__ENABLED_BACKENDS": "vlm"}
-    from_env = statuses(run(plugins, "list", "-f", "json", "--config-file", str(conf), env=env))
+    from_env = statuses(run_cli(plugins, "list", "-f", "json", "--config-file", str(conf), env=env))
     assert [n for n, s in from_env.items() if s == "enabled"] == ["llm", "diffusion", "vlm"]
 
     from_cli = statuses(
-        run(plugins, "list", "-f", "json", "--config-file", str(conf), "--enable", "tts", env=env)
+        run_cli(
+            plugins, "list", "-f", "json", "--config-file", str(conf), "--enable", "tts", env=env
+        )
     )
     assert [n for n, s in from_cli.items() if s == "enabled"] == ["llm", "diffusion", "tts"]
 
@@ -155,7 +145,7 @@ def test_not_installed_names_warn_naming_option_and_file(plugins, tmp_path):
     conf = tmp_path / "x.conf"
     conf.write_text("[serve_backends]\nenabled_backends = omni, ghost\ndisabled_backends = spook\n")
     for command in (["list"], ["show", "omni"], ["check"], ["detect", "/m"]):
-        result = run(plugins, command[0], "--config-file", str(conf), *command[1:])
+        result = run_cli(plugins, command[0], "--config-file", str(conf), *command[1:])
         assert result.returncode == 0, result.stderr
         [ghost] = [line for line in result.stderr.splitlines() if "'ghost'" in line]
         assert "enabled_backends" in ghost and str(conf) in ghost and "not installed" in ghost
@@ -164,21 +154,21 @@ def test_not_installed_names_warn_naming_option_and_file(plugins, tmp_path):
 
 
 def test_not_installed_name_from_the_command_line_says_so(plugins):
-    result = run(plugins, "list", "--disable", "ghost")
+    result = run_cli(plugins, "list", "--disable", "ghost")
     assert result.returncode == 0
     assert "'ghost'" in result.stderr and "--disable on the command line" in result.stderr
 
 
 def test_formatters_and_columns_work(plugins, preinstalled):
-    result = run(plugins, "list", "-f", "value", "-c", "Name", "-c", "Status")
+    result = run_cli(plugins, "list", "-f", "value", "-c", "Name", "-c", "Status")
     assert result.returncode == 0, result.stderr
     plugin_names = sorted({"omni", "tts", "vlm", *preinstalled})
     assert result.stdout.splitlines() == [
         f"{name} enabled" for name in ("llm", "diffusion", *plugin_names)
     ]
-    as_yaml = run(plugins, "list", "-f", "yaml", "-c", "Name")
+    as_yaml = run_cli(plugins, "list", "-f", "yaml", "-c", "Name")
     assert "- Name: omni" in as_yaml.stdout
-    as_csv = run(plugins, "list", "-f", "csv", "-c", "Name", "-c", "Distribution")
+    as_csv = run_cli(plugins, "list", "-f", "csv", "-c", "Name", "-c", "Distribution")
     assert '"omni","omni-runtime"' in as_csv.stdout
 
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-
-CLI = str(Path(sys.executable).with_name("sglang-backends"))
+from clitools import run_cli
 
 GOOD = """
 from sglang_backends import ServeBackend
@@ -56,15 +53,6 @@ EXPECTED_CHECK = {
 }
 
 
-def run(site, *args, env=None, timeout=120):
-    environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
-    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
-    environ.update(env or {})
-    return subprocess.run(
-        [CLI, *args], env=environ, capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.fixture
 def markers(tmp_path) -> Path:
     path = tmp_path / "markers"
@@ -103,7 +91,7 @@ def rows(result) -> list[dict]:
 
 
 def test_list_shows_the_whole_zoo_and_imports_nothing(zoo, markers):
-    result = run(zoo, "list", "-f", "json")
+    result = run_cli(zoo, "list", "-f", "json")
     assert result.returncode == 0, result.stderr
     listed = {(r["Name"], r["Distribution"]): r for r in rows(result)}
     assert listed[("llm", None)]["Origin"] == "built-in"
@@ -126,7 +114,7 @@ def test_list_shows_the_whole_zoo_and_imports_nothing(zoo, markers):
 def test_list_reports_disabled_plugins_from_configuration(zoo, tmp_path):
     conf = tmp_path / "x.conf"
     conf.write_text("[serve_backends]\ndisabled_backends = hang, llm\n")
-    result = run(zoo, "list", "-f", "json", "--config-file", str(conf))
+    result = run_cli(zoo, "list", "-f", "json", "--config-file", str(conf))
     listed = {(r["Name"], r["Distribution"]): r["Status"] for r in rows(result)}
     assert listed[("hang", "hang-runtime")] == "disabled"
     assert listed[("llm", "llm-impostor")] == "disabled"
@@ -135,7 +123,7 @@ def test_list_reports_disabled_plugins_from_configuration(zoo, tmp_path):
 
 def test_check_reports_every_failure_and_survives_them(zoo, preinstalled):
     started = time.monotonic()
-    result = run(zoo, "check", "-f", "json", "--timeout", "2", "--jobs", "4")
+    result = run_cli(zoo, "check", "-f", "json", "--timeout", "2", "--jobs", "4")
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stderr
     assert elapsed < 60  # the hanging plugin did not hang the check
@@ -161,7 +149,7 @@ def test_check_reports_every_failure_and_survives_them(zoo, preinstalled):
 
 def test_check_skips_disabled_plugins_and_passes_when_the_rest_is_good(zoo):
     broken = ",".join([*ZOO, "twin", "llm"])
-    result = run(zoo, "check", "-f", "json", "--disable", broken)
+    result = run_cli(zoo, "check", "-f", "json", "--disable", broken)
     assert result.returncode == 0, result.stderr
     results = {(r["Name"], r["Distribution"]): r["Result"] for r in rows(result)}
     assert results[("good", "good-runtime")] == "ok"
@@ -171,7 +159,7 @@ def test_check_skips_disabled_plugins_and_passes_when_the_rest_is_good(zoo):
 
 def test_check_never_imports_plugins_in_its_own_process(zoo, markers):
     """Markers appear (workers imported them) but the check process survived abort and exit."""
-    result = run(
+    result = run_cli(
         zoo,
         "check",
         "-f",
@@ -205,7 +193,7 @@ def test_check_kills_the_whole_worker_tree_on_timeout(site, tmp_path):
         entry_points={"spawner": "spawner_plugin:factory"},
         modules={"spawner_plugin.py": source},
     )
-    result = run(site, "check", "-f", "json", "--timeout", "2")
+    result = run_cli(site, "check", "-f", "json", "--timeout", "2")
     assert result.returncode == 1
     [row] = [r for r in rows(result) if r["Name"] == "spawner"]
     assert row["Result"] == "timeout"
@@ -223,7 +211,7 @@ def test_check_kills_the_whole_worker_tree_on_timeout(site, tmp_path):
 
 
 def test_detect_reports_broken_plugins_as_errors(zoo):
-    result = run(zoo, "detect", "-f", "json", "--disable", "hang,abort,exit3,llm", "/models/x")
+    result = run_cli(zoo, "detect", "-f", "json", "--disable", "hang,abort,exit3,llm", "/models/x")
     assert result.returncode == 0, result.stderr
     verdicts = {r["Backend"]: r for r in rows(result)}
     for name in ("importerr", "raiser", "wrongtype", "oldapi"):
@@ -241,7 +229,7 @@ def test_detect_reports_broken_plugins_as_errors(zoo):
     [("hang", "did not finish within 2 s"), ("abort", "SIGABRT"), ("exit3", "status 3")],
 )
 def test_detect_survives_a_plugin_that_hangs_or_crashes_and_names_it(zoo, enable, cause):
-    result = run(zoo, "detect", "--timeout", "2", "--enable", enable, "--disable", "llm", "/m")
+    result = run_cli(zoo, "detect", "--timeout", "2", "--enable", enable, "--disable", "llm", "/m")
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("Automatic detection did not complete")
@@ -251,7 +239,7 @@ def test_detect_survives_a_plugin_that_hangs_or_crashes_and_names_it(zoo, enable
 
 
 def test_detect_with_a_conflicting_plugin_fails_like_serve(zoo):
-    result = run(zoo, "detect", "--disable", "hang,abort,exit3", "/m")
+    result = run_cli(zoo, "detect", "--disable", "hang,abort,exit3", "/m")
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert "cannot replace reserved or built-in backends: llm (from llm-impostor)" in line
@@ -259,8 +247,8 @@ def test_detect_with_a_conflicting_plugin_fails_like_serve(zoo):
 
 def test_no_zoo_process_is_left_behind(zoo, markers):
     """After check and detect, no interpreter that imported the hanging plugin remains."""
-    run(zoo, "check", "--timeout", "2", "--enable", "hang")
-    run(zoo, "detect", "--timeout", "2", "--enable", "hang", "--disable", "llm", "/m")
+    run_cli(zoo, "check", "--timeout", "2", "--enable", "hang")
+    run_cli(zoo, "detect", "--timeout", "2", "--enable", "hang", "--disable", "llm", "/m")
     site_path = str(zoo.path)
     leftovers = []
     for process in psutil.process_iter(["pid", "environ"]):
@@ -307,7 +295,7 @@ def test_check_loads_plugins_in_parallel_but_bounded_by_jobs(site, tmp_path):
             entry_points={name: f"{name}_plugin:factory"},
             modules={f"{name}_plugin.py": source},
         )
-    result = run(site, "check", "-f", "json", "--jobs", "2", "--timeout", "20")
+    result = run_cli(site, "check", "-f", "json", "--jobs", "2", "--timeout", "20")
     assert result.returncode == 0, result.stderr
     observed = sorted(int(p.read_text()) for p in seen.iterdir())
     assert len(observed) == 3

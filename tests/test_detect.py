@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-CLI = str(Path(sys.executable).with_name("sglang-backends"))
+from clitools import run_cli
 
 DETECTOR = """
 import time
@@ -26,12 +22,6 @@ def detect(request):
 def factory():
     return ServeBackend(api_version=1, run=lambda request: None, detect=detect)
 """
-
-
-def run(site, *args):
-    environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
-    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
-    return subprocess.run([CLI, *args], env=environ, capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture
@@ -51,7 +41,7 @@ def verdicts(result, ignore: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 def test_one_match_is_selected(detectors, preinstalled):
-    result = run(detectors, "detect", "-f", "json", "/models/omni-7b", "--tp", "2")
+    result = run_cli(detectors, "detect", "-f", "json", "/models/omni-7b", "--tp", "2")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert verdicts(result, ignore=preinstalled) == {
@@ -67,14 +57,14 @@ def test_one_match_is_selected(detectors, preinstalled):
 
 
 def test_no_match_falls_back_to_llm(detectors):
-    result = run(detectors, "detect", "-f", "json", "--model-path", "/models/llama")
+    result = run_cli(detectors, "detect", "-f", "json", "--model-path", "/models/llama")
     assert result.returncode == 0, result.stderr
     last = json.loads(result.stdout)[-1]
     assert (last["Backend"], last["Verdict"]) == ("llm", "fallback")
 
 
 def test_several_matches_are_ambiguous_and_fail(detectors):
-    result = run(detectors, "detect", "-f", "json", "/models/omni-vlm")
+    result = run_cli(detectors, "detect", "-f", "json", "/models/omni-vlm")
     assert result.returncode == 1
     last = json.loads(result.stdout)[-1]
     assert last["Verdict"] == "ambiguous"
@@ -84,7 +74,7 @@ def test_several_matches_are_ambiguous_and_fail(detectors):
 
 
 def test_slow_detector_times_out_and_claims_nothing(detectors):
-    result = run(detectors, "detect", "-f", "json", "--detect-timeout", "0.5", "/m/slow-sloth")
+    result = run_cli(detectors, "detect", "-f", "json", "--detect-timeout", "0.5", "/m/slow-sloth")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     [sloth] = [r for r in rows if r["Backend"] == "sloth"]
@@ -96,41 +86,41 @@ def test_slow_detector_times_out_and_claims_nothing(detectors):
 def test_detect_timeout_from_configuration(detectors, tmp_path):
     conf = tmp_path / "x.conf"
     conf.write_text("[serve_backends]\ndetect_timeout = 0.5\n")
-    result = run(detectors, "detect", "-f", "json", "--config-file", str(conf), "/m/slow-sloth")
+    result = run_cli(detectors, "detect", "-f", "json", "--config-file", str(conf), "/m/slow-sloth")
     [sloth] = [r for r in json.loads(result.stdout) if r["Backend"] == "sloth"]
     assert sloth["Verdict"] == "timeout"
 
 
 def test_disabled_plugins_take_no_part(detectors):
-    result = run(detectors, "detect", "-f", "json", "--disable", "vlm", "/models/omni-vlm")
+    result = run_cli(detectors, "detect", "-f", "json", "--disable", "vlm", "/models/omni-vlm")
     assert result.returncode == 0, result.stderr
     assert "vlm" not in verdicts(result)
     assert json.loads(result.stdout)[-1]["Backend"] == "omni"
 
 
 def test_table_output_ends_with_the_selection(detectors):
-    result = run(detectors, "detect", "-f", "value", "-c", "Backend", "-c", "Verdict", "/x/vlm")
+    result = run_cli(detectors, "detect", "-f", "value", "-c", "Backend", "-c", "Verdict", "/x/vlm")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "vlm selected"
 
 
 def test_serve_options_after_detect_options_need_no_separator(detectors):
-    plain = run(detectors, "detect", "-f", "json", "--model-path", "/m/omni", "--tp", "2")
-    separated = run(detectors, "detect", "-f", "json", "--", "--model-path", "/m/omni")
+    plain = run_cli(detectors, "detect", "-f", "json", "--model-path", "/m/omni", "--tp", "2")
+    separated = run_cli(detectors, "detect", "-f", "json", "--", "--model-path", "/m/omni")
     for result in (plain, separated):
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)[-1]["Backend"] == "omni"
 
 
 def test_model_type_in_the_request_is_ignored_with_a_warning(detectors):
-    result = run(detectors, "detect", "-f", "json", "/m/omni", "--model-type", "vlm")
+    result = run_cli(detectors, "detect", "-f", "json", "/m/omni", "--model-type", "vlm")
     assert result.returncode == 0, result.stderr
     assert "ignoring --model-type vlm" in result.stderr
     assert json.loads(result.stdout)[-1]["Backend"] == "omni"
 
 
 def test_bad_model_type_in_the_request_is_a_usage_error_as_in_serve(detectors):
-    result = run(detectors, "detect", "/m/omni", "--model-type", "a/b")
+    result = run_cli(detectors, "detect", "/m/omni", "--model-type", "a/b")
     assert result.returncode != 0
     assert "is not a backend name" in result.stderr
     assert "Traceback" not in result.stderr

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-CLI = str(Path(sys.executable).with_name("sglang-backends"))
+from clitools import run_cli
 
 OMNI = """
 from sglang_backends import ServeBackend, ServeBackendDetection
@@ -28,12 +24,6 @@ def factory():
 """
 
 
-def run(site, *args):
-    environ = {k: v for k, v in site.environ().items() if not k.startswith("OS_SERVE_BACKENDS__")}
-    environ["XDG_CACHE_HOME"] = str(site.path.parent / "cache")  # stevedore's cache, per test
-    return subprocess.run([CLI, *args], env=environ, capture_output=True, text=True, timeout=60)
-
-
 @pytest.fixture
 def omni(site):
     site.install(
@@ -46,7 +36,7 @@ def omni(site):
 
 
 def test_show_loads_a_plugin_and_reports_its_contract(omni):
-    result = run(omni, "show", "-f", "json", "omni")
+    result = run_cli(omni, "show", "-f", "json", "omni")
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     load_seconds = shown.pop("Load seconds")
@@ -65,7 +55,7 @@ def test_show_loads_a_plugin_and_reports_its_contract(omni):
 
 
 def test_show_a_built_in(site):
-    result = run(site, "show", "-f", "json", "diffusion")
+    result = run_cli(site, "show", "-f", "json", "diffusion")
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["Origin"] == "built-in"
@@ -76,11 +66,11 @@ def test_show_a_built_in(site):
 
 def test_show_picks_one_provider_of_a_duplicate(omni):
     omni.install("omni-fork", version="0.1", entry_points={"omni": "omni_plugin:factory"})
-    duplicate = run(omni, "show", "omni")
+    duplicate = run_cli(omni, "show", "omni")
     assert duplicate.returncode == 1
     [line] = duplicate.stderr.strip().splitlines()
     assert "Multiple distributions register serve backend 'omni'" in line
-    picked = run(omni, "show", "-f", "json", "omni-fork:omni")
+    picked = run_cli(omni, "show", "-f", "json", "omni-fork:omni")
     assert picked.returncode == 0, picked.stderr
     assert json.loads(picked.stdout)["Version"] == "0.1"
 
@@ -104,7 +94,7 @@ def test_show_errors_are_one_line(omni, args, phrase, preinstalled):
         entry_points={"broken": "broken_plugin:factory"},
         modules={"broken_plugin.py": "raise ImportError('boom')\n"},
     )
-    result = run(omni, "show", *args)
+    result = run_cli(omni, "show", *args)
     assert result.returncode == 1
     lines = [line for line in result.stderr.strip().splitlines() if "not installed" not in line]
     assert len(lines) == 1
