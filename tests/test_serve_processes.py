@@ -88,6 +88,16 @@ def _pids(pids_file, started):
     return list(pids.values())
 
 
+def _serving(env, pids_file, started, log):
+    """Start serve on the spawner plugin; wait for its processes; return (proc, descendants)."""
+    proc = start_serve(["m", "--model-type", "spawner"], env, log)
+    started.append(proc.pid)
+    wait_for(lambda: read_json(pids_file), process=proc, what="the plugin's processes")
+    running = descendants(proc.pid)
+    started.extend(running)
+    return proc, running
+
+
 @pytest.mark.parametrize(
     ("mode", "status", "phrase"),
     [
@@ -109,11 +119,7 @@ def test_descendants_are_gone_after_run_ends(spawner, mode, status, phrase):
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_stop_signal_stops_backend_and_descendants(spawner, tmp_path, signum, status):
     env, pids_file, started = spawner("block")
-    proc = start_serve(["m", "--model-type", "spawner"], env, tmp_path / "serve.log")
-    started.append(proc.pid)
-    wait_for(lambda: read_json(pids_file), process=proc, what="the plugin's processes")
-    running = descendants(proc.pid)
-    started.extend(running)
+    proc, running = _serving(env, pids_file, started, tmp_path / "serve.log")
     assert len(running) >= 2
     proc.send_signal(signum)
     assert proc.wait(timeout=30) == status
@@ -124,11 +130,7 @@ def test_stop_signal_stops_backend_and_descendants(spawner, tmp_path, signum, st
 
 def test_stubborn_descendants_are_killed_after_the_grace_period(spawner, tmp_path):
     env, pids_file, started = spawner("stubborn", SGLANG_BACKENDS_STOP_TIMEOUT="0.5")
-    proc = start_serve(["m", "--model-type", "spawner"], env, tmp_path / "serve.log")
-    started.append(proc.pid)
-    wait_for(lambda: read_json(pids_file), process=proc, what="the plugin's processes")
-    running = descendants(proc.pid)
-    started.extend(running)
+    proc, running = _serving(env, pids_file, started, tmp_path / "serve.log")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     assert alive(running) == []
@@ -137,11 +139,7 @@ def test_stubborn_descendants_are_killed_after_the_grace_period(spawner, tmp_pat
 
 def test_backend_that_ignores_the_stop_is_forced(spawner, tmp_path):
     env, pids_file, started = spawner("swallow", SGLANG_BACKENDS_STOP_TIMEOUT="0.5")
-    proc = start_serve(["m", "--model-type", "spawner"], env, tmp_path / "serve.log")
-    started.append(proc.pid)
-    wait_for(lambda: read_json(pids_file), process=proc, what="the plugin's processes")
-    running = descendants(proc.pid)
-    started.extend(running)
+    proc, running = _serving(env, pids_file, started, tmp_path / "serve.log")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     assert alive(running) == []
@@ -150,11 +148,7 @@ def test_backend_that_ignores_the_stop_is_forced(spawner, tmp_path):
 
 def test_second_signal_forces_exit(spawner, tmp_path):
     env, pids_file, started = spawner("swallow")
-    proc = start_serve(["m", "--model-type", "spawner"], env, tmp_path / "serve.log")
-    started.append(proc.pid)
-    wait_for(lambda: read_json(pids_file), process=proc, what="the plugin's processes")
-    running = descendants(proc.pid)
-    started.extend(running)
+    proc, running = _serving(env, pids_file, started, tmp_path / "serve.log")
     proc.send_signal(signal.SIGINT)
     wait_for(lambda: "Received SIGINT" in (tmp_path / "serve.log").read_text(), process=proc)
     proc.send_signal(signal.SIGINT)
