@@ -90,7 +90,9 @@ OPTS = [
         default=DEFAULT_DETECT_TIMEOUT,
         help="Seconds each backend's detector may take during automatic "
         "detection (model_type = auto) before it counts as inconclusive; "
-        "a number greater than 0.",
+        "a number greater than 0. Detectors run concurrently. The default is "
+        "generous because a detector may query a model hub (SGLang's diffusion "
+        "detector asks the Hugging Face Hub); offline checks take milliseconds.",
     ),
 ]
 
