@@ -23,10 +23,11 @@ def _registry(job: dict[str, Any]) -> Any:
     from sglang_backends.config import build_registry
     from sglang_backends.settings import Settings
 
+    defaults = Settings()
     settings = Settings(
         enabled=None if job.get("enabled") is None else tuple(job["enabled"]),
         disabled=tuple(job.get("disabled", ())),
-        detect_timeout=float(job.get("detect_timeout", 10.0)),
+        detect_timeout=float(job.get("detect_timeout", defaults.detect_timeout)),
     )
     return build_registry(settings, origins=job.get("origins") or {})
 
@@ -89,14 +90,10 @@ def _explain(job: dict[str, Any]) -> dict[str, Any]:
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run *job* (``{"action": "load"|"explain", ...}``) and return its JSON-able result."""
-    from sglang_backends.errors import ServeBackendError
-
     action = {"load": _load, "explain": _explain}[job["action"]]
     try:
         return action(job)
-    except ServeBackendError as exc:
-        return _error(exc)
-    except Exception as exc:  # noqa: BLE001 - reported to the operator, not raised
+    except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
         return _error(exc)
 
 
