@@ -61,7 +61,6 @@ class ShowBackend(SelectionOptions, ShowOne):
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
         from sglang_backends.config import build_registry
-        from sglang_backends.discovery import normalize_distribution, split_qualified_name
 
         selection = self.selection(parsed_args)
         registry = build_registry(selection.settings, origins=selection.origins)
@@ -70,20 +69,17 @@ class ShowBackend(SelectionOptions, ShowOne):
         seconds = round(time.perf_counter() - started, 4)
         backend = registered.backend
 
-        dist, plain = split_qualified_name(parsed_args.name)
-        plugin = None
-        if plain not in registry.builtin_names:
-            for record in registry.plugins:
-                candidate = record.plugin
-                if candidate.name != plain:
-                    continue
-                if dist is None or (
-                    candidate.distribution
-                    and normalize_distribution(candidate.distribution)
-                    == normalize_distribution(dist)
-                ):
-                    plugin = candidate
-                    break
+        # The entry point the registry loaded: same name, same providing distribution.
+        plugin = next(
+            (
+                record.plugin
+                for record in registry.plugins
+                if registered.name not in registry.builtin_names
+                and (record.plugin.name, record.plugin.distribution)
+                == (registered.name, registered.distribution)
+            ),
+            None,
+        )
         if plugin is None:
             origin, distribution, version = "built-in", None, None
             target, summary = builtin_target(backend), summary_line(backend.run)
