@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from sglang_backends.testing import PluginSite
@@ -33,4 +34,45 @@ def run_cli(
     environ.update(env or {})
     return subprocess.run(
         [CLI, *args], env=environ, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+_PROBE = """\
+import atexit as _atexit, json as _json, sys as _sys
+def _report(watched={watched!r}):
+    loaded = sorted(
+        name for name in watched
+        if any(m == name or m.startswith(name + ".") for m in _sys.modules)
+    )
+    print("IMPORTED " + _json.dumps(loaded), file=_sys.stderr)
+_atexit.register(_report)
+"""
+
+
+def imported_by(
+    code: str, watched: Iterable[str], env: Mapping[str, str] | None = None
+) -> tuple[list[str], subprocess.CompletedProcess[str]]:
+    """Run *code* in a fresh interpreter; return which *watched* modules it imported, and the run.
+
+    A name counts when it or any of its submodules is imported; the report is
+    made at exit, so *code* may end with ``sys.exit(...)``.
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(watched=tuple(watched)) + code],
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    report = [line for line in result.stderr.splitlines() if line.startswith("IMPORTED ")]
+    assert report, result.stderr
+    return json.loads(report[-1].removeprefix("IMPORTED ")), result
+
+
+def serve_in_process(args: Sequence[str]) -> str:
+    """Code running ``sglang-backends serve ARGS`` in the interpreter, exiting with its status."""
+    return (
+        "from sglang_backends.cli import main\n"
+        f"raise SystemExit(main(['serve', *{list(args)!r}]))\n"
     )

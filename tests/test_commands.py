@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from clitools import run_cli
+from clitools import imported_by, run_cli
 
 GOOD = """
 from sglang_backends import ServeBackend
@@ -173,6 +171,6 @@ def test_formatters_and_columns_work(plugins, preinstalled):
 
 
 def test_commands_package_imports_no_cliff_until_main():
-    code = "import sys, sglang_backends.commands; print('cliff' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    loaded, out = imported_by("import sglang_backends.commands", ("cliff",))
+    assert out.returncode == 0, out.stderr
+    assert loaded == []

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from clitools import imported_by
 from oslo_config import cfg
 
 from sglang_backends import config
@@ -223,13 +224,10 @@ def test_oslo_config_generator_prints_a_sample(tmp_path):
 
 
 def test_importing_config_pulls_in_neither_cliff_nor_the_registry():
-    code = (
-        "import sys, sglang_backends.config; "
-        "print([m for m in ('cliff', 'sglang_backends.registry', 'sglang_backends.loading') "
-        "if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    watched = ("cliff", "sglang_backends.registry", "sglang_backends.loading")
+    loaded, out = imported_by("import sglang_backends.config", watched)
+    assert out.returncode == 0, out.stderr
+    assert loaded == []
 
 
 def service_conf(tmp_path, text: str) -> cfg.ConfigOpts:

@@ -6,15 +6,14 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-from servetools import alive, clean_environ, descendants, kill_all, run_serve, start_serve, wait_for
+from clitools import clean_environ, imported_by, serve_in_process
+from servetools import alive, descendants, kill_all, run_serve, start_serve, wait_for
 
 from sglang_backends import SERVE_BACKENDS_GROUP, ServeBackendDetection, ServeRequest
 
@@ -94,13 +93,10 @@ def test_detector(tmp_path):
 
 
 def test_plugin_import_is_lean():
-    code = (
-        "import sys, sglang_echo_backend; "
-        "print(sorted(m for m in ('stevedore', 'importlib.metadata', 'http.server', "
-        "'sglang_echo_backend.server') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    watched = ("stevedore", "importlib.metadata", "http.server", "sglang_echo_backend.server")
+    loaded, out = imported_by("import sglang_echo_backend", watched)
+    assert out.returncode == 0, out.stderr
+    assert loaded == []
 
 
 @pytest.mark.parametrize(
@@ -111,19 +107,12 @@ def test_plugin_import_is_lean():
     ],
 )
 def test_help_imports_no_configuration_machinery(args, phrase):
-    code = (
-        "import sys\n"
-        "from sglang_backends.cli import main\n"
-        f"status = main(['serve', *{args!r}])\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('oslo_config', 'cliff'))\n"
-        "print('HEAVY', heavy, status, file=sys.stderr)\n"
+    heavy, out = imported_by(
+        serve_in_process(args), ("oslo_config", "cliff"), clean_environ(os.environ)
     )
-    env = clean_environ(os.environ)
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-    )
+    assert out.returncode == 0, out.stderr
     assert phrase in out.stdout
-    assert "HEAVY [] 0" in out.stderr
+    assert heavy == []
 
 
 def test_backend_argument_errors_keep_argparse_status():

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from clitools import imported_by
 
 HEAVY = ("stevedore", "importlib.metadata", "sglang")
 
 
-def imported_after(code: str, env: dict[str, str] | None = None) -> set[str]:
-    """The modules a fresh interpreter holds after running *code*."""
-    script = textwrap.dedent(code) + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        env=env,
-    )
-    return set(json.loads(result.stdout.splitlines()[-1]))
+def imported_after(
+    code: str, watched: tuple[str, ...], env: dict[str, str] | None = None
+) -> set[str]:
+    """Which of *watched* a fresh interpreter has imported after running *code*."""
+    loaded, result = imported_by(textwrap.dedent(code), watched, env)
+    assert result.returncode == 0, result.stderr
+    return set(loaded)
 
 
 @pytest.mark.parametrize(
@@ -36,18 +29,20 @@ def imported_after(code: str, env: dict[str, str] | None = None) -> set[str]:
     ],
 )
 def test_contract_import_is_lean(code):
-    modules = imported_after(code)
-    assert not [m for m in HEAVY if m in modules]
-    assert not modules & {
+    inner = (
         "sglang_backends.registry",
         "sglang_backends.discovery",
         "sglang_backends.loading",
         "sglang_backends.detection",
-    }
+    )
+    assert imported_after(code, (*HEAVY, *inner)) == set()
 
 
 def test_registry_is_imported_on_first_use():
-    modules = imported_after("import sglang_backends; sglang_backends.ServeBackendRegistry")
+    modules = imported_after(
+        "import sglang_backends; sglang_backends.ServeBackendRegistry",
+        ("sglang_backends.registry", "stevedore"),
+    )
     assert "sglang_backends.registry" in modules
     assert "stevedore" not in modules  # only loading a plugin needs it
 
@@ -60,6 +55,7 @@ def test_listing_in_a_fresh_interpreter_imports_no_plugin_and_no_sglang(site, in
         from sglang_backends.builtins import default_builtins
         assert "omni" in ServeBackendRegistry(default_builtins()).available_names
         """,
+        (module, "sglang", "stevedore"),
         env=site.environ(),
     )
     assert module not in modules
@@ -76,6 +72,7 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
         from sglang_backends.builtins import default_builtins
         ServeBackendRegistry(default_builtins()).get("omni")
         """,
+        (wanted, other, "stevedore"),
         env=site.environ(),
     )
     assert wanted in modules

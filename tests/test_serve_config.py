@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from clitools import clean_environ, imported_by, serve_in_process
 from servetools import RECORDER, read_json, run_serve
 
 
@@ -121,26 +122,19 @@ def test_typo_in_a_list_warns_naming_option_and_file(recorder, tmp_path):
     assert "disabled_backends" in warning and str(path) in warning
 
 
-def _heavy_modules(args, env) -> str:
-    code = (
-        "import sys\n"
-        "from sglang_backends.cli import main\n"
-        f"status = main(['serve', *{list(args)!r}])\n"
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'oslo_config', 'cliff'})\n"
-        "print('HEAVY', heavy, status, file=sys.stderr)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
-    return next(line for line in result.stderr.splitlines() if line.startswith("HEAVY"))
+def _heavy_modules(args, env) -> list[str]:
+    """The configuration machinery ``serve ARGS`` imported; it must exit 0."""
+    heavy, result = imported_by(serve_in_process(args), ("oslo_config", "cliff"), env)
+    assert result.returncode == 0, result.stderr
+    return heavy
 
 
 def test_configuration_machinery_is_imported_only_when_used(recorder, tmp_path):
     env, _ = recorder
-    env = {k: v for k, v in env.items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    env = clean_environ(env)
     path = conf(tmp_path, "model_type = recorder\n")
-    assert _heavy_modules(["--model-type", "recorder", "--help"], env) == "HEAVY [] 0"
+    assert _heavy_modules(["--model-type", "recorder", "--help"], env) == []
     with_file = _heavy_modules(["--config-file", str(path), "--help"], env)
-    assert with_file == "HEAVY ['oslo_config'] 0"
+    assert with_file == ["oslo_config"]
     with_env = _heavy_modules(["--help"], {**env, "OS_SERVE_BACKENDS__DETECT_TIMEOUT": "3"})
-    assert with_env == "HEAVY ['oslo_config'] 0"
+    assert with_env == ["oslo_config"]
