@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from sglang_backends.contract import (
     RESERVED_SERVE_BACKEND_NAMES,
@@ -68,6 +68,10 @@ class ServeBackendRegistry:
     """Built-in and installed serve backends, loaded on demand.
 
     :param builtins: built-in backends by name, in the order they are listed.
+        A value is a :class:`ServeBackend`, or a zero-argument callable
+        returning one (a *lazy* built-in): it is called on first use, like a
+        plugin's factory, so a built-in that must import a heavy host (SGLang)
+        pays for it while loading, never while listing or detecting.
     :param enabled: plugin names that may be used; ``None`` allows all.
     :param disabled: plugin names that may not be used. A plugin outside the
         selection is never imported and is not listed.
@@ -84,7 +88,7 @@ class ServeBackendRegistry:
 
     def __init__(
         self,
-        builtins: Mapping[str, ServeBackend],
+        builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]],
         *,
         enabled: Iterable[str] | None = None,
         disabled: Iterable[str] = (),
@@ -117,6 +121,7 @@ class ServeBackendRegistry:
         self._loaded: dict[tuple[str | None, str], RegisteredServeBackend] = {
             (None, name): RegisteredServeBackend(name=name, backend=backend)
             for name, backend in self._builtins.items()
+            if isinstance(backend, ServeBackend)
         }
         # Loaded plugins by entry point, so ``NAME`` and ``DIST:NAME`` share one.
         self._by_plugin: dict[PluginEntryPoint, RegisteredServeBackend] = {}
@@ -188,7 +193,9 @@ class ServeBackendRegistry:
             return registered
         with self._lock:
             registered = self._loaded.get(key)
-            if registered is None:
+            if registered is None and dist is None and plain in self._builtins:
+                registered = self._load_builtin(plain)
+            elif registered is None:
                 plugin = self._choose(name, dist, plain)
                 registered = self._by_plugin.get(plugin)
                 if registered is None:
@@ -246,6 +253,26 @@ class ServeBackendRegistry:
             distribution=plugin.distribution,
         )
 
+    def _load_builtin(self, name: str) -> RegisteredServeBackend:
+        """Call lazy built-in *name*'s factory, validate and memoise what it returns."""
+        factory = self._builtins[name]
+        try:
+            obj = factory() if callable(factory) else factory
+        except (Exception, SystemExit) as exc:
+            raise BackendLoadError(
+                f"Failed to load built-in serve backend {name!r}: {describe(exc)}", name=name
+            ) from exc
+        backend = coerce_backend(obj)
+        if backend is None:
+            raise BackendTypeError(
+                f"Built-in serve backend {name!r} factory returned {type(obj).__name__}; "
+                "expected sglang_backends.ServeBackend.",
+                name=name,
+            )
+        registered = RegisteredServeBackend(name=name, backend=backend)
+        self._loaded[(None, name)] = registered
+        return registered
+
     def _import(self, plugin: PluginEntryPoint) -> object:
         """Import *plugin*'s target through stevedore's ``DriverManager``."""
         from sglang_backends.loading import load_one  # stevedore: only once loading
@@ -300,6 +327,12 @@ class ServeBackendRegistry:
             registered = self._loaded.get((None, name))
             if registered is not None:
                 slots.append(registered)
+                continue
+            if name in self._builtins:
+                try:
+                    slots.append(self._load_builtin(name))
+                except ServeBackendError as exc:
+                    slots.append(self._failed(name, None, 0.0, exc))
                 continue
             try:
                 plugin = self._choose(name, None, name)

@@ -23,8 +23,10 @@ from sglang_backends import (
     DuplicateBackendError,
     ReservedNameError,
     ServeBackend,
+    ServeBackendDetection,
     ServeBackendError,
     ServeBackendRegistry,
+    ServeRequest,
     UnknownBackendError,
 )
 from sglang_backends.builtins import default_builtins
@@ -492,3 +494,46 @@ def test_readme_example_runs(site, install_backend, preinstalled):
 def test_a_single_string_selection_is_refused(selection):
     with pytest.raises(TypeError, match="collection of backend names, not a string"):
         ServeBackendRegistry(default_builtins(), **selection)
+
+
+def test_lazy_builtin_is_built_on_first_use_only_once():
+    calls = []
+
+    def diffusion_factory():
+        calls.append(1)
+        return ServeBackend(
+            api_version=1,
+            run=lambda request: None,
+            detect=lambda request: ServeBackendDetection.MATCH,
+        )
+
+    registry = ServeBackendRegistry(
+        {
+            "llm": ServeBackend(api_version=1, run=lambda request: None),
+            "diffusion": diffusion_factory,
+        }
+    )
+    assert registry.available_names[:2] == ("llm", "diffusion")
+    assert calls == []  # listing builds nothing
+    request = ServeRequest(argv=("--model-path", "m"), model_path="m")
+    assert registry.auto_detect(request).name == "diffusion"
+    assert registry.get("diffusion") is registry.get("diffusion")
+    assert registry.get("diffusion").distribution is None
+    assert calls == [1]
+
+
+def test_failing_lazy_builtin_is_a_load_error_and_claims_nothing(registry_warnings):
+    def broken():
+        raise ImportError("no module named sglang")
+
+    registry = ServeBackendRegistry(
+        {"llm": ServeBackend(api_version=1, run=lambda request: None), "diffusion": broken}
+    )
+    with pytest.raises(BackendLoadError, match=r"built-in serve backend 'diffusion'.*sglang"):
+        registry.get("diffusion")
+    request = ServeRequest(argv=("--model-path", "m"), model_path="m")
+    report = registry.explain(request)
+    assert report.selected == "llm"
+    outcome = next(o for o in report.outcomes if o.name == "diffusion")
+    assert outcome.verdict.value == "error"
+    assert "no module named sglang" in (outcome.detail or "")

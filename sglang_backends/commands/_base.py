@@ -177,8 +177,8 @@ def warn_not_installed(
 
 
 def builtin_target(backend: Any) -> str:
-    """``module:function`` of a built-in backend's ``run``."""
-    run = backend.run
+    """``module:function`` of a built-in backend's ``run``, or of a lazy built-in's factory."""
+    run = getattr(backend, "run", backend)
     return f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
 
 
