@@ -6,13 +6,16 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import time
 import urllib.error
 import urllib.request
 from importlib import metadata
 from pathlib import Path
 
+import psutil
 import pytest
-from clitools import clean_environ, imported_by, serve_in_process
+from clitools import CLI, clean_environ, imported_by, serve_in_process
 from servetools import alive, descendants, kill_all, run_serve, start_serve, wait_for
 
 from sglang_backends import SERVE_BACKENDS_GROUP, ServeBackendDetection, ServeRequest
@@ -58,6 +61,45 @@ def _post(url, body):
         return exc.code, json.loads(exc.read())
 
 
+def _start_in_group(args, env, log):
+    """Start ``serve ARGS`` as a terminal starts a foreground job: in a process group of its own.
+
+    Its pid is the group's id, so ``os.killpg(proc.pid, SIGINT)`` is Ctrl+C.
+    """
+    with open(log, "wb") as stream:
+        return subprocess.Popen(
+            [CLI, "serve", *args],
+            env=clean_environ(env),
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _in_group(pgid):
+    """Pids of live processes in process group *pgid*."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return found
+
+
+def _echo_workers(pid):
+    """Pids of the echo worker processes below *pid*."""
+    found = []
+    for child in descendants(pid):
+        try:
+            if "sglang_echo_backend.worker" in psutil.Process(child).cmdline():
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
 def _worker(completion):
     """The pid of the worker that computed *completion* (``echo-worker-PID``)."""
     return int(completion["system_fingerprint"].removeprefix("echo-worker-"))
@@ -70,6 +112,22 @@ def test_entry_point_is_installed():
     ]
     backend = found[0].load()()
     assert backend.api_version == 1 and backend.requires_model_path is True
+
+
+def test_show_summarises_the_backend():
+    # The factory docstring's first line is what `show` and the docs print.
+    result = subprocess.run(
+        [CLI, "show", "echo", "-f", "value", "-c", "Summary"],
+        env=clean_environ(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "Echo backend: an OpenAI-style server that returns the prompt, for trying sglang-backends."
+    )
 
 
 def test_detector(tmp_path):
@@ -161,8 +219,87 @@ def test_serve_echo_end_to_end(tmp_path, signum, status):
         assert proc.wait(timeout=30) == status
         assert alive(running) == []
         assert _get(f"{base}/health") == (None, None)
+        assert "Traceback" not in (tmp_path / "log").read_text()
     finally:
         kill_all([proc.pid, *running])
+
+
+def test_health_is_503_until_every_worker_is_ready(tmp_path):
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, SGLANG_ECHO_WORKER_START_DELAY="3")
+    log = tmp_path / "log"
+    proc = _start_in_group([str(MODEL), "--port", str(port), "--workers", "2"], env, log)
+    running = []
+    try:
+        # The first answer comes while the workers "load": the server is
+        # bound at once, the workers say they are ready 3 s after starting.
+        first = wait_for(
+            lambda: (reply := _get(f"{base}/health"))[0] is not None and reply,
+            process=proc,
+            what="/health to answer",
+        )
+        assert first == (503, {"status": "loading"})
+        code, body = _post(f"{base}/v1/completions", {"prompt": "too early"})
+        assert (code, body["error"]["message"]) == (503, "echo: loading")
+
+        wait_for(lambda: _get(f"{base}/health")[0] == 200, process=proc, what="/health 200")
+        running = descendants(proc.pid)
+        # Ready means ready: both workers answer at once.
+        replies = [_post(f"{base}/v1/completions", {"prompt": "now"}) for _ in range(2)]
+        assert [code for code, _ in replies] == [200, 200]
+        assert {_worker(body) for _, body in replies} == set(_echo_workers(proc.pid))
+        wait_for(lambda: "echo: ready" in log.read_text(), what="echo: ready")
+        output = log.read_text()
+        assert output.index("echo: serving 'echo-tiny'") < output.index("echo: ready")
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+    finally:
+        kill_all([proc.pid, *running])
+    assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "whole_group", "delay"),
+    [
+        # Ctrl+C while the workers are still starting Python and importing.
+        (signal.SIGINT, 130, True, "0"),
+        # Ctrl+C and SIGTERM while they load a model far slower than the stop.
+        (signal.SIGINT, 130, True, "60"),
+        (signal.SIGTERM, 143, False, "60"),
+    ],
+    ids=["ctrl-c-importing", "ctrl-c-loading", "sigterm-loading"],
+)
+def test_stop_right_after_start_is_quiet(tmp_path, signum, status, whole_group, delay):
+    log = tmp_path / "log"
+    env = dict(os.environ, SGLANG_ECHO_WORKER_START_DELAY=delay)
+    proc = _start_in_group([str(MODEL), "--port", str(_free_port()), "--workers", "2"], env, log)
+    seen = set()
+    try:
+        # As soon as both workers exist, before any of them can be ready.
+        workers = wait_for(
+            lambda: len(found := _echo_workers(proc.pid)) == 2 and found,
+            process=proc,
+            what="two workers",
+            timeout=60,
+        )
+        seen.update(workers, descendants(proc.pid))
+        started = time.monotonic()
+        if whole_group:
+            os.killpg(proc.pid, signum)  # what a terminal does on Ctrl+C
+        else:
+            proc.send_signal(signum)
+        assert proc.wait(timeout=30) == status
+        # The loading workers were ended, not waited for.
+        assert time.monotonic() - started < 20
+        wait_for(
+            lambda: not alive(seen) and not _in_group(proc.pid), what="nothing left", timeout=10
+        )
+    finally:
+        kill_all([proc.pid, *seen])
+    output = log.read_text()
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
 
 
 def test_dead_worker_is_reported(tmp_path):

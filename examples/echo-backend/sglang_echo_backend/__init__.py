@@ -1,8 +1,10 @@
 """An sglang-backends plugin: ``--model-type echo``.
 
-The factory and the detector live here and import only the contract, so
-listing and automatic detection stay cheap; the server is imported by
-``run()``.
+The factory (this distribution's ``sglang.serve_backends`` entry point) and
+the detector live here and import only the contract, so listing and
+automatic detection stay cheap; the server is imported by ``run()``. The
+first line of the factory's docstring is the backend's summary in
+``sglang-backends show`` and in generated documentation.
 """
 
 from __future__ import annotations
@@ -42,5 +44,10 @@ def run(request: ServeRequest) -> None:
 
 
 def make_backend() -> ServeBackend:
-    """The ``sglang.serve_backends`` entry point: a zero-argument factory."""
+    """Echo backend: an OpenAI-style server that returns the prompt, for trying sglang-backends.
+
+    It claims a model directory holding a file named ``echo``, answers
+    ``/health`` with ``200`` once its worker processes are ready, and stops
+    quietly on Ctrl+C or SIGTERM.
+    """
     return ServeBackend(api_version=1, run=run, detect=detect)

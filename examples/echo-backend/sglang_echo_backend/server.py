@@ -5,6 +5,11 @@ completion echoes the prompt). Requests are handled in threads and the echo
 itself is computed by ``--workers`` child processes
 (:mod:`sglang_echo_backend.worker`), so the server has real children to
 clean up, as an inference runtime does.
+
+Like a real runtime it is not ready at once: the HTTP server answers as soon
+as it is bound, ``/health`` with ``503`` (``"loading"``) until every worker
+has said it is ready, then ``200``. SIGINT (Ctrl+C) and SIGTERM stop it
+quietly at any moment, the workers included.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -21,9 +27,10 @@ import uuid
 from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
 from typing import Any
 
-__all__ = ["EchoServer", "Worker", "build_parser", "main"]
+__all__ = ["EchoServer", "StopSignals", "Worker", "build_parser", "main"]
 
 PROG = "sglang-backends serve --model-type echo"
 
@@ -59,16 +66,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Worker:
-    """One worker child process and the lock serializing its pipe."""
+    """One worker child process, whether it said it is ready, and the lock serializing its pipe."""
 
     def __init__(self) -> None:
+        # A session of its own: Ctrl+C in a terminal signals the whole
+        # foreground process group, and a worker interrupted while Python
+        # starts prints a traceback. The server stops its workers itself.
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sglang_echo_backend.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
+        self.ready = threading.Event()
         self._lock = threading.Lock()
+        threading.Thread(target=self._await_ready, name="echo-ready", daemon=True).start()
+
+    def _await_ready(self) -> None:
+        """Read the worker's first line, ``{"ready": PID}``; end of file means it died."""
+        with self._lock:
+            assert self.process.stdout is not None
+            line = self.process.stdout.readline()
+        try:
+            if "ready" in json.loads(line):
+                self.ready.set()
+        except ValueError:
+            pass  # exited (or garbled) before it was ready: alive() tells
 
     def ask(self, job: dict[str, Any]) -> dict[str, Any]:
         """Send *job* and wait for the reply."""
@@ -79,26 +103,31 @@ class Worker:
             line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(f"echo worker {self.process.pid} exited")
-        return json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def alive(self) -> bool:
         """Whether the worker is still running."""
         return self.process.poll() is None
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Close its stdin (it exits), killing it if it does not."""
-        if self.process.stdin is not None:
-            try:
-                self.process.stdin.close()
-            except OSError:
-                pass
+        """Close its stdin (a ready worker exits), ending one still loading; kill if need be."""
+        if not self.ready.is_set():
+            self.process.terminate()
+        with self._lock:  # after any request in flight
+            if self.process.stdin is not None:
+                try:
+                    self.process.stdin.close()
+                except OSError:
+                    pass
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        with self._lock:
+            if self.process.stdout is not None:
+                self.process.stdout.close()
 
 
 class EchoServer(ThreadingHTTPServer):
@@ -114,10 +143,53 @@ class EchoServer(ThreadingHTTPServer):
         self._next = itertools.cycle(range(len(self.workers)))
         self._next_lock = threading.Lock()
 
+    def state(self) -> str:
+        """``"ok"`` once every worker is ready, ``"loading"`` before, ``"worker down"``."""
+        if not all(w.alive() for w in self.workers):
+            return "worker down"
+        if not all(w.ready.is_set() for w in self.workers):
+            return "loading"
+        return "ok"
+
     def worker(self) -> Worker:
         """The next worker, round robin."""
         with self._next_lock:
             return self.workers[next(self._next)]
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the server to stop instead of interrupting it.
+
+    Whatever runs when the signal arrives (a worker starting, a request)
+    finishes; :func:`main` then stops the server and its workers. On exit the
+    handlers found on entry are put back and a signal received meanwhile is
+    raised again, so the caller of ``run()`` sees it as if it had been
+    delivered to it: ``sglang-backends serve`` exits with 130 or 143, a
+    process without handlers is ended by the signal. Outside the main thread
+    (where handlers cannot be set) this does nothing.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        if self.signum is not None and exc_info[0] is None:
+            signal.raise_signal(self.signum)
 
 
 def _error(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
@@ -141,9 +213,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/health":
-            alive = all(w.alive() for w in self.server.workers)
-            status = HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE
-            self._reply(status, {"status": "ok" if alive else "worker down"})
+            state = self.server.state()
+            status = HTTPStatus.OK if state == "ok" else HTTPStatus.SERVICE_UNAVAILABLE
+            self._reply(status, {"status": state})
         elif self.path == "/v1/models":
             model = {
                 "id": self.server.model,
@@ -180,10 +252,14 @@ class _Handler(BaseHTTPRequestHandler):
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
             self._reply(HTTPStatus.BAD_REQUEST, _error("max_tokens must be an integer >= 0"))
             return
+        state = self.server.state()
+        if state != "ok":
+            self._reply(HTTPStatus.SERVICE_UNAVAILABLE, _error(f"echo: {state}", "server_error"))
+            return
         worker = self.server.worker()
         try:
             replies = [worker.ask({"prompt": p, "max_tokens": max_tokens}) for p in prompts]
-        except (OSError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError) as exc:  # a worker died or was stopped
             self._reply(HTTPStatus.SERVICE_UNAVAILABLE, _error(str(exc), "server_error"))
             return
         prompt_tokens = sum(r["prompt_tokens"] for r in replies)
@@ -215,21 +291,35 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: Sequence[str]) -> None:
-    """Serve until interrupted; ``--help`` prints the options and exits."""
+    """Serve until SIGINT or SIGTERM; ``--help`` prints the options and exits.
+
+    The HTTP server answers at once; ``/health`` says ``200`` only when every
+    worker is ready. A stop signal ends the server and the workers quietly,
+    then is handed back to the caller (see :class:`StopSignals`).
+    """
     args = build_parser().parse_args(list(argv))
-    workers = [Worker() for _ in range(args.workers)]
-    try:
-        model = args.served_model_name or os.path.basename(os.path.normpath(args.model_path))
-        server = EchoServer((args.host, args.port), model, workers)
-        with server:
-            host, port = server.server_address[:2]
-            print(
-                f"echo: serving {server.model!r} on http://{host}:{port} "
-                f"with {len(workers)} worker(s)",
-                file=sys.stderr,
-                flush=True,
-            )
-            server.serve_forever()
-    finally:
-        for worker in workers:
-            worker.stop()
+    model = args.served_model_name or os.path.basename(os.path.normpath(args.model_path))
+    workers: list[Worker] = []
+    with StopSignals() as stop:
+        try:
+            workers.extend(Worker() for _ in range(args.workers))
+            with EchoServer((args.host, args.port), model, workers) as server:
+                threading.Thread(target=server.serve_forever, name="echo-http", daemon=True).start()
+                url = f"http://{args.host}:{server.server_address[1]}"
+                _say(f"serving {model!r} on {url} with {len(workers)} worker(s)")
+                shown = "loading"
+                while stop.signum is None:
+                    time.sleep(0.1)  # a signal interrupts the sleep; the handler sets signum
+                    state = server.state()
+                    if state != shown:
+                        _say("ready" if state == "ok" else state)
+                        shown = state
+                _say(f"{signal.Signals(stop.signum).name} received, stopping")
+                server.shutdown()
+        finally:
+            for worker in workers:
+                worker.stop()
+
+
+def _say(message: str) -> None:
+    print(f"echo: {message}", file=sys.stderr, flush=True)
