@@ -5,6 +5,9 @@
 - :func:`assert_backend_contract` checks a factory or an installed backend.
 - The ``serve_backends`` pytest fixture (this package's ``pytest11`` plugin)
   combines both for a test.
+
+The kit runs under pytest, which sglang-backends itself does not require:
+install it with ``pip install "sglang-backends[testing]"``.
 """
 
 from sglang_backends.testing.conformance import (
