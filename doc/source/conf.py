@@ -1,9 +1,11 @@
 """Sphinx configuration for sglang-backends."""
 
-import argparse
 import os
-from collections.abc import Callable, Iterable
+import subprocess
+import sys
 from pathlib import Path
+
+from sphinx.application import Sphinx
 
 project = "sglang-backends"
 copyright = "sglang-backends authors"
@@ -14,7 +16,6 @@ extensions = [
     "sphinx.ext.intersphinx",
     "sphinx.ext.viewcode",
     "stevedore.sphinxext",
-    "cliff.sphinxext",
     "oslo_config.sphinxext",
 ]
 
@@ -25,30 +26,46 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 nitpicky = False
 intersphinx_mapping = {}
 
-exclude_patterns = ["_build"]
+# Readers copy options from these pages: "--config-file" must stay two
+# hyphens, not become an en dash, and quotes must stay straight.
+smartquotes = False
+
+# _generated/ holds the command-line help written at build time (below):
+# included by reference/cli.rst, not documents of their own.
+exclude_patterns = ["_build", "_generated"]
 html_theme = "alabaster"
 html_title = "sglang-backends"
-
-# The operator commands are documented by cliff's autoprogram-cliff directive.
-autoprogram_cliff_application = "sglang-backends"
-
-Formatter = Callable[[argparse.Action], Iterable[str]]
 
 GENERATED = Path(__file__).parent / "_generated"
 
 
-def write_serve_help(app: object) -> None:
+def _write(name: str, text: str) -> None:
+    """Write ``_generated/NAME`` unless it already holds *text* (keeps rebuilds incremental)."""
+    GENERATED.mkdir(exist_ok=True)
+    target = GENERATED / name
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+
+
+def _environ() -> dict[str, str]:
+    """This environment at a fixed width (argparse wraps to the terminal), without configuration."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OS_SERVE_BACKENDS__")}
+    environ["COLUMNS"] = "80"
+    return environ
+
+
+def write_serve_help(app: Sphinx) -> None:
     """Write ``sglang-backends serve --help`` as this environment prints it.
 
-    ``serve`` is not a cliff command, so its general help (which lists the
-    installed backends) is generated here and included with literalinclude.
+    Its general help lists the installed backends; reference/cli.rst
+    includes it.
     """
     from sglang_backends.builtins import default_builtins
     from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.usage import general_help
 
     saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "80"  # argparse wraps to the terminal; make it fixed
+    os.environ["COLUMNS"] = "80"
     try:
         text = general_help(ServeBackendRegistry(default_builtins()))
     finally:
@@ -56,47 +73,49 @@ def write_serve_help(app: object) -> None:
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = saved
-    GENERATED.mkdir(exist_ok=True)
-    target = GENERATED / "serve-help.txt"
-    if not target.exists() or target.read_text(encoding="utf-8") != text:
-        target.write_text(text, encoding="utf-8")
+    _write("serve-help.txt", text)
 
 
-def _plain_text_help() -> None:
-    """Render the commands' help as the terminal shows it, not as reST.
+def _cli_help(*args: str) -> str:
+    """What ``sglang-backends ARGS`` prints, run as users run it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sglang_backends", *args],
+        env=_environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"sglang-backends {' '.join(args)} failed: {result.stderr}")
+    return result.stdout
 
-    The commands' descriptions and epilogs are plain text laid out for the
-    terminal (argparse's RawDescriptionHelpFormatter): show them as literal
-    blocks, escape reST markup characters in option help (``*.conf``) and keep
-    bracketed metavars whole.
+
+def write_command_help(app: Sphinx) -> None:
+    """Write the operator commands' help exactly as the terminal shows it.
+
+    Their descriptions and epilogs are plain text laid out for a terminal,
+    not reStructuredText, so they are shown as literal text: what a reader
+    copies from the page is what the command accepts. One section per
+    command registered in the ``sglang_backends.commands`` group, in
+    ``_generated/commands.rst``, which reference/cli.rst includes.
     """
-    import copy
-    import re
+    from cliff.commandmanager import CommandManager
 
-    from cliff import sphinxext
+    from sglang_backends.commands.app import COMMAND_NAMESPACE
 
-    def literal(text: str | None) -> list[str]:
-        if not text:
-            return []
-        return ["::", "", *("   " + line if line else "" for line in text.splitlines())]
-
-    def escaped(format_action: Formatter) -> Formatter:
-        def wrapper(action: argparse.Action) -> Iterable[str]:
-            action = copy.copy(action)
-            if isinstance(action.help, str):
-                action.help = re.sub(r"([*`|_\\])", r"\\\1", action.help)
-            if isinstance(action.metavar, str):  # "[MODEL] [ARGS ...]": cliff strips the ends
-                action.metavar = action.metavar.replace("[", "").replace("]", "")
-            return format_action(action)
-
-        return wrapper
-
-    sphinxext._format_description = lambda parser: literal(parser.description)
-    sphinxext._format_epilog = lambda parser: literal(parser.epilog)
-    sphinxext._format_optional_action = escaped(sphinxext._format_optional_action)
-    sphinxext._format_positional_action = escaped(sphinxext._format_positional_action)
+    _write("global-help.txt", _cli_help("--help"))
+    sections = []
+    for name in sorted(CommandManager(COMMAND_NAMESPACE).get_command_names()):
+        _write(f"{name}-help.txt", _cli_help("help", name))
+        title = f"sglang-backends {name}"
+        sections.append(
+            f"{title}\n{'-' * len(title)}\n\n"
+            f".. literalinclude:: /_generated/{name}-help.txt\n   :language: text\n"
+        )
+    _write("commands.rst", "\n".join(sections))
 
 
-def setup(app: object) -> None:
-    _plain_text_help()
+def setup(app: Sphinx) -> None:
     app.connect("builder-inited", write_serve_help)
+    app.connect("builder-inited", write_command_help)

@@ -6,8 +6,8 @@
 - The ``serve_backends`` pytest fixture (this package's ``pytest11`` plugin)
   combines both for a test.
 
-The kit runs under pytest, which sglang-backends itself does not require:
-install it with ``pip install "sglang-backends[testing]"``.
+The fixture is a pytest plugin, and sglang-backends itself does not
+require pytest: ``pip install "sglang-backends[testing]"`` brings it.
 """
 
 from sglang_backends.testing.conformance import (
