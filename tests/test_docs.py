@@ -69,10 +69,18 @@ def test_options_keep_their_hyphens(built):
     assert "--model-type" in _text(built / "reference" / "config.html")
 
 
-@pytest.mark.parametrize("command", ["list", "show", "check", "detect"])
-def test_cli_reference_is_the_help_the_terminal_prints(built, command):
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--help"],
+        ["--help"],
+        *(["help", name] for name in ("list", "show", "check", "detect")),
+    ],
+    ids=" ".join,
+)
+def test_cli_reference_is_the_help_the_terminal_prints(built, args):
     help_text = subprocess.run(
-        [CLI, "help", command],
+        [CLI, *args],
         env={**clean_environ(os.environ), "COLUMNS": "80"},
         capture_output=True,
         text=True,

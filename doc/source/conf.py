@@ -54,28 +54,6 @@ def _environ() -> dict[str, str]:
     return environ
 
 
-def write_serve_help(app: Sphinx) -> None:
-    """Write ``sglang-backends serve --help`` as this environment prints it.
-
-    Its general help lists the installed backends; reference/cli.rst
-    includes it.
-    """
-    from sglang_backends.builtins import default_builtins
-    from sglang_backends.registry import ServeBackendRegistry
-    from sglang_backends.usage import general_help
-
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "80"
-    try:
-        text = general_help(ServeBackendRegistry(default_builtins()))
-    finally:
-        if saved is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = saved
-    _write("serve-help.txt", text)
-
-
 def _cli_help(*args: str) -> str:
     """What ``sglang-backends ARGS`` prints, run as users run it."""
     result = subprocess.run(
@@ -92,18 +70,20 @@ def _cli_help(*args: str) -> str:
 
 
 def write_command_help(app: Sphinx) -> None:
-    """Write the operator commands' help exactly as the terminal shows it.
+    """Write the commands' help exactly as the terminal shows it.
 
-    Their descriptions and epilogs are plain text laid out for a terminal,
-    not reStructuredText, so they are shown as literal text: what a reader
-    copies from the page is what the command accepts. One section per
-    command registered in the ``sglang_backends.commands`` group, in
-    ``_generated/commands.rst``, which reference/cli.rst includes.
+    It is plain text laid out for a terminal, not reStructuredText, so
+    reference/cli.rst shows it as literal text: what a reader copies from
+    the page is what the command accepts. ``serve --help`` lists the
+    backends installed here. The operator commands get one section each,
+    for every command registered in the ``sglang_backends.commands`` group,
+    in ``_generated/commands.rst``.
     """
     from cliff.commandmanager import CommandManager
 
     from sglang_backends.commands.app import COMMAND_NAMESPACE
 
+    _write("serve-help.txt", _cli_help("serve", "--help"))
     _write("global-help.txt", _cli_help("--help"))
     sections = []
     for name in sorted(CommandManager(COMMAND_NAMESPACE).get_command_names()):
@@ -117,5 +97,4 @@ def write_command_help(app: Sphinx) -> None:
 
 
 def setup(app: Sphinx) -> None:
-    app.connect("builder-inited", write_serve_help)
     app.connect("builder-inited", write_command_help)
