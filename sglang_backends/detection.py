@@ -5,7 +5,12 @@ caller waits at most ``timeout`` seconds for the lot: a detector that
 overruns counts as ``timeout`` (claims nothing) and, being a daemon thread,
 cannot keep the process alive. Outcomes are reported in the order the
 backends were given, so the result never depends on which thread finished
-first.
+first. :func:`report` turns loaded candidates and their detectors'
+outcomes into the :class:`DetectionReport` automatic detection acts on.
+
+Detectors may therefore run in a worker thread, concurrently with other
+detectors, and may be abandoned (left running) after the timeout; the
+contract (:mod:`sglang_backends.contract`) says so to plugin authors.
 """
 
 from __future__ import annotations
@@ -25,19 +30,36 @@ from sglang_backends.contract import (
 
 __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
+    "DEFAULT_LOAD_TIMEOUT",
+    "FALLBACK_BACKEND",
     "DetectionOutcome",
     "DetectionReport",
     "Verdict",
+    "describe",
+    "report",
     "run_detectors",
+    "skipped",
 ]
 
-LOG = logging.getLogger("sglang_backends.registry")
+LOG = logging.getLogger(__name__)
+
+#: The backend chosen when no detector claims a request.
+FALLBACK_BACKEND = "llm"
 
 #: Seconds a detector may take before it counts as inconclusive. Generous,
 #: because a detector may look a model up on a hub (SGLang's own diffusion
 #: detector queries the Hugging Face Hub); an offline check takes
 #: milliseconds.
 DEFAULT_DETECT_TIMEOUT = 10.0
+
+#: Seconds each candidate's load (import, then factory) may take during
+#: automatic detection before it is skipped. Five minutes: loading is never
+#: given up on while healthy. A cold import of a torch-based runtime takes
+#: tens of seconds (SGLang's ``sglang.cli.utils`` takes ~6 s warm on a
+#: 2-core machine, several times that from a cold disk or network file
+#: system); 300 s is five to ten times the slowest healthy import seen, and
+#: still ends a hung one.
+DEFAULT_LOAD_TIMEOUT = 300.0
 
 
 class Verdict(str, enum.Enum):
@@ -109,6 +131,52 @@ def describe(exc: BaseException) -> str:
 
 def _skip(name: str, cause: str) -> None:
     LOG.warning("Skipping automatic detection for serve backend %r: %s", name, cause)
+
+
+def skipped(
+    name: str,
+    distribution: str | None,
+    seconds: float,
+    cause: str,
+    verdict: Verdict = Verdict.ERROR,
+) -> DetectionOutcome:
+    """Log a WARNING for a candidate that could not take part and return its outcome.
+
+    :param cause: one line; it names the distribution when there is one.
+    """
+    _skip(name, cause)
+    return DetectionOutcome(name, verdict, seconds, cause, distribution)
+
+
+def report(
+    candidates: Sequence[RegisteredServeBackend | DetectionOutcome],
+    request: ServeRequest,
+    *,
+    timeout: float,
+) -> DetectionReport:
+    """Run the loaded candidates' detectors on *request* and decide.
+
+    :param candidates: in registry order, each a loaded backend or the
+        outcome that replaced it (a load that failed or overran).
+    :param timeout: seconds each detector may take.
+    :returns: one match selects it; several select nothing (ambiguous);
+        none selects :data:`FALLBACK_BACKEND`.
+    """
+    backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
+    detected = iter(run_detectors(backends, request, timeout=timeout))
+    outcomes = tuple(
+        next(detected) if isinstance(c, RegisteredServeBackend) else c for c in candidates
+    )
+    matches = tuple(o.name for o in outcomes if o.verdict is Verdict.MATCH)
+    if len(matches) == 1:
+        selected: str | None = matches[0]
+    elif matches:
+        selected = None
+    else:
+        selected = FALLBACK_BACKEND
+    return DetectionReport(
+        outcomes=outcomes, matches=matches, selected=selected, fallback=not matches
+    )
 
 
 def run_detectors(

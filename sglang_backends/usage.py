@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from sglang_backends.discovery import PluginStatus
+from sglang_backends.detection import FALLBACK_BACKEND
 from sglang_backends.dispatch import AUTO
-from sglang_backends.registry import FALLBACK_BACKEND, ServeBackendRegistry
+from sglang_backends.registry import ServeBackendRegistry
+from sglang_backends.selection import PluginStatus
 
 __all__ = ["PROG", "general_help", "usage_line"]
 

@@ -126,7 +126,8 @@ class SelectionOptions(Command):
         Names in the lists that nothing installed provides are warned about.
         """
         from sglang_backends.builtins import default_builtins
-        from sglang_backends.discovery import discover, inventory
+        from sglang_backends.discovery import discover
+        from sglang_backends.selection import inventory
 
         selection = self.selection(parsed_args)
         builtins = default_builtins()
@@ -165,7 +166,7 @@ def warn_not_installed(
     selection: Selection, installed: Collection[str], builtins: Collection[str]
 ) -> None:
     """Warn about list names that match nothing installed, naming the option that set them."""
-    from sglang_backends.discovery import warn_unknown_selection
+    from sglang_backends.selection import warn_unknown_selection
 
     warn_unknown_selection(
         installed,

@@ -88,7 +88,7 @@ class CheckBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends.commands._isolation import last_line, run_many
-        from sglang_backends.discovery import PluginStatus
+        from sglang_backends.selection import PluginStatus
 
         survey = self.survey(parsed_args)
         settings = survey.selection.settings

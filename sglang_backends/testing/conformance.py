@@ -222,10 +222,10 @@ def assert_backend_contract(
     if isinstance(factory_or_name, str):
         name = factory_or_name
         if registry is None:
-            from sglang_backends.builtins import default_builtins
             from sglang_backends.registry import ServeBackendRegistry
+            from sglang_backends.settings import Settings
 
-            registry = ServeBackendRegistry(default_builtins())
+            registry = ServeBackendRegistry.from_settings(Settings())
         try:
             backend = registry.get(name).backend  # type: ignore[attr-defined]
         except Exception as exc:
