@@ -27,6 +27,7 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_detection,
 )
+from sglang_backends.errors import AmbiguousDetectionError
 
 __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
@@ -110,6 +111,19 @@ class DetectionReport:
     def ambiguous(self) -> bool:
         """Whether several backends matched, so none was chosen."""
         return len(self.matches) > 1
+
+    def choice(self) -> str:
+        """The selected backend's name.
+
+        :raises AmbiguousDetectionError: several backends matched (a ``RuntimeError``).
+        """
+        if self.selected is None:
+            raise AmbiguousDetectionError(
+                f"Multiple serve backends matched this request: {', '.join(self.matches)}. "
+                "Select one explicitly with --model-type BACKEND.",
+                matches=self.matches,
+            )
+        return self.selected
 
 
 class _Slot:

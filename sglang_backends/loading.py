@@ -27,22 +27,26 @@ import importlib.metadata
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from stevedore import DriverManager, NamedExtensionManager
 
-from sglang_backends.contract import SERVE_BACKENDS_GROUP
+from sglang_backends.contract import SERVE_BACKENDS_GROUP, RegisteredServeBackend
+from sglang_backends.detection import DetectionOutcome, Verdict, skipped
 from sglang_backends.discovery import PluginEntryPoint
+from sglang_backends.errors import BackendLoadError, ServeBackendError
 
 __all__ = [
     "SLOW_LOAD_NOTICE",
     "Load",
     "LoadTimeout",
+    "Loads",
     "Pending",
     "PluginCodeError",
+    "Produce",
     "call_plugin_code",
     "load_concurrently",
     "load_one",
@@ -52,6 +56,10 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Given a zero-argument importer (returning the imported target, ``None`` for
+#: a built-in), calls the factory and returns the validated backend.
+Produce = Callable[[Callable[[], object]], object]
 
 #: Seconds a load may run before a line says it is still loading.
 SLOW_LOAD_NOTICE = 5.0
@@ -266,7 +274,7 @@ class Pending:
 
     load: Load
     plugin: PluginEntryPoint | None
-    produce: Callable[[Callable[[], object]], object]
+    produce: Produce
 
 
 class _Imported:
@@ -383,3 +391,101 @@ def load_concurrently(pending: Sequence[Pending], *, timeout: float) -> None:
 def _recorded(_manager: object, entry_point: object, exc: BaseException) -> None:
     """The manager's failure callback: the failure is already kept in its :class:`Load`."""
     LOG.debug("Loading %r failed: %s", getattr(entry_point, "name", entry_point), exc)
+
+
+class Loads:
+    """Every backend's one :class:`Load`, by key: the memo behind "a factory runs once"."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loads: dict[Hashable, Load] = {}
+
+    def _claim(self, key: Hashable, name: str, provider: str) -> tuple[Load, bool]:
+        with self._lock:
+            load = self._loads.get(key)
+            if load is not None:
+                return load, False
+            load = self._loads[key] = Load(name, provider)
+            return load, True
+
+    def one(
+        self,
+        key: Hashable,
+        name: str,
+        provider: str,
+        produce: Callable[[], RegisteredServeBackend],
+    ) -> RegisteredServeBackend:
+        """Run *produce* here unless another caller has; return its backend, unbounded.
+
+        :raises BackendLoadError: the load is under way in this very thread
+            (a factory asked the registry for its own backend).
+        """
+        load, mine = self._claim(key, name, provider)
+        if mine:
+            try:
+                with notice_if_slow(name, provider):
+                    load.run(produce)
+            except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
+                with self._lock:
+                    self._loads.pop(key, None)
+                raise
+        elif not load.done and load.thread is threading.current_thread():
+            raise BackendLoadError(
+                f"Failed to load serve backend {name!r} from {provider}: its factory "
+                "asked the registry for it while it was loading",
+                name=name,
+            )
+        load.wait()
+        return cast(RegisteredServeBackend, load.result())
+
+    def bounded(
+        self,
+        names: Sequence[str],
+        resolve: Callable[[str], tuple[Hashable, PluginEntryPoint | None, Produce]],
+        *,
+        timeout: float,
+    ) -> list[RegisteredServeBackend | DetectionOutcome]:
+        """Load the backends *names*, concurrently, each bounded by *timeout* from its own start.
+
+        :param resolve: a name's ``(key, plugin, produce)``: ``plugin`` is
+            ``None`` for a built-in, and ``produce(importer)`` returns the
+            validated backend. A :class:`ServeBackendError` it raises is
+            that name's outcome.
+        :returns: in order, each backend, or the ``error``/``timeout``
+            outcome (logged as a WARNING naming it and its distribution)
+            that replaced it.
+        """
+        loads: list[tuple[str, str | None, Load] | DetectionOutcome] = []
+        pending: list[Pending] = []
+        for name in names:
+            try:
+                key, plugin, produce = resolve(name)
+            except ServeBackendError as exc:
+                loads.append(skipped(name, exc.distribution, 0.0, str(exc)))
+                continue
+            provider = plugin.provider if plugin is not None else "built-in"
+            load, mine = self._claim(key, name, provider)
+            if mine:
+                pending.append(Pending(load, plugin, produce))
+            loads.append((name, None if plugin is None else plugin.distribution, load))
+        load_concurrently(pending, timeout=timeout)
+        result: list[RegisteredServeBackend | DetectionOutcome] = []
+        for item in loads:
+            if isinstance(item, DetectionOutcome):
+                result.append(item)
+                continue
+            name, distribution, load = item
+            if not load.done and load.started is not None:  # another caller's, under way
+                load.wait(max(0.0, load.started + timeout - time.perf_counter()))
+            if not load.done:
+                cause = (
+                    f"loading from {load.provider} did not finish within {timeout:g} s "
+                    "(load_timeout)"
+                )
+                result.append(skipped(name, distribution, timeout, cause, Verdict.TIMEOUT))
+                continue
+            try:
+                result.append(cast(RegisteredServeBackend, load.result()))
+            except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
+                result.append(skipped(name, distribution, load.seconds, str(exc)))
+        return result

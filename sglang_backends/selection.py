@@ -19,6 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sglang_backends.contract import RESERVED_SERVE_BACKEND_NAMES
+from sglang_backends.discovery import normalize_distribution, split_qualified_name
+from sglang_backends.errors import (
+    BackendConflictError,
+    DisabledBackendError,
+    DuplicateBackendError,
+    ReservedNameError,
+    UnknownBackendError,
+)
 
 if TYPE_CHECKING:
     from sglang_backends.discovery import PluginEntryPoint
@@ -26,9 +34,12 @@ if TYPE_CHECKING:
 __all__ = [
     "PluginRecord",
     "PluginStatus",
+    "check_lists",
+    "choose",
     "inventory",
     "is_allowed",
     "list_origins",
+    "refuse_conflicts",
     "warn_unknown_selection",
 ]
 
@@ -50,6 +61,22 @@ class PluginRecord:
 
     plugin: PluginEntryPoint
     status: PluginStatus
+
+
+def check_lists(builtin_names: Collection[str], enabled: object, disabled: object) -> None:
+    """Refuse a reserved built-in name and a list given as a string.
+
+    :raises ReservedNameError: a built-in is named ``auto``.
+    :raises TypeError: *enabled* or *disabled* is a string, not a collection.
+    """
+    reserved = sorted(set(builtin_names) & RESERVED_SERVE_BACKEND_NAMES)
+    if reserved:
+        raise ReservedNameError(
+            f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
+        )
+    for label, names in (("enabled", enabled), ("disabled", disabled)):
+        if isinstance(names, str):
+            raise TypeError(f"{label} must be a collection of backend names, not a string")
 
 
 def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
@@ -92,6 +119,78 @@ def inventory(
                 status = PluginStatus.ENABLED
             records.append(PluginRecord(plugin=plugin, status=status))
     return records
+
+
+def refuse_conflicts(records: Iterable[PluginRecord]) -> None:
+    """Refuse usable plugins that claim a reserved or built-in name.
+
+    :raises BackendConflictError: naming every such plugin and its provider.
+    """
+    conflicts = [r.plugin for r in records if r.status is PluginStatus.CONFLICT]
+    if conflicts:
+        names = ", ".join(f"{p.name} (from {p.provider})" for p in conflicts)
+        raise BackendConflictError(
+            f"Out-of-tree serve backends cannot replace reserved or built-in backends: {names}",
+            name=conflicts[0].name,
+            distribution=conflicts[0].distribution,
+        )
+
+
+def choose(
+    name: str,
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    builtin_names: Collection[str],
+    available: Iterable[str],
+    *,
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+) -> PluginEntryPoint:
+    """The one installed plugin *name* designates (``NAME`` or ``DIST:NAME``).
+
+    An entry point named exactly *name* wins over reading *name* as
+    ``DIST:NAME``, as upstream does.
+
+    :param builtin_names: names that are never plugins' (with ``auto``).
+    :param available: every usable name, built-ins first, for the error.
+    :raises UnknownBackendError: nothing usable has that name (built-in and
+        reserved names are never plugins).
+    :raises DisabledBackendError: the lists exclude it.
+    :raises DuplicateBackendError: several distributions provide it.
+    """
+    dist, plain = (None, name) if name in discovered else split_qualified_name(name)
+    candidates = discovered.get(plain, ())
+    if dist is not None:
+        wanted = normalize_distribution(dist)
+        candidates = tuple(
+            c for c in candidates if normalize_distribution(c.distribution or "") == wanted
+        )
+    if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
+        raise UnknownBackendError(
+            f"Unknown serve backend {name!r}. Available values: {', '.join(('auto', *available))}.",
+            name=name,
+        )
+    if not is_allowed(plain, enabled, disabled):
+        if plain in disabled:
+            how = "it is in the disabled list; remove it from that list to use it"
+        else:
+            how = "it is not in the enabled list; add it to that list to use it"
+        raise DisabledBackendError(
+            f"Serve backend {plain!r} from {', '.join(c.provider for c in candidates)} "
+            f"is disabled: {how}.",
+            name=plain,
+            distribution=candidates[0].distribution,
+        )
+    if len(candidates) > 1:
+        providers = tuple(c.provider for c in candidates)
+        raise DuplicateBackendError(
+            f"Multiple distributions register serve backend {plain!r}: "
+            f"{', '.join(providers)}. Uninstall one provider or choose another "
+            f"backend name, or select one provider as DIST:NAME "
+            f"(e.g. {providers[0] + ':' + plain!r}).",
+            name=plain,
+            providers=providers,
+        )
+    return candidates[0]
 
 
 def list_origins(source: str) -> dict[str, str]:
