@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from oslo_config import cfg
+from oslo_config import cfg, sources
 from oslo_config.sources import _environment
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
@@ -129,7 +129,8 @@ class _MappingEnvironment(_environment.EnvironmentConfigurationSource):
     def get(self, group_name: str | None, option_name: str, opt: cfg.Opt) -> Any:
         name = self.get_name(group_name, option_name)
         if name not in self._environ:
-            return (_environment.sources._NoValue, None)
+            # The 'no value here' sentinel ConfigurationSource.get() documents.
+            return (sources._NoValue, None)
         location = cfg.LocationInfo(cfg.Locations.environment, name)
         return (self._environ[name], location)
 

@@ -245,10 +245,10 @@ def run_detectors(
     outcomes = []
     for index, registered in enumerate(backends):
         name, dist = registered.name, registered.distribution
-        slot = slots.get(index)
-        if slot is None:
+        if index not in slots:
             outcomes.append(DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist))
             continue
+        slot = slots[index]
         if not finished[index]:
             cause = f"detector did not return within {timeout:g} s"
             _skip(name, cause)

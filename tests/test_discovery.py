@@ -228,9 +228,7 @@ def test_unreadable_metadata_is_skipped_with_one_warning_naming_its_path(
     assert about[0].startswith(f"Ignoring the distribution at {broken}: its metadata is unreadable")
 
 
-def test_list_and_serve_work_past_a_distribution_whose_metadata_is_not_utf8(
-    site, install_backend
-):
+def test_list_and_serve_work_past_a_distribution_whose_metadata_is_not_utf8(site, install_backend):
     from clitools import run_cli
 
     install_backend("omni-runtime", "omni")

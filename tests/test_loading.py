@@ -123,11 +123,7 @@ def test_a_base_exception_at_import_is_that_plugins_failure(
 
 
 def test_a_base_exception_in_a_factory_is_a_load_error(install_backend):
-    source = (
-        "import asyncio\n"
-        "def factory():\n"
-        "    raise asyncio.CancelledError('gone')\n"
-    )
+    source = "import asyncio\ndef factory():\n    raise asyncio.CancelledError('gone')\n"
     install_backend("odd-runtime", "odd", source=source)
     with pytest.raises(BackendLoadError, match=r"'odd' from odd-runtime: .*CancelledError: gone"):
         ServeBackendRegistry(default_builtins()).get("odd")

@@ -68,7 +68,8 @@ class SelectionOptions(Command):
     and exit status 2 (a traceback too with ``--debug``).
     """
 
-    _epilog = CONFIG_HELP
+    # cliff's Command declares _epilog by its default, None; a string is what it shows.
+    _epilog = CONFIG_HELP  # type: ignore[assignment]
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
