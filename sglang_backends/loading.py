@@ -55,7 +55,7 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 #: Given a zero-argument importer (returning the imported target, ``None`` for
 #: a built-in), calls the factory and returns the validated backend.
@@ -82,7 +82,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def call_plugin_code(function: Callable[[], T]) -> T:
+def call_plugin_code(function: Callable[[], _T]) -> _T:
     """Call plugin code; whatever it raises is an ``Exception`` afterwards.
 
     A ``KeyboardInterrupt`` in the main thread is the user's and propagates;

@@ -26,6 +26,8 @@ __all__ = [
     "STOP_TIMEOUT_ENV",
     "StopSignals",
     "become_subreaper",
+    "kill_processes",
+    "kill_tree",
     "stop_timeout",
     "terminate_descendants",
 ]

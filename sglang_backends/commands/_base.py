@@ -14,6 +14,7 @@ from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings
 
 __all__ = [
+    "CONFIG_HELP",
     "Selection",
     "SelectionOptions",
     "Survey",

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["run_job"]
+__all__ = ["main", "run_job"]
 
 
 def _registry(job: dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ from cliff.lister import Lister
 
 from sglang_backends.commands._base import SelectionOptions
 
-__all__ = ["CheckBackends"]
+__all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.

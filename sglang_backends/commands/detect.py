@@ -11,7 +11,7 @@ from cliff.lister import Lister
 from sglang_backends.commands._base import SelectionOptions
 from sglang_backends.commands.check import _positive
 
-__all__ = ["DetectBackend"]
+__all__ = ["COLUMNS", "DetectBackend"]
 
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
 
