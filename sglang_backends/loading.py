@@ -1,8 +1,5 @@
 """Loading: stevedore managers over chosen entry points, each load guarded and bounded.
 
-Internal module: its names may change between releases; use
-:class:`~sglang_backends.registry.ServeBackendRegistry`.
-
 stevedore's managers load: a ``DriverManager`` for one backend, a
 ``NamedExtensionManager`` for the candidates of automatic detection. They
 are handed exactly the entry points selection chose (through their public
@@ -19,6 +16,9 @@ waited for at most ``load_timeout`` seconds from its own start; the wrapper's
 ``load()`` hands the manager what that thread imported. A load still running
 after :data:`SLOW_LOAD_NOTICE` seconds is logged at INFO, naming the
 plugin, so a slow import is never silent.
+
+Internal module: its names may change between releases without notice; use
+:class:`~sglang_backends.registry.ServeBackendRegistry`.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ becomes a child subreaper on Linux, so a grandchild orphaned by its parent
 is re-parented to ``serve`` and still found, and :class:`StopSignals` turns
 SIGTERM/SIGINT into an exception in the main thread so the backend unwinds,
 with a watchdog for a backend that does not.
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ about, naming where the list was set.
 
 Pure: no file or network access, no plugin imports, no logging
 configuration (warnings go to this module's logger).
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

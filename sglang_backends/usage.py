@@ -3,6 +3,8 @@
 Shown for ``--model-type auto``: it names every available backend and its
 provider without importing a single plugin, and says how to reach a
 backend's own help, since each backend parses its own arguments.
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations
