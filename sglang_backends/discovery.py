@@ -56,11 +56,22 @@ class PluginEntryPoint:
 
 def _readable(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
     """*dist*'s name and version; raises when its ``METADATA`` is missing or unreadable."""
-    metadata = dist.metadata  # parsed on each access: read it once
-    name = metadata["Name"] if metadata is not None else None
-    if not name:
-        raise ValueError("no METADATA, or METADATA names no distribution")
-    return name, metadata["Version"]
+    # Only the two header fields are needed: read them from the header block
+    # rather than parse the whole file (a long description included) with
+    # the email parser, as ``dist.metadata`` would, for every plugin listed.
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    if text is None:
+        raise ValueError("it has no METADATA")
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line:
+            break
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version"):
+            fields.setdefault(key, value.strip())
+    if not fields.get("Name"):
+        raise ValueError("its METADATA names no distribution")
+    return fields["Name"], fields.get("Version")
 
 
 def _location(dist: object) -> str:
