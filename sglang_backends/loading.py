@@ -23,6 +23,7 @@ Internal module: its names may change between releases without notice; use
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import threading
@@ -31,8 +32,6 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
-
-from stevedore import DriverManager, NamedExtensionManager
 
 from sglang_backends.contract import SERVE_BACKENDS_GROUP, RegisteredServeBackend
 from sglang_backends.detection import DetectionOutcome, Verdict, skipped
@@ -149,26 +148,31 @@ def _as_entry_points(guarded: Sequence[_GuardedEntryPoint]) -> list[importlib.me
     return cast(list[importlib.metadata.EntryPoint], list(guarded))
 
 
-class _OneDriver(DriverManager):  # type: ignore[type-arg]
-    """A ``DriverManager`` over one given entry point."""
+@functools.cache
+def _managers() -> tuple[type[Any], type[Any]]:
+    """stevedore's ``DriverManager`` and ``NamedExtensionManager``, over given entry points.
 
-    def __init__(self, entry_point: _GuardedEntryPoint, **kwargs: Any) -> None:
-        self._chosen = _as_entry_points([entry_point])
-        super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, **kwargs)
+    Made on first use, so stevedore is imported only when something loads.
+    """
+    from stevedore import DriverManager, NamedExtensionManager
 
-    def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
-        return list(self._chosen)
+    class OneDriver(DriverManager):  # type: ignore[type-arg]
+        def __init__(self, entry_point: _GuardedEntryPoint, **kwargs: Any) -> None:
+            self._chosen = _as_entry_points([entry_point])
+            super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, **kwargs)
 
+        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+            return list(self._chosen)
 
-class _Several(NamedExtensionManager):  # type: ignore[type-arg]
-    """A ``NamedExtensionManager`` over given entry points."""
+    class Several(NamedExtensionManager):  # type: ignore[type-arg]
+        def __init__(self, entry_points: Sequence[_GuardedEntryPoint], **kwargs: Any) -> None:
+            self._chosen = _as_entry_points(entry_points)
+            super().__init__(SERVE_BACKENDS_GROUP, [ep.name for ep in entry_points], **kwargs)
 
-    def __init__(self, entry_points: Sequence[_GuardedEntryPoint], **kwargs: Any) -> None:
-        self._chosen = _as_entry_points(entry_points)
-        super().__init__(SERVE_BACKENDS_GROUP, [ep.name for ep in entry_points], **kwargs)
+        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+            return list(self._chosen)
 
-    def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
-        return list(self._chosen)
+    return OneDriver, Several
 
 
 def load_one(plugin: PluginEntryPoint) -> object:
@@ -177,7 +181,8 @@ def load_one(plugin: PluginEntryPoint) -> object:
     Runs in the calling thread, unbounded (an explicit choice waits for its
     backend). The plugin's own exception propagates, as an ``Exception``.
     """
-    manager = _OneDriver(
+    one_driver, _ = _managers()
+    manager = one_driver(
         _GuardedEntryPoint(plugin.entry_point),
         invoke_on_load=False,
         on_missing_entrypoints_callback=None,
@@ -378,7 +383,8 @@ def load_concurrently(pending: Sequence[Pending], *, timeout: float) -> None:
 
     plugins = [(item, item.plugin) for item in pending if item.plugin is not None]
     if plugins:
-        _Several(
+        _, several = _managers()
+        several(
             [_GuardedEntryPoint(plugin.entry_point, fetcher(item)) for item, plugin in plugins],
             invoke_on_load=False,
             on_load_failure_callback=_recorded,

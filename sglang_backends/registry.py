@@ -12,11 +12,11 @@ imports neither plugins nor stevedore.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
+from sglang_backends import errors, selection
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     RegisteredServeBackend,
@@ -33,24 +33,9 @@ from sglang_backends.detection import (
     report,
 )
 from sglang_backends.discovery import PluginEntryPoint, discover
-from sglang_backends.errors import (
-    BackendAPIVersionError,
-    BackendLoadError,
-    BackendTypeError,
-)
-from sglang_backends.selection import (
-    PluginRecord,
-    PluginStatus,
-    check_lists,
-    choose,
-    inventory,
-    list_origins,
-    refuse_conflicts,
-    warn_unknown_selection,
-)
+from sglang_backends.loading import Loads, Produce, call_plugin_code, load_one
 
 if TYPE_CHECKING:
-    from sglang_backends.loading import Loads, Produce
     from sglang_backends.settings import Settings
 
 __all__ = ["FALLBACK_BACKEND", "BuiltinBackend", "ServeBackendRegistry"]
@@ -76,8 +61,7 @@ class ServeBackendRegistry:
     :param selection_origins: where the lists were set, ``{"enabled": ...,
         "disabled": ...}``, for the warning about names not installed.
     :raises ReservedNameError: a built-in is named ``auto``.
-    :raises BackendConflictError: a usable plugin claims a reserved or
-        built-in name.
+    :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
     :raises TypeError: *enabled* or *disabled* is a string, not a collection.
     :raises ValueError: a timeout is not a positive number.
     """
@@ -92,7 +76,7 @@ class ServeBackendRegistry:
         load_timeout: float = DEFAULT_LOAD_TIMEOUT,
         selection_origins: Mapping[str, str] | None = None,
     ) -> None:
-        check_lists(builtins, enabled, disabled)
+        selection.check_lists(builtins, enabled, disabled)
         for label, value in (("detect_timeout", detect_timeout), ("load_timeout", load_timeout)):
             if not 0 < value < float("inf"):
                 raise ValueError(f"{label} must be > 0, got {value!r}")
@@ -103,11 +87,10 @@ class ServeBackendRegistry:
         self.detect_timeout = float(detect_timeout)
         self.load_timeout = float(load_timeout)
         self._discovered = discover()
-        self._records = inventory(
+        self._records = selection.inventory(
             self._discovered, self._builtins, enabled=self._enabled, disabled=self._disabled
         )
-        self._lock = threading.Lock()
-        self._memo: Loads | None = None  # one load per backend, shared by every caller
+        self._loads = Loads()  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
             name: RegisteredServeBackend(name=name, backend=backend)
@@ -115,8 +98,8 @@ class ServeBackendRegistry:
             if isinstance(backend, ServeBackend)
         }
 
-        refuse_conflicts(self._records)
-        warn_unknown_selection(
+        selection.refuse_conflicts(self._records)
+        selection.warn_unknown_selection(
             self._discovered,
             self._builtins,
             enabled=self._enabled,
@@ -142,13 +125,15 @@ class ServeBackendRegistry:
             from sglang_backends.builtins import default_builtins
 
             builtins = default_builtins()
+        if origins is None:
+            origins = selection.list_origins(settings.source)
         return cls(
             builtins,
             enabled=settings.enabled,
             disabled=settings.disabled,
             detect_timeout=settings.detect_timeout,
             load_timeout=settings.load_timeout,
-            selection_origins=list_origins(settings.source) if origins is None else origins,
+            selection_origins=origins,
         )
 
     @property
@@ -157,7 +142,7 @@ class ServeBackendRegistry:
 
         Reads metadata only; no plugin is imported.
         """
-        usable = (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
+        usable = (selection.PluginStatus.ENABLED, selection.PluginStatus.DUPLICATE)
         plugins = sorted({r.plugin.name for r in self._records if r.status in usable})
         return (*self._builtins, *plugins)
 
@@ -167,7 +152,7 @@ class ServeBackendRegistry:
         return tuple(self._builtins)
 
     @property
-    def plugins(self) -> tuple[PluginRecord, ...]:
+    def plugins(self) -> tuple[selection.PluginRecord, ...]:
         """Every installed plugin entry point with its status; imports nothing."""
         return tuple(self._records)
 
@@ -179,7 +164,7 @@ class ServeBackendRegistry:
         """
         if name in self._builtins:
             return ("built-in", name), None
-        plugin = choose(
+        plugin = selection.choose(
             name,
             self._discovered,
             self._builtins,
@@ -188,15 +173,6 @@ class ServeBackendRegistry:
             disabled=self._disabled,
         )
         return plugin, plugin
-
-    def _loads(self) -> Loads:
-        """The memo of loads, made on first use: stevedore is imported only to load."""
-        with self._lock:
-            if self._memo is None:
-                from sglang_backends.loading import Loads
-
-                self._memo = Loads()
-            return self._memo
 
     def get(self, name: str) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
@@ -218,13 +194,11 @@ class ServeBackendRegistry:
         """
         registered = self._by_name.get(name)
         if registered is None:
-            from sglang_backends.loading import load_one
-
             key, plugin = self._resolve(name)
             importer = (lambda: None) if plugin is None else partial(load_one, plugin)
             provider = "built-in" if plugin is None else plugin.provider
             produce = partial(self._produce, plugin, name if plugin is None else plugin.name)
-            registered = self._loads().one(key, name, provider, partial(produce, importer))
+            registered = self._loads.one(key, name, provider, partial(produce, importer))
             self._by_name[name] = registered
         return registered
 
@@ -232,8 +206,6 @@ class ServeBackendRegistry:
         self, plugin: PluginEntryPoint | None, name: str, importer: Callable[[], object]
     ) -> RegisteredServeBackend:
         """Import (*importer*), call the factory and validate: one backend's whole load."""
-        from sglang_backends.loading import call_plugin_code
-
         dist = plugin.distribution if plugin else None
         origin = f" from {plugin.provider}" if plugin else ""
         kind = "serve backend" if plugin else "built-in serve backend"
@@ -244,21 +216,21 @@ class ServeBackendRegistry:
                 raise TypeError("the entry point must resolve to a callable factory")
             obj = call_plugin_code(factory) if callable(factory) else factory
         except Exception as exc:
-            raise BackendLoadError(
+            raise errors.BackendLoadError(
                 f"Failed to load {kind} {name!r}{origin}: {describe(exc)}",
                 name=name,
                 distribution=dist,
             ) from exc
         backend = coerce_backend(obj)
         if backend is None:
-            raise BackendTypeError(
+            raise errors.BackendTypeError(
                 f"{kind.capitalize()} {name!r} factory returned {type(obj).__name__}; expected "
                 f"sglang_backends.ServeBackend{by}.",
                 name=name,
                 distribution=dist,
             )
         if backend.api_version != SERVE_BACKEND_API_VERSION:
-            raise BackendAPIVersionError(
+            raise errors.BackendAPIVersionError(
                 f"Serve backend {name!r}{origin} uses API version {backend.api_version!r}; this "
                 f"sglang-backends release requires version {SERVE_BACKEND_API_VERSION}.",
                 name=name,
@@ -281,7 +253,7 @@ class ServeBackendRegistry:
             return key, plugin, partial(self._produce, plugin, name)
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
-        loaded = self._loads().bounded(names, candidate, timeout=self.load_timeout)
+        loaded = self._loads.bounded(names, candidate, timeout=self.load_timeout)
         return report(loaded, request, timeout=self.detect_timeout)
 
     def auto_detect(self, request: ServeRequest) -> RegisteredServeBackend:
