@@ -8,9 +8,9 @@ backends were given, so the result never depends on which thread finished
 first. :func:`report` turns loaded candidates and their detectors'
 outcomes into the :class:`DetectionReport` automatic detection acts on.
 
-Detectors may therefore run in a worker thread, concurrently with other
-detectors, and may be abandoned (left running) after the timeout; the
-contract (:mod:`sglang_backends.contract`) says so to plugin authors.
+So a detector runs in a worker thread, concurrently with the others, and
+may be abandoned (left running, its answer ignored) after the timeout; the
+contract (:mod:`sglang_backends.contract`) tells plugin authors so.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class DetectionOutcome:
 
     :param name: the backend.
     :param verdict: what it concluded.
-    :param seconds: time its detector (or loading, for a load error) took.
+    :param seconds: that backend's own time: its detector's, or its load's
+        when the load failed or overran (then the bound).
     :param detail: the cause, for ``error`` and ``timeout``.
     :param distribution: the providing distribution, ``None`` for built-ins.
     """
