@@ -10,7 +10,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import contract_import, detection, listing, serve_startup
+from benchmarks import contract_import, detection, listing, loading, serve_startup
 
 
 def cpu_model() -> str:
@@ -34,6 +34,7 @@ def main() -> None:
         ("Listing backends (a)", listing),
         ("Automatic detection (b)", detection),
         ("Importing the contract (c)", contract_import),
+        ("Automatic detection with a hanging plugin (e)", loading),
         ("serve start-up with and without configuration (d)", serve_startup),
     ):
         print(f"### {title}\n")

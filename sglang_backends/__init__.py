@@ -26,7 +26,11 @@ TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
 if TYPE_CHECKING:
     from typing import Any
 
-    from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DetectionReport
+    from sglang_backends.detection import (
+        DEFAULT_DETECT_TIMEOUT,
+        DEFAULT_LOAD_TIMEOUT,
+        DetectionReport,
+    )
     from sglang_backends.errors import (
         AmbiguousDetectionError,
         BackendAPIVersionError,
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
+    "DEFAULT_LOAD_TIMEOUT",
     "RESERVED_SERVE_BACKEND_NAMES",
     "SERVE_BACKENDS_GROUP",
     "SERVE_BACKEND_API_VERSION",
@@ -68,6 +73,7 @@ __all__ = [
 
 _LAZY = {
     "DEFAULT_DETECT_TIMEOUT": "sglang_backends.detection",
+    "DEFAULT_LOAD_TIMEOUT": "sglang_backends.detection",
     "DetectionReport": "sglang_backends.detection",
     "ServeBackendRegistry": "sglang_backends.registry",
     **dict.fromkeys(

@@ -4,4 +4,6 @@ import sys
 
 from sglang_backends.cli import main
 
+__all__: list[str] = []
+
 sys.exit(main())

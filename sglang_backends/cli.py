@@ -2,6 +2,8 @@
 
 ``serve`` is routed before anything else is imported, so serving a model
 never pays for the operator machinery (cliff, oslo.config).
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

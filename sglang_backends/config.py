@@ -2,7 +2,8 @@
 
 The ``[serve_backends]`` group chooses the backend (``model_type``), which
 plugins may load (``enabled_backends``, ``disabled_backends``) and how long a
-detector may run (``detect_timeout``). Values come, highest first, from the
+detector may run (``detect_timeout``) and how long a backend may take to
+load during automatic detection (``load_timeout``). Values come, highest first, from the
 command line, the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on,
 oslo.config's environment source), the configuration files, then the
 defaults.
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from oslo_config import cfg
+from oslo_config import cfg, sources
 from oslo_config.sources import _environment
 
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings
 
@@ -94,6 +95,16 @@ OPTS = [
         "generous because a detector may query a model hub (SGLang's diffusion "
         "detector asks the Hugging Face Hub); offline checks take milliseconds.",
     ),
+    cfg.FloatOpt(
+        "load_timeout",
+        default=DEFAULT_LOAD_TIMEOUT,
+        help="Seconds each backend's load (its import and factory call) may "
+        "take during automatic detection (model_type = auto) before it is "
+        "skipped with a warning; a number greater than 0. A load still running "
+        "after a few seconds is logged. The default is generous so a healthy "
+        "but heavy plugin (a cold import of a torch-based runtime takes tens of "
+        "seconds) is never given up on; it only ends a hung import.",
+    ),
 ]
 
 _OPT_NAMES = tuple(opt.dest for opt in OPTS)
@@ -118,7 +129,8 @@ class _MappingEnvironment(_environment.EnvironmentConfigurationSource):
     def get(self, group_name: str | None, option_name: str, opt: cfg.Opt) -> Any:
         name = self.get_name(group_name, option_name)
         if name not in self._environ:
-            return (_environment.sources._NoValue, None)
+            # The 'no value here' sentinel ConfigurationSource.get() documents.
+            return (sources._NoValue, None)
         location = cfg.LocationInfo(cfg.Locations.environment, name)
         return (self._environ[name], location)
 
@@ -287,9 +299,9 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     model_type = (values["model_type"] or "").strip()
     if not model_type:
         raise _invalid(conf, "model_type", "give 'auto' or a backend name")
-    timeout = values["detect_timeout"]
-    if not 0 < timeout < float("inf"):
-        raise _invalid(conf, "detect_timeout", "must be a number of seconds greater than 0")
+    for name in ("detect_timeout", "load_timeout"):
+        if not 0 < values[name] < float("inf"):
+            raise _invalid(conf, name, "must be a number of seconds greater than 0")
     for name in ("enabled_backends", "disabled_backends"):
         if any(not item for item in values[name]):
             raise _invalid(conf, name, "the list holds an empty backend name")
@@ -297,7 +309,8 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
         model_type=model_type,
         enabled=tuple(values["enabled_backends"]) or None,
         disabled=tuple(values["disabled_backends"]),
-        detect_timeout=float(timeout),
+        detect_timeout=float(values["detect_timeout"]),
+        load_timeout=float(values["load_timeout"]),
         source=_describe_sources(conf),
     )
 
@@ -336,7 +349,7 @@ def option_origins(source: str) -> dict[str, str]:
 
 def build_registry(
     settings: Settings,
-    builtins: Mapping[str, ServeBackend] | None = None,
+    builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
     *,
     origins: Mapping[str, str] | None = None,
 ) -> ServeBackendRegistry:
@@ -348,26 +361,25 @@ def build_registry(
 
     :param builtins: defaults to :func:`sglang_backends.builtins.default_builtins`.
     """
-    from sglang_backends.builtins import default_builtins
     from sglang_backends.registry import ServeBackendRegistry
 
-    return ServeBackendRegistry(
-        default_builtins() if builtins is None else builtins,
-        enabled=settings.enabled,
-        disabled=settings.disabled,
-        detect_timeout=settings.detect_timeout,
-        selection_origins=origins if origins is not None else option_origins(settings.source),
+    return ServeBackendRegistry.from_settings(
+        settings,
+        builtins,
+        origins=origins if origins is not None else option_origins(settings.source),
     )
 
 
 def registry_from_conf(
-    conf: cfg.ConfigOpts, builtins: Mapping[str, ServeBackend] | None = None
+    conf: cfg.ConfigOpts,
+    builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
 ) -> ServeBackendRegistry:
     """Build a registry from a service's ``ConfigOpts``.
 
     The options must have been registered with :func:`register_opts`.
 
-    Honours ``enabled_backends``, ``disabled_backends`` and ``detect_timeout``.
+    Honours ``enabled_backends``, ``disabled_backends``, ``detect_timeout``
+    and ``load_timeout``.
 
     :raises ConfigurationError: an option has an invalid value.
     """

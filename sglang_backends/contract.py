@@ -8,6 +8,15 @@ The shapes match SGLang's ``sglang.cli.serve_backends`` field for field, so a
 backend written for SGLang and one written for this package are
 interchangeable; :func:`coerce_backend` and :func:`coerce_detection` accept
 SGLang's own objects by structure and value without importing SGLang.
+
+Threads and time. With ``--model-type auto``, every candidate's detector
+runs in a worker thread, concurrently with the other detectors, and is
+abandoned (left running, its answer ignored) once ``detect_timeout``
+seconds have passed. A plugin's import and factory may likewise run in a
+worker thread, bounded by ``load_timeout``. A detector must therefore be
+thread-safe, must not rely on running in the main thread (no
+:func:`signal.signal`), and must not hold a lock or resource the server
+will need after it is abandoned. A factory runs once per registry.
 """
 
 from __future__ import annotations
@@ -78,7 +87,9 @@ class ServeBackend:
         the server's lifetime. The host cleans up child processes afterwards.
     :param detect: optional; a cheap, offline-safe check used by
         ``--model-type auto``. Without one the backend is only selectable by
-        name. It should return ``UNKNOWN`` rather than raise.
+        name. It should return ``UNKNOWN`` rather than raise. It may run in
+        a worker thread, concurrently with other detectors, and may be
+        abandoned after ``detect_timeout`` seconds: make it thread-safe.
     :param requires_model_path: ``False`` for runtimes configured without a
         model path.
     """

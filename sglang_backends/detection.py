@@ -5,7 +5,12 @@ caller waits at most ``timeout`` seconds for the lot: a detector that
 overruns counts as ``timeout`` (claims nothing) and, being a daemon thread,
 cannot keep the process alive. Outcomes are reported in the order the
 backends were given, so the result never depends on which thread finished
-first.
+first. :func:`report` turns loaded candidates and their detectors'
+outcomes into the :class:`DetectionReport` automatic detection acts on.
+
+So a detector runs in a worker thread, concurrently with the others, and
+may be abandoned (left running, its answer ignored) after the timeout; the
+contract (:mod:`sglang_backends.contract`) tells plugin authors so.
 """
 
 from __future__ import annotations
@@ -22,22 +27,40 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_detection,
 )
+from sglang_backends.errors import AmbiguousDetectionError
 
 __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
+    "DEFAULT_LOAD_TIMEOUT",
+    "FALLBACK_BACKEND",
     "DetectionOutcome",
     "DetectionReport",
     "Verdict",
+    "describe",
+    "report",
     "run_detectors",
+    "skipped",
 ]
 
-LOG = logging.getLogger("sglang_backends.registry")
+LOG = logging.getLogger(__name__)
+
+#: The backend chosen when no detector claims a request.
+FALLBACK_BACKEND = "llm"
 
 #: Seconds a detector may take before it counts as inconclusive. Generous,
 #: because a detector may look a model up on a hub (SGLang's own diffusion
 #: detector queries the Hugging Face Hub); an offline check takes
 #: milliseconds.
 DEFAULT_DETECT_TIMEOUT = 10.0
+
+#: Seconds each candidate's load (import, then factory) may take during
+#: automatic detection before it is skipped. Five minutes: loading is never
+#: given up on while healthy. A cold import of a torch-based runtime takes
+#: tens of seconds (SGLang's ``sglang.cli.utils`` takes ~6 s warm on a
+#: 2-core machine, several times that from a cold disk or network file
+#: system); 300 s is five to ten times the slowest healthy import seen, and
+#: still ends a hung one.
+DEFAULT_LOAD_TIMEOUT = 300.0
 
 
 class Verdict(str, enum.Enum):
@@ -57,7 +80,8 @@ class DetectionOutcome:
 
     :param name: the backend.
     :param verdict: what it concluded.
-    :param seconds: time its detector (or loading, for a load error) took.
+    :param seconds: that backend's own time: its detector's, or its load's
+        when the load failed or overran (then the bound).
     :param detail: the cause, for ``error`` and ``timeout``.
     :param distribution: the providing distribution, ``None`` for built-ins.
     """
@@ -89,6 +113,19 @@ class DetectionReport:
         """Whether several backends matched, so none was chosen."""
         return len(self.matches) > 1
 
+    def choice(self) -> str:
+        """The selected backend's name.
+
+        :raises AmbiguousDetectionError: several backends matched (a ``RuntimeError``).
+        """
+        if self.selected is None:
+            raise AmbiguousDetectionError(
+                f"Multiple serve backends matched this request: {', '.join(self.matches)}. "
+                "Select one explicitly with --model-type BACKEND.",
+                matches=self.matches,
+            )
+        return self.selected
+
 
 class _Slot:
     """Where one detector thread leaves its result."""
@@ -109,6 +146,52 @@ def describe(exc: BaseException) -> str:
 
 def _skip(name: str, cause: str) -> None:
     LOG.warning("Skipping automatic detection for serve backend %r: %s", name, cause)
+
+
+def skipped(
+    name: str,
+    distribution: str | None,
+    seconds: float,
+    cause: str,
+    verdict: Verdict = Verdict.ERROR,
+) -> DetectionOutcome:
+    """Log a WARNING for a candidate that could not take part and return its outcome.
+
+    :param cause: one line; it names the distribution when there is one.
+    """
+    _skip(name, cause)
+    return DetectionOutcome(name, verdict, seconds, cause, distribution)
+
+
+def report(
+    candidates: Sequence[RegisteredServeBackend | DetectionOutcome],
+    request: ServeRequest,
+    *,
+    timeout: float,
+) -> DetectionReport:
+    """Run the loaded candidates' detectors on *request* and decide.
+
+    :param candidates: in registry order, each a loaded backend or the
+        outcome that replaced it (a load that failed or overran).
+    :param timeout: seconds each detector may take.
+    :returns: one match selects it; several select nothing (ambiguous);
+        none selects :data:`FALLBACK_BACKEND`.
+    """
+    backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
+    detected = iter(run_detectors(backends, request, timeout=timeout))
+    outcomes = tuple(
+        next(detected) if isinstance(c, RegisteredServeBackend) else c for c in candidates
+    )
+    matches = tuple(o.name for o in outcomes if o.verdict is Verdict.MATCH)
+    if len(matches) == 1:
+        selected: str | None = matches[0]
+    elif matches:
+        selected = None
+    else:
+        selected = FALLBACK_BACKEND
+    return DetectionReport(
+        outcomes=outcomes, matches=matches, selected=selected, fallback=not matches
+    )
 
 
 def run_detectors(
@@ -163,10 +246,10 @@ def run_detectors(
     outcomes = []
     for index, registered in enumerate(backends):
         name, dist = registered.name, registered.distribution
-        slot = slots.get(index)
-        if slot is None:
+        if index not in slots:
             outcomes.append(DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist))
             continue
+        slot = slots[index]
         if not finished[index]:
             cause = f"detector did not return within {timeout:g} s"
             _skip(name, cause)

@@ -5,29 +5,26 @@ Names, targets and providing distributions come from
 entry-point cache is never consulted: it can serve a stale list for minutes
 after a reinstall, drops the distribution of each entry point, folds two
 providers with the same target into one and fails on a damaged cache file.
-Nothing here imports plugin code.
+Nothing here imports plugin code. Which of the discovered plugins may be
+used is decided in :mod:`sglang_backends.selection`.
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations
 
-import enum
 import importlib.metadata
 import logging
 import re
-from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from sglang_backends.contract import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
+from sglang_backends.contract import SERVE_BACKENDS_GROUP
 
 __all__ = [
     "PluginEntryPoint",
-    "PluginRecord",
-    "PluginStatus",
     "discover",
-    "inventory",
     "normalize_distribution",
     "split_qualified_name",
-    "warn_unknown_selection",
 ]
 
 
@@ -57,16 +54,43 @@ class PluginEntryPoint:
         return self.distribution or self.target
 
 
-def _from_entry_point(entry_point: importlib.metadata.EntryPoint) -> PluginEntryPoint:
-    dist = getattr(entry_point, "dist", None)
-    name = getattr(dist, "name", None) if dist is not None else None
-    version = getattr(dist, "version", None) if dist is not None else None
-    return PluginEntryPoint(
-        name=entry_point.name,
-        target=entry_point.value,
-        distribution=name,
-        version=version,
-        entry_point=entry_point,
+def _readable(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
+    """*dist*'s name and version; raises when its ``METADATA`` is missing or unreadable."""
+    # Only the two header fields are needed: read them from the header block
+    # rather than parse the whole file (a long description included) with
+    # the email parser, as ``dist.metadata`` would, for every plugin listed.
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    if text is None:
+        raise ValueError("it has no METADATA")
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line:
+            break
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version"):
+            fields.setdefault(key, value.strip())
+    if not fields.get("Name"):
+        raise ValueError("its METADATA names no distribution")
+    return fields["Name"], fields.get("Version")
+
+
+def _location(dist: object) -> str:
+    """Where *dist*'s metadata lives, for warnings.
+
+    :mod:`importlib.metadata` has no public attribute for a distribution's
+    metadata directory; :class:`~importlib.metadata.PathDistribution` keeps
+    it in ``_path``. Used only to word a warning, with a fallback.
+    """
+    path = getattr(dist, "_path", None)
+    return str(path) if path is not None else repr(dist)
+
+
+def _warn_unreadable(dist: object, exc: BaseException) -> None:
+    LOG.warning(
+        "Ignoring the distribution at %s: its metadata is unreadable (%s: %s)",
+        _location(dist),
+        type(exc).__name__,
+        " ".join(str(exc).split()),
     )
 
 
@@ -75,46 +99,76 @@ def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPo
 
     Several distributions registering one name all appear, sorted by
     provider, whether or not their targets differ. Reads what is installed
-    now; nothing is imported.
+    now; nothing is imported. A distribution whose metadata cannot be read
+    (not UTF-8, no ``METADATA``, a malformed ``entry_points.txt``) is
+    skipped with one WARNING naming its path; the others are still found.
     """
     found: dict[str, list[PluginEntryPoint]] = {}
-    for entry_point in _entry_points(group):
-        found.setdefault(entry_point.name, []).append(_from_entry_point(entry_point))
+    for plugin in _plugins(group):
+        found.setdefault(plugin.name, []).append(plugin)
     return {
         name: tuple(sorted(entries, key=lambda e: e.provider)) for name, entries in found.items()
     }
 
 
-def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
-    """The entry points of *group*, read past distributions whose metadata is unreadable.
+def _plugins(group: str) -> list[PluginEntryPoint]:
+    """The entry points of *group* with their distributions, past unreadable metadata.
 
-    :func:`importlib.metadata.entry_points` fails as a whole when any one
-    installed distribution has a malformed ``entry_points.txt``; only then
-    are distributions read one by one, the broken ones skipped with a
-    warning naming them.
+    :func:`importlib.metadata.entry_points` is the fast path; it fails as a
+    whole when any installed distribution has a malformed
+    ``entry_points.txt``, and only then are distributions read one by one.
     """
     try:
-        return list(importlib.metadata.entry_points(group=group))
+        entry_points = list(importlib.metadata.entry_points(group=group))
     except Exception:  # noqa: BLE001 - fall back to reading each distribution
-        pass
-    found: list[importlib.metadata.EntryPoint] = []
+        return _plugins_one_by_one(group)
+    plugins: list[PluginEntryPoint] = []
+    identity: dict[int, tuple[str, str | None] | None] = {}  # id(dist) -> (name, version)
+    for entry_point in entry_points:
+        dist = entry_point.dist
+        if dist is None:
+            plugins.append(_plugin(entry_point, None, None))
+            continue
+        if id(dist) not in identity:
+            try:
+                identity[id(dist)] = _readable(dist)
+            except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
+                identity[id(dist)] = None
+                _warn_unreadable(dist, exc)
+        known = identity[id(dist)]
+        if known is not None:
+            plugins.append(_plugin(entry_point, *known))
+    return plugins
+
+
+def _plugins_one_by_one(group: str) -> list[PluginEntryPoint]:
+    plugins: list[PluginEntryPoint] = []
     seen: set[str] = set()
     for dist in importlib.metadata.distributions():
-        name = None
         try:
-            name = dist.metadata["Name"]
-            key = normalize_distribution(name or "")
+            name, version = _readable(dist)
+            key = normalize_distribution(name)
             if key in seen:  # shadowed by an earlier sys.path entry, as entry_points() does
                 continue
             seen.add(key)
-            found.extend(dist.entry_points.select(group=group))
-        except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
-            LOG.warning(
-                "Ignoring the entry points of distribution %s: its metadata is unreadable (%s)",
-                name or "(unnamed)",
-                " ".join(str(exc).split()) or type(exc).__name__,
+            plugins.extend(
+                _plugin(ep, name, version) for ep in dist.entry_points.select(group=group)
             )
-    return found
+        except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
+            _warn_unreadable(dist, exc)
+    return plugins
+
+
+def _plugin(
+    entry_point: importlib.metadata.EntryPoint, distribution: str | None, version: str | None
+) -> PluginEntryPoint:
+    return PluginEntryPoint(
+        name=entry_point.name,
+        target=entry_point.value,
+        distribution=distribution,
+        version=version,
+        entry_point=entry_point,
+    )
 
 
 def normalize_distribution(name: str) -> str:
@@ -130,93 +184,15 @@ def split_qualified_name(name: str) -> tuple[str | None, str]:
     return dist, backend
 
 
-class PluginStatus(str, enum.Enum):
-    """Why a plugin may or may not be used."""
-
-    ENABLED = "enabled"
-    DISABLED = "disabled"
-    DUPLICATE = "duplicate"
-    CONFLICT = "conflicts with a built-in"
+_MOVED_TO_SELECTION = frozenset(
+    {"PluginRecord", "PluginStatus", "inventory", "is_allowed", "warn_unknown_selection"}
+)
 
 
-@dataclass(frozen=True)
-class PluginRecord:
-    """An installed plugin entry point and its status under a selection."""
+def __getattr__(name: str) -> object:
+    """The selection rules moved to :mod:`sglang_backends.selection`; old imports still work."""
+    if name in _MOVED_TO_SELECTION:
+        from sglang_backends import selection
 
-    plugin: PluginEntryPoint
-    status: PluginStatus
-
-
-def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
-    """Whether the enabled/disabled lists let plugin *name* be used."""
-    if name in disabled:
-        return False
-    return enabled is None or name in enabled
-
-
-def inventory(
-    discovered: Mapping[str, Iterable[PluginEntryPoint]],
-    builtin_names: Collection[str],
-    *,
-    enabled: Collection[str] | None = None,
-    disabled: Collection[str] = (),
-) -> list[PluginRecord]:
-    """Classify every discovered entry point, sorted by name then provider.
-
-    A plugin outside the enabled/disabled selection is ``DISABLED`` whatever
-    else is wrong with it, since it will never be loaded; otherwise a
-    reserved or built-in name is a ``CONFLICT`` and a name with several
-    providers a ``DUPLICATE``.
-    """
-    reserved = set(builtin_names) | RESERVED_SERVE_BACKEND_NAMES
-    records = []
-    for name in sorted(discovered):
-        entries = tuple(discovered[name])
-        for plugin in entries:
-            if not is_allowed(name, enabled, disabled):
-                status = PluginStatus.DISABLED
-            elif name in reserved:
-                status = PluginStatus.CONFLICT
-            elif len(entries) > 1:
-                status = PluginStatus.DUPLICATE
-            else:
-                status = PluginStatus.ENABLED
-            records.append(PluginRecord(plugin=plugin, status=status))
-    return records
-
-
-def warn_unknown_selection(
-    installed: Collection[str],
-    builtin_names: Collection[str],
-    *,
-    enabled: Collection[str] | None,
-    disabled: Collection[str],
-    origins: Mapping[str, str] | None = None,
-) -> list[str]:
-    """Warn about names in the enabled/disabled lists that nothing installed provides.
-
-    A typo in a list must not pass silently. Each warning goes to the
-    ``sglang_backends.registry`` logger and, when *origins* maps ``"enabled"``
-    or ``"disabled"`` to where that list was set (an option in a file, a
-    command-line flag), says so.
-
-    :returns: the unknown names, in warning order.
-    """
-    unknown = []
-    for label, names in (("enabled", enabled or ()), ("disabled", disabled)):
-        for name in sorted(names):
-            if name in installed or name in builtin_names:
-                continue
-            unknown.append(name)
-            origin = (origins or {}).get(label)
-            _SELECTION_LOG.warning(
-                "Serve backend %r in the %s list is not installed; installed plugins: %s%s",
-                name,
-                label,
-                ", ".join(sorted(installed)) or "none",
-                f" (check {origin})" if origin else "",
-            )
-    return unknown
-
-
-_SELECTION_LOG = logging.getLogger("sglang_backends.registry")
+        return getattr(selection, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

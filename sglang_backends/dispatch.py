@@ -6,6 +6,8 @@ The rules are SGLang's ``sglang serve``: the host removes its own options
 becomes ``--model-path MODEL``, and everything else belongs to the backend,
 in order and untouched. Pure functions on lists of strings; nothing is
 imported or looked up here.
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Each one derives from :class:`ServeBackendError` *and* from the built-in type
 SGLang raises in the same situation (``ValueError``, ``RuntimeError`` or
 ``TypeError``), so code written against SGLang keeps catching them.
 Every error carries the backend ``name`` and, where known, the
-``distribution`` that provides it.
+``distribution`` that provides it, and pickles with those attributes (every
+argument after the message has a default), so errors can cross process
+boundaries.
 """
 
 from __future__ import annotations
@@ -58,21 +60,32 @@ class DuplicateBackendError(ServeBackendError, RuntimeError):
     :attr:`providers` lists them, sorted.
     """
 
-    def __init__(self, message: str, *, name: str, providers: tuple[str, ...]) -> None:
+    def __init__(
+        self, message: str, *, name: str | None = None, providers: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message, name=name)
-        self.providers = providers
+        self.providers = tuple(providers)
 
 
 class UnknownBackendError(ServeBackendError, ValueError):
     """No backend of that name is available."""
 
 
-class DisabledBackendError(UnknownBackendError):
-    """The backend is installed but excluded by the enabled/disabled lists."""
+class DisabledBackendError(ServeBackendError, ValueError):
+    """The backend is installed but excluded by the enabled/disabled lists.
+
+    A sibling of :class:`UnknownBackendError`, not a kind of it: the name is
+    right, the configuration says no. Both are ``ValueError``.
+    """
 
 
 class BackendLoadError(ServeBackendError, RuntimeError):
-    """A plugin failed to import, was not callable, or its factory raised."""
+    """A plugin failed to import, was not callable, or its factory raised.
+
+    Any exception a plugin raises while importing or in its factory,
+    ``BaseException`` subclasses such as ``SystemExit`` or
+    ``asyncio.CancelledError`` included, becomes this error.
+    """
 
 
 class BackendTypeError(ServeBackendError, TypeError):
@@ -89,9 +102,9 @@ class AmbiguousDetectionError(ServeBackendError, RuntimeError):
     :attr:`matches` names them, in registry order.
     """
 
-    def __init__(self, message: str, *, matches: tuple[str, ...]) -> None:
+    def __init__(self, message: str, *, matches: tuple[str, ...] = ()) -> None:
         super().__init__(message)
-        self.matches = matches
+        self.matches = tuple(matches)
 
 
 class ConfigurationError(ServeBackendError, ValueError):

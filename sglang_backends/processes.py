@@ -6,6 +6,8 @@ becomes a child subreaper on Linux, so a grandchild orphaned by its parent
 is re-parented to ``serve`` and still found, and :class:`StopSignals` turns
 SIGTERM/SIGINT into an exception in the main thread so the backend unwinds,
 with a watchdog for a backend that does not.
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ __all__ = [
     "STOP_TIMEOUT_ENV",
     "StopSignals",
     "become_subreaper",
+    "kill_processes",
+    "kill_tree",
     "stop_timeout",
     "terminate_descendants",
 ]
@@ -60,7 +64,7 @@ def become_subreaper() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 

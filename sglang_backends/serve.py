@@ -42,7 +42,6 @@ from sglang_backends.dispatch import (
 )
 from sglang_backends.errors import (
     ConfigurationError,
-    DisabledBackendError,
     ServeBackendError,
     UnknownBackendError,
 )
@@ -95,12 +94,7 @@ def _configure(host: HostOptions) -> tuple[Settings, ServeBackendRegistry]:
     """
     if not (host.config_files or host.config_dirs or configuration_in_environment()):
         settings = Settings()
-        return settings, ServeBackendRegistry(
-            default_builtins(),
-            enabled=settings.enabled,
-            disabled=settings.disabled,
-            detect_timeout=settings.detect_timeout,
-        )
+        return settings, ServeBackendRegistry.from_settings(settings, default_builtins())
     from sglang_backends.config import build_registry, load_settings
 
     try:
@@ -230,8 +224,6 @@ def _dispatch(host: HostOptions) -> int:
 
 
 def _status_for(exc: ServeBackendError) -> int:
-    if isinstance(exc, DisabledBackendError):
-        return EXIT_FAILURE
     if isinstance(exc, (UnknownBackendError, ConfigurationError)):
         return EXIT_USAGE
     return EXIT_FAILURE

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 
 __all__ = ["ENVIRONMENT_PREFIX", "Settings", "configuration_in_environment"]
 
@@ -28,6 +28,8 @@ class Settings:
     :param enabled: plugin names allowed to load; ``None`` allows all.
     :param disabled: plugin names never loaded.
     :param detect_timeout: seconds each detector may take.
+    :param load_timeout: seconds each candidate's import and factory may
+        take during automatic detection.
     :param source: where the values came from, for messages.
     """
 
@@ -35,6 +37,7 @@ class Settings:
     enabled: tuple[str, ...] | None = None
     disabled: tuple[str, ...] = ()
     detect_timeout: float = DEFAULT_DETECT_TIMEOUT
+    load_timeout: float = DEFAULT_LOAD_TIMEOUT
     source: str = "defaults"
 
 

@@ -3,6 +3,8 @@
 Shown for ``--model-type auto``: it names every available backend and its
 provider without importing a single plugin, and says how to reach a
 backend's own help, since each backend parses its own arguments.
+
+Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from sglang_backends.discovery import PluginStatus
+from sglang_backends.detection import FALLBACK_BACKEND
 from sglang_backends.dispatch import AUTO
-from sglang_backends.registry import FALLBACK_BACKEND, ServeBackendRegistry
+from sglang_backends.registry import ServeBackendRegistry
+from sglang_backends.selection import PluginStatus
 
 __all__ = ["PROG", "general_help", "usage_line"]
 

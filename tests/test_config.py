@@ -16,7 +16,7 @@ from sglang_backends import config
 from sglang_backends.builtins import default_builtins
 from sglang_backends.contract import ServeRequest
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
-from sglang_backends.errors import ConfigurationError, UnknownBackendError
+from sglang_backends.errors import ConfigurationError, DisabledBackendError
 
 PLUGIN = """
 from sglang_backends import ServeBackend, ServeBackendDetection
@@ -189,7 +189,7 @@ def test_loading_is_reentrant_and_leaves_the_global_conf_alone(tmp_path):
     assert "serve_backends" not in cfg.CONF
 
 
-def test_list_opts_describes_all_four_options():
+def test_list_opts_describes_every_option():
     [(group, opts)] = config.list_opts()
     assert group.name == "serve_backends"
     assert [opt.name for opt in opts] == [
@@ -197,6 +197,7 @@ def test_list_opts_describes_all_four_options():
         "enabled_backends",
         "disabled_backends",
         "detect_timeout",
+        "load_timeout",
     ]
     assert all(opt.help for opt in opts)
 
@@ -255,12 +256,13 @@ def test_select_backend_auto_runs_detection(omni, tmp_path):
 
 def test_registry_from_conf_honours_lists_and_timeout(omni, tmp_path, preinstalled):
     conf = service_conf(
-        tmp_path, "[serve_backends]\ndisabled_backends = omni\ndetect_timeout = 0.5\n"
+        tmp_path,
+        "[serve_backends]\ndisabled_backends = omni\ndetect_timeout = 0.5\nload_timeout = 7\n",
     )
     registry = config.registry_from_conf(conf, default_builtins())
     assert registry.available_names == ("llm", "diffusion", *preinstalled)
-    assert registry.detect_timeout == 0.5
-    with pytest.raises(UnknownBackendError, match="disabled"):
+    assert (registry.detect_timeout, registry.load_timeout) == (0.5, 7.0)
+    with pytest.raises(DisabledBackendError, match="disabled"):
         config.select_backend(
             service_conf(
                 tmp_path, "[serve_backends]\nmodel_type = omni\ndisabled_backends = omni\n"

@@ -98,8 +98,37 @@ def test_errors_are_both_ours_and_upstreams_builtin_type(cls, builtin):
     assert issubclass(cls, builtin)
 
 
-def test_disabled_is_a_kind_of_unknown():
-    assert issubclass(errors.DisabledBackendError, errors.UnknownBackendError)
+def test_disabled_is_a_sibling_of_unknown():
+    assert not issubclass(errors.DisabledBackendError, errors.UnknownBackendError)
+    assert issubclass(errors.DisabledBackendError, (errors.ServeBackendError, ValueError))
+
+
+ERRORS = [
+    errors.ServeBackendError("root", name="x", distribution="d"),
+    errors.ReservedNameError("reserved", name="auto"),
+    errors.BackendConflictError("conflict", name="llm", distribution="bad-dist"),
+    errors.DuplicateBackendError("dup", name="omni", providers=("a", "b")),
+    errors.UnknownBackendError("unknown", name="ghost"),
+    errors.DisabledBackendError("disabled", name="off", distribution="off-dist"),
+    errors.BackendLoadError("load", name="omni", distribution="omni-runtime"),
+    errors.BackendTypeError("type", name="odd", distribution="odd-dist"),
+    errors.BackendAPIVersionError("version", name="future", distribution="future-dist"),
+    errors.AmbiguousDetectionError("ambiguous", matches=("a", "b")),
+    errors.ConfigurationError("bad option"),
+]
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
+def test_every_error_pickles_with_its_attributes(error):
+    import pickle
+
+    assert {type(e) for e in ERRORS} == {getattr(errors, name) for name in errors.__all__}, (
+        "every error is in ERRORS"
+    )
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert str(copy) == str(error)
+    assert vars(copy) == vars(error)
 
 
 def test_error_attributes():

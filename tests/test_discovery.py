@@ -194,5 +194,53 @@ def test_a_distribution_with_malformed_entry_points_is_skipped_with_a_warning(
     assert registry.available_names == ("llm", "diffusion", *sorted({"omni", *preinstalled}))
     assert registry.get("omni").distribution == "omni-runtime"
     messages = [r.getMessage() for r in registry_warnings.records]
-    assert len([m for m in messages if "broken-meta" in m]) == 1
-    assert "Ignoring the entry points of distribution broken-meta" in messages[0]
+    assert len([m for m in messages if str(info) in m]) == 1
+    assert f"Ignoring the distribution at {info}: its metadata is unreadable" in messages[0]
+
+
+def _break_metadata(info, how: str) -> None:
+    if how == "not-utf8":
+        (info / "METADATA").write_bytes(b"Metadata-Version: 2.1\nName: caf\xe9\nVersion: 1.0\n")
+    elif how == "no-metadata":
+        (info / "METADATA").unlink()
+    else:
+        (info / "entry_points.txt").write_bytes(b"[sglang.serve_backends]\n\xff\xfe = x:y\n")
+
+
+@pytest.mark.parametrize("how", ["not-utf8", "no-metadata", "entry-points-not-utf8"])
+def test_unreadable_metadata_is_skipped_with_one_warning_naming_its_path(
+    site, install_backend, registry_warnings, preinstalled, how
+):
+    install_backend("omni-runtime", "omni")
+    broken = site.install("cafe-runtime", entry_points={"cafe": "cafe:factory"})
+    _break_metadata(broken, how)
+    install_backend("zed-runtime", "zed")
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.available_names == (
+        "llm",
+        "diffusion",
+        *sorted({"omni", "zed", *preinstalled}),
+    )
+    assert registry.get("zed").distribution == "zed-runtime"
+    messages = [r.getMessage() for r in registry_warnings.records]
+    about = [m for m in messages if str(broken) in m]
+    assert len(about) == 1, messages
+    assert about[0].startswith(f"Ignoring the distribution at {broken}: its metadata is unreadable")
+
+
+def test_list_and_serve_work_past_a_distribution_whose_metadata_is_not_utf8(site, install_backend):
+    from clitools import run_cli
+
+    install_backend("omni-runtime", "omni")
+    broken = site.install("cafe-runtime", entry_points={"cafe": "cafe:factory"})
+    _break_metadata(broken, "not-utf8")
+    listed = run_cli(site, "list", "-f", "value", "-c", "Name")
+    assert listed.returncode == 0, listed.stderr
+    assert "omni" in listed.stdout.split()
+    assert str(broken) in listed.stderr and "Traceback" not in listed.stderr
+    served = run_cli(site, "serve", "--model-type", "other", "--help")
+    assert served.returncode == 2
+    lines = served.stderr.splitlines()
+    assert lines[-1].startswith("sglang-backends serve: error: Unknown serve backend 'other'")
+    assert [line for line in lines if str(broken) in line]
+    assert "Traceback" not in served.stderr

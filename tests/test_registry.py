@@ -327,7 +327,8 @@ BROKEN = {
     "factory-exits": (
         "def factory():\n    raise SystemExit('bye')",
         None,
-        "Failed to load serve backend 'broken' from broken-runtime: bye",
+        "Failed to load serve backend 'broken' from broken-runtime: "
+        "plugin called sys.exit('bye') while loading",
         SystemExit,
     ),
 }

@@ -154,3 +154,9 @@ def test_factory_returning_wrong_type_is_reported():
 
     with pytest.raises(ContractViolation, match="returned dict; expected ServeBackend"):
         assert_backend_contract(factory)
+
+
+def test_fixture_registry_takes_the_settings_options(serve_backends):
+    registry = serve_backends.registry(disabled=["good"], load_timeout=7, detect_timeout=2)
+    assert (registry.load_timeout, registry.detect_timeout) == (7.0, 2.0)
+    assert "good" not in registry.available_names

@@ -14,6 +14,7 @@ from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings
 
 __all__ = [
+    "CONFIG_HELP",
     "Selection",
     "SelectionOptions",
     "Survey",
@@ -68,7 +69,8 @@ class SelectionOptions(Command):
     and exit status 2 (a traceback too with ``--debug``).
     """
 
-    _epilog = CONFIG_HELP
+    # cliff's Command declares _epilog by its default, None; a string is what it shows.
+    _epilog = CONFIG_HELP  # type: ignore[assignment]
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -126,7 +128,8 @@ class SelectionOptions(Command):
         Names in the lists that nothing installed provides are warned about.
         """
         from sglang_backends.builtins import default_builtins
-        from sglang_backends.discovery import discover, inventory
+        from sglang_backends.discovery import discover
+        from sglang_backends.selection import inventory
 
         selection = self.selection(parsed_args)
         builtins = default_builtins()
@@ -165,7 +168,7 @@ def warn_not_installed(
     selection: Selection, installed: Collection[str], builtins: Collection[str]
 ) -> None:
     """Warn about list names that match nothing installed, naming the option that set them."""
-    from sglang_backends.discovery import warn_unknown_selection
+    from sglang_backends.selection import warn_unknown_selection
 
     warn_unknown_selection(
         installed,

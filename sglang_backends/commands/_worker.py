@@ -16,11 +16,11 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["run_job"]
+__all__ = ["main", "run_job"]
 
 
 def _registry(job: dict[str, Any]) -> Any:
-    from sglang_backends.config import build_registry
+    from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.settings import Settings
 
     defaults = Settings()
@@ -28,8 +28,9 @@ def _registry(job: dict[str, Any]) -> Any:
         enabled=None if job.get("enabled") is None else tuple(job["enabled"]),
         disabled=tuple(job.get("disabled", ())),
         detect_timeout=float(job.get("detect_timeout", defaults.detect_timeout)),
+        load_timeout=float(job.get("load_timeout", defaults.load_timeout)),
     )
-    return build_registry(settings, origins=job.get("origins") or {})
+    return ServeBackendRegistry.from_settings(settings, origins=job.get("origins") or {})
 
 
 def _error(exc: BaseException) -> dict[str, Any]:

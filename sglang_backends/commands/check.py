@@ -10,7 +10,7 @@ from cliff.lister import Lister
 
 from sglang_backends.commands._base import SelectionOptions
 
-__all__ = ["CheckBackends"]
+__all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.
@@ -88,7 +88,7 @@ class CheckBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends.commands._isolation import last_line, run_many
-        from sglang_backends.discovery import PluginStatus
+        from sglang_backends.selection import PluginStatus
 
         survey = self.survey(parsed_args)
         settings = survey.selection.settings

@@ -11,7 +11,7 @@ from cliff.lister import Lister
 from sglang_backends.commands._base import SelectionOptions
 from sglang_backends.commands.check import _positive
 
-__all__ = ["DetectBackend"]
+__all__ = ["COLUMNS", "DetectBackend"]
 
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
 
@@ -46,7 +46,7 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
 def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
     """Load the enabled plugins one per process to name those that hang or crash."""
     from sglang_backends.commands._isolation import default_jobs, run_many
-    from sglang_backends.discovery import PluginStatus
+    from sglang_backends.selection import PluginStatus
 
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
     jobs = [{**job, "action": "load", "name": name} for name in names]
@@ -161,6 +161,7 @@ class DetectBackend(SelectionOptions, Lister):
             "enabled": None if settings.enabled is None else list(settings.enabled),
             "disabled": list(settings.disabled),
             "detect_timeout": settings.detect_timeout,
+            "load_timeout": settings.load_timeout,
         }
         worker = run_isolated(job, timeout=parsed_args.timeout)
         if worker.failure is not None:

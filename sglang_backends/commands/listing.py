@@ -10,7 +10,7 @@ from cliff.lister import Lister
 
 from sglang_backends.commands._base import SelectionOptions, builtin_target
 
-__all__ = ["ListBackends"]
+__all__ = ["COLUMNS", "ListBackends"]
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Target", "Status")
 

@@ -11,7 +11,7 @@ from cliff.show import ShowOne
 
 from sglang_backends.commands._base import SelectionOptions, builtin_target, summary_line
 
-__all__ = ["ShowBackend"]
+__all__ = ["FIELDS", "ShowBackend"]
 
 FIELDS = (
     "Name",

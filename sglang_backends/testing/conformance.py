@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
@@ -184,12 +185,12 @@ def _check_detector(
                 f"Serve backend {name!r}: detect() did not return within {timeout:g} s for "
                 f"a request with {label}; detectors must be cheap and return UNKNOWN when unsure"
             )
-        if "error" in box:
-            error = box["error"]
+        error = box.get("error")
+        if isinstance(error, BaseException):
             raise ContractViolation(
                 f"Serve backend {name!r}: detect() raised {type(error).__name__} for a request "
                 f"with {label}: {error}; detectors must return UNKNOWN instead of raising"
-            ) from error  # type: ignore[misc]
+            ) from error
         detection = coerce_detection(box.get("value"))
         if detection is None:
             raise ContractViolation(
@@ -222,10 +223,10 @@ def assert_backend_contract(
     if isinstance(factory_or_name, str):
         name = factory_or_name
         if registry is None:
-            from sglang_backends.builtins import default_builtins
             from sglang_backends.registry import ServeBackendRegistry
+            from sglang_backends.settings import Settings
 
-            registry = ServeBackendRegistry(default_builtins())
+            registry = ServeBackendRegistry.from_settings(Settings())
         try:
             backend = registry.get(name).backend  # type: ignore[attr-defined]
         except Exception as exc:
@@ -276,7 +277,7 @@ def _installed_factory(registry: object, name: str) -> Callable[..., object] | N
     for record in getattr(registry, "plugins", ()):
         if record.plugin.name == name:
             try:
-                return record.plugin.entry_point.load()
+                return cast("Callable[..., object]", record.plugin.entry_point.load())
             except Exception:  # noqa: BLE001 - already loaded by the registry
                 return None
     return None

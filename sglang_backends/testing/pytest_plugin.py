@@ -26,12 +26,17 @@ class ServeBackendsFixture(PluginSite):
         """A new :class:`~sglang_backends.ServeBackendRegistry` seeing what is installed now.
 
         *builtins* defaults to the package's own (``llm``, ``diffusion``);
-        *options* are passed on (``enabled``, ``disabled``, ``detect_timeout``).
+        *options* are :class:`~sglang_backends.settings.Settings` fields
+        (``enabled``, ``disabled``, ``detect_timeout``, ``load_timeout``).
         """
-        from sglang_backends.builtins import default_builtins
         from sglang_backends.registry import ServeBackendRegistry
+        from sglang_backends.settings import Settings
 
-        return ServeBackendRegistry(default_builtins() if builtins is None else builtins, **options)
+        if "enabled" in options and options["enabled"] is not None:
+            options["enabled"] = tuple(options["enabled"])
+        if "disabled" in options:
+            options["disabled"] = tuple(options["disabled"])
+        return ServeBackendRegistry.from_settings(Settings(**options), builtins)
 
 
 @pytest.fixture

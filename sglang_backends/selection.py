@@ -1,0 +1,242 @@
+"""Selection: which installed plugins may be used, and why not.
+
+The enabled/disabled rules in one place, applied to what discovery found:
+a plugin outside the selection is never imported; a usable plugin may not
+take a reserved or built-in name; a name several distributions register is
+a duplicate. Names in the lists that nothing installed provides are warned
+about, naming where the list was set.
+
+Pure: no file or network access, no plugin imports, no logging
+configuration (warnings go to this module's logger).
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sglang_backends.contract import RESERVED_SERVE_BACKEND_NAMES
+from sglang_backends.discovery import normalize_distribution, split_qualified_name
+from sglang_backends.errors import (
+    BackendConflictError,
+    DisabledBackendError,
+    DuplicateBackendError,
+    ReservedNameError,
+    UnknownBackendError,
+)
+
+if TYPE_CHECKING:
+    from sglang_backends.discovery import PluginEntryPoint
+
+__all__ = [
+    "PluginRecord",
+    "PluginStatus",
+    "check_lists",
+    "choose",
+    "inventory",
+    "is_allowed",
+    "list_origins",
+    "refuse_conflicts",
+    "warn_unknown_selection",
+]
+
+LOG = logging.getLogger(__name__)
+
+
+class PluginStatus(str, enum.Enum):
+    """Why a plugin may or may not be used."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    DUPLICATE = "duplicate"
+    CONFLICT = "conflicts with a built-in"
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """An installed plugin entry point and its status under a selection."""
+
+    plugin: PluginEntryPoint
+    status: PluginStatus
+
+
+def check_lists(builtin_names: Collection[str], enabled: object, disabled: object) -> None:
+    """Refuse a reserved built-in name and a list given as a string.
+
+    :raises ReservedNameError: a built-in is named ``auto``.
+    :raises TypeError: *enabled* or *disabled* is a string, not a collection.
+    """
+    reserved = sorted(set(builtin_names) & RESERVED_SERVE_BACKEND_NAMES)
+    if reserved:
+        raise ReservedNameError(
+            f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
+        )
+    for label, names in (("enabled", enabled), ("disabled", disabled)):
+        if isinstance(names, str):
+            raise TypeError(f"{label} must be a collection of backend names, not a string")
+
+
+def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
+    """Whether the enabled/disabled lists let plugin *name* be used.
+
+    :param enabled: names allowed; ``None`` allows every name.
+    :param disabled: names refused, even when also enabled.
+    """
+    if name in disabled:
+        return False
+    return enabled is None or name in enabled
+
+
+def inventory(
+    discovered: Mapping[str, Iterable[PluginEntryPoint]],
+    builtin_names: Collection[str],
+    *,
+    enabled: Collection[str] | None = None,
+    disabled: Collection[str] = (),
+) -> list[PluginRecord]:
+    """Classify every discovered entry point, sorted by name then provider.
+
+    A plugin outside the enabled/disabled selection is ``DISABLED`` whatever
+    else is wrong with it, since it will never be loaded; otherwise a
+    reserved or built-in name is a ``CONFLICT`` and a name with several
+    providers a ``DUPLICATE``.
+    """
+    reserved = set(builtin_names) | RESERVED_SERVE_BACKEND_NAMES
+    records = []
+    for name in sorted(discovered):
+        entries = tuple(discovered[name])
+        for plugin in entries:
+            if not is_allowed(name, enabled, disabled):
+                status = PluginStatus.DISABLED
+            elif name in reserved:
+                status = PluginStatus.CONFLICT
+            elif len(entries) > 1:
+                status = PluginStatus.DUPLICATE
+            else:
+                status = PluginStatus.ENABLED
+            records.append(PluginRecord(plugin=plugin, status=status))
+    return records
+
+
+def refuse_conflicts(records: Iterable[PluginRecord]) -> None:
+    """Refuse usable plugins that claim a reserved or built-in name.
+
+    :raises BackendConflictError: naming every such plugin and its provider.
+    """
+    conflicts = [r.plugin for r in records if r.status is PluginStatus.CONFLICT]
+    if conflicts:
+        names = ", ".join(f"{p.name} (from {p.provider})" for p in conflicts)
+        raise BackendConflictError(
+            f"Out-of-tree serve backends cannot replace reserved or built-in backends: {names}",
+            name=conflicts[0].name,
+            distribution=conflicts[0].distribution,
+        )
+
+
+def choose(
+    name: str,
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    builtin_names: Collection[str],
+    available: Iterable[str],
+    *,
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+) -> PluginEntryPoint:
+    """The one installed plugin *name* designates (``NAME`` or ``DIST:NAME``).
+
+    An entry point named exactly *name* wins over reading *name* as
+    ``DIST:NAME``, as upstream does.
+
+    :param builtin_names: names that are never plugins' (with ``auto``).
+    :param available: every usable name, built-ins first, for the error.
+    :raises UnknownBackendError: nothing usable has that name (built-in and
+        reserved names are never plugins).
+    :raises DisabledBackendError: the lists exclude it.
+    :raises DuplicateBackendError: several distributions provide it.
+    """
+    dist, plain = (None, name) if name in discovered else split_qualified_name(name)
+    candidates = discovered.get(plain, ())
+    if dist is not None:
+        wanted = normalize_distribution(dist)
+        candidates = tuple(
+            c for c in candidates if normalize_distribution(c.distribution or "") == wanted
+        )
+    if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
+        raise UnknownBackendError(
+            f"Unknown serve backend {name!r}. Available values: {', '.join(('auto', *available))}.",
+            name=name,
+        )
+    if not is_allowed(plain, enabled, disabled):
+        if plain in disabled:
+            how = "it is in the disabled list; remove it from that list to use it"
+        else:
+            how = "it is not in the enabled list; add it to that list to use it"
+        raise DisabledBackendError(
+            f"Serve backend {plain!r} from {', '.join(c.provider for c in candidates)} "
+            f"is disabled: {how}.",
+            name=plain,
+            distribution=candidates[0].distribution,
+        )
+    if len(candidates) > 1:
+        providers = tuple(c.provider for c in candidates)
+        raise DuplicateBackendError(
+            f"Multiple distributions register serve backend {plain!r}: "
+            f"{', '.join(providers)}. Uninstall one provider or choose another "
+            f"backend name, or select one provider as DIST:NAME "
+            f"(e.g. {providers[0] + ':' + plain!r}).",
+            name=plain,
+            providers=providers,
+        )
+    return candidates[0]
+
+
+def list_origins(source: str) -> dict[str, str]:
+    """Where the two lists were set when both came from *source*, for the warnings.
+
+    ``"defaults"`` gives no origins: the default lists are empty.
+    """
+    if source == "defaults":
+        return {}
+    return {
+        "enabled": f"[serve_backends] enabled_backends, set in {source}",
+        "disabled": f"[serve_backends] disabled_backends, set in {source}",
+    }
+
+
+def warn_unknown_selection(
+    installed: Collection[str],
+    builtin_names: Collection[str],
+    *,
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+    origins: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Warn about names in the enabled/disabled lists that nothing installed provides.
+
+    A typo in a list must not pass silently. Each warning goes to this
+    module's logger and, when *origins* maps ``"enabled"`` or
+    ``"disabled"`` to where that list was set (an option in a file, a
+    command-line flag), says so.
+
+    :returns: the unknown names, in warning order.
+    """
+    unknown = []
+    for label, names in (("enabled", enabled or ()), ("disabled", disabled)):
+        for name in sorted(names):
+            if name in installed or name in builtin_names:
+                continue
+            unknown.append(name)
+            origin = (origins or {}).get(label)
+            LOG.warning(
+                "Serve backend %r in the %s list is not installed; installed plugins: %s%s",
+                name,
+                label,
+                ", ".join(sorted(installed)) or "none",
+                f" (check {origin})" if origin else "",
+            )
+    return unknown
