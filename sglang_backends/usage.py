@@ -2,19 +2,23 @@
 
 Shown for ``--model-type auto``: it names every available backend and its
 provider without importing a single plugin, and says how to reach a
-backend's own help, since each backend parses its own arguments.
+backend's own help, since each backend parses its own arguments. A plugin
+claiming a built-in name makes every ``serve`` fail, but not this help:
+:func:`metadata_help` prints it and reports the clash as a warning.
 """
 
 from __future__ import annotations
 
 import argparse
 import textwrap
+from collections.abc import Collection, Sequence
 
-from sglang_backends.discovery import PluginStatus
+from sglang_backends.discovery import PluginRecord, PluginStatus
 from sglang_backends.dispatch import AUTO
 from sglang_backends.registry import FALLBACK_BACKEND, ServeBackendRegistry
+from sglang_backends.settings import Settings
 
-__all__ = ["PROG", "general_help", "usage_line"]
+__all__ = ["PROG", "conflict_warnings", "general_help", "metadata_help", "usage_line"]
 
 PROG = "sglang-backends serve"
 
@@ -32,9 +36,9 @@ def usage_line() -> str:
     )
 
 
-def _backend_lines(registry: ServeBackendRegistry) -> list[str]:
-    rows = [(name, _BUILTIN_NOTES.get(name, "built-in")) for name in registry.builtin_names]
-    for record in registry.plugins:
+def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]) -> list[str]:
+    rows = [(name, _BUILTIN_NOTES.get(name, "built-in")) for name in builtin_names]
+    for record in records:
         plugin = record.plugin
         label = plugin.name
         if record.status is PluginStatus.DUPLICATE and plugin.distribution:
@@ -49,8 +53,50 @@ def _backend_lines(registry: ServeBackendRegistry) -> list[str]:
 
 
 def general_help(registry: ServeBackendRegistry) -> str:
-    """The help text for ``serve --help`` with automatic selection."""
-    choices = ",".join((AUTO, *registry.available_names))
+    """The help text for ``serve --help`` with automatic selection, from a registry."""
+    return _render(registry.available_names, registry.builtin_names, registry.plugins)
+
+
+def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
+    """One line per plugin claiming a built-in or reserved name: who, and how to fix it."""
+    return [
+        f"Plugin {record.plugin.name!r} from {record.plugin.provider}"
+        f"{' ' + record.plugin.version if record.plugin.version else ''} claims the built-in "
+        f"name {record.plugin.name!r}; every serve fails until you uninstall it "
+        f"(pip uninstall {record.plugin.distribution or '...'}) or add {record.plugin.name!r} "
+        "to disabled_backends"
+        for record in records
+        if record.status is PluginStatus.CONFLICT
+    ]
+
+
+def metadata_help(settings: Settings) -> tuple[str, list[str]]:
+    """The general help under *settings*, from package metadata alone, and its warnings.
+
+    Unlike a registry, this never refuses: a plugin that claims a built-in
+    name is listed as conflicting and reported in the warnings (see
+    :func:`conflict_warnings`), so ``serve --help`` still works.
+
+    :returns: the help text and the warning lines to log.
+    """
+    from sglang_backends.builtins import default_builtins
+    from sglang_backends.discovery import discover, inventory
+
+    builtin_names = tuple(default_builtins())
+    records = inventory(
+        discover(), builtin_names, enabled=settings.enabled, disabled=settings.disabled
+    )
+    usable = (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
+    plugins = sorted({r.plugin.name for r in records if r.status in usable})
+    text = _render((*builtin_names, *plugins), builtin_names, records)
+    return text, conflict_warnings(records)
+
+
+def _render(
+    available: Sequence[str], builtin_names: Sequence[str], records: Sequence[PluginRecord]
+) -> str:
+    """The help text: usage, serve's own options, then every backend and its provider."""
+    choices = ",".join((AUTO, *available))
     parser = argparse.ArgumentParser(
         prog=PROG,
         usage=f"{PROG} [MODEL] [--model-type {{{choices}}}] [BACKEND ARGS...]",
@@ -63,7 +109,7 @@ def general_help(registry: ServeBackendRegistry) -> str:
         epilog="\n".join(
             [
                 "backends:",
-                *_backend_lines(registry),
+                *_backend_lines(builtin_names, records),
                 "",
                 "Each backend has its own options; show them with:",
                 f"  {PROG} --model-type NAME --help",

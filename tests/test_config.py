@@ -310,9 +310,7 @@ def test_not_installed_list_names_warn_with_the_option(omni, tmp_path, registry_
         ),
     ],
 )
-def test_misspelt_names_in_a_file_are_warnings_naming_file_and_fix(
-    tmp_path, caplog, text, phrases
-):
+def test_misspelt_names_in_a_file_are_warnings_naming_file_and_fix(tmp_path, caplog, text, phrases):
     caplog.set_level(logging.WARNING, logger="sglang_backends.config")
     path = write(tmp_path / "typo.conf", text)
     settings = config.load_settings(config_files=[str(path)])

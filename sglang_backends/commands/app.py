@@ -7,12 +7,52 @@ import logging
 from typing import Any
 
 from cliff.app import App
+from cliff.command import Command
 from cliff.commandmanager import CommandManager
+from cliff.help import HelpCommand
 
-__all__ = ["COMMAND_NAMESPACE", "OperatorApp"]
+from sglang_backends.commands._base import SafeCommand
 
-#: Entry-point group holding the commands.
+__all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
+
+#: Entry-point group naming the commands, for documentation tools (the app
+#: registers them itself: see :class:`OperatorApp`).
 COMMAND_NAMESPACE = "sglang_backends.commands"
+
+
+def _commands() -> dict[str, type[Command]]:
+    from sglang_backends.commands.check import CheckBackends
+    from sglang_backends.commands.detect import DetectBackend
+    from sglang_backends.commands.listing import ListBackends
+    from sglang_backends.commands.show import ShowBackend
+
+    return {
+        "list": ListBackends,
+        "show": ShowBackend,
+        "check": CheckBackends,
+        "detect": DetectBackend,
+    }
+
+
+#: The commands, by name.
+COMMANDS = ("list", "show", "check", "detect")
+
+
+class Help(SafeCommand, HelpCommand):
+    """print detailed help for another command, or for serve"""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        if parsed_args.cmd == ["serve"]:
+            from sglang_backends.settings import Settings
+            from sglang_backends.usage import metadata_help
+
+            text, warnings = metadata_help(Settings())
+            for warning in warnings:
+                self.app.LOG.warning("%s", warning)
+            self.app.stdout.write(text)
+            return 0
+        return super().take_action(parsed_args)
+
 
 _DESCRIPTION = """\
 Inspect and check the serve backends sglang-backends can use.
@@ -43,12 +83,19 @@ class OperatorApp(App):
     LOG = logging.getLogger(NAME)
 
     def __init__(self) -> None:
+        # No namespace: cliff would read every installed entry point through
+        # stevedore's cache, and one malformed entry_points.txt of an unrelated
+        # package would break every command. The commands are added by name.
+        manager = CommandManager(None)
         super().__init__(
             description=_DESCRIPTION,
             version=_version(),
-            command_manager=CommandManager(COMMAND_NAMESPACE),
+            command_manager=manager,
             deferred_help=True,
         )
+        for name, command in _commands().items():
+            manager.add_command(name, command)
+        manager.add_command("help", Help)
 
     def build_option_parser(
         self,
@@ -56,11 +103,31 @@ class OperatorApp(App):
         version: str | None,
         argparse_kwargs: dict[str, Any] | None = None,
     ) -> argparse.ArgumentParser:
-        """The global options, with the description kept as written."""
+        """The global options, with ``--config-file``/``--config-dir`` as OpenStack clients have.
+
+        No abbreviations: ``--config`` in a ``detect`` request stays the request's.
+        """
         kwargs = dict(argparse_kwargs or {})
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         kwargs.setdefault("prog", self.NAME)
-        return super().build_option_parser(description, version, kwargs)
+        kwargs.setdefault("allow_abbrev", False)
+        parser = super().build_option_parser(description, version, kwargs)
+        parser.add_argument(
+            "--config-file",
+            metavar="PATH",
+            action="append",
+            default=[],
+            help="read [serve_backends] options from this file, before the command's own "
+            "--config-file files; repeatable",
+        )
+        parser.add_argument(
+            "--config-dir",
+            metavar="DIR",
+            action="append",
+            default=[],
+            help="also read every *.conf file in DIR; repeatable",
+        )
+        return parser
 
     def configure_logging(self) -> None:
         """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``."""
