@@ -62,7 +62,7 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-class _MetadataFormatters(stevedore.ExtensionManager):  # type: ignore[type-arg]
+class _MetadataFormatters(stevedore.ExtensionManager[Any]):
     """cliff's formatter plugins, read past distributions whose metadata is malformed.
 
     stevedore's own listing parses every installed ``entry_points.txt`` and
@@ -93,7 +93,7 @@ class SafeCommand(Command):
         return CONFIG_HELP
 
 
-class SafeDisplay(SafeCommand, DisplayCommandBase):  # type: ignore[type-arg]
+class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
     """A display command whose formatters are listed by :class:`_MetadataFormatters`."""
 
     # cliff has no public way to choose how formatter plugins are found; this
