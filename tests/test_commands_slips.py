@@ -172,3 +172,37 @@ def test_a_malformed_unrelated_distribution_breaks_no_command(omni, command):
     assert "Traceback" not in result.stderr
     assert "unrelated" in result.stderr  # the broken distribution is named
     assert "omni" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--config-file", "F", "list"], ["list", "--config-file", "F"]),
+        (["--config-dir=D", "-v", "check", "x"], ["-v", "check", "--config-dir=D", "x"]),
+        (
+            ["--log-file", "L", "--config-file", "F", "detect", "/m", "--config-file", "G"],
+            ["--log-file", "L", "detect", "--config-file", "F", "/m", "--config-file", "G"],
+        ),
+        (["list", "--config-file", "F"], ["list", "--config-file", "F"]),
+    ],
+)
+def test_configuration_options_before_the_command_move_after_it(argv, expected):
+    from sglang_backends.commands.app import _config_options_after_command
+
+    assert _config_options_after_command(argv) == expected
+
+
+def test_global_configuration_reaches_detect_before_its_request(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
+    result = run_cli(omni, "--config-file", str(path), "detect", "-f", "json", "/models/x")
+    assert result.returncode == 0, result.stderr
+    assert "omni" not in [row["Backend"] for row in json.loads(result.stdout)]
+
+
+def test_control_characters_in_warnings_are_escaped(site):
+    site.install("evil-runtime", entry_points={"evil\x1b[2J": "evil_plugin:factory"})
+    result = run_cli(site, "list", "--enable", "ghost")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "ghost" in line]
+    assert "\x1b" not in result.stderr
+    assert "evil\\x1b[2J" in line

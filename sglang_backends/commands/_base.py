@@ -241,10 +241,9 @@ class SelectionOptions(SafeDisplay):
         """
         from sglang_backends.config import describe_origin, load_settings
 
-        # Given before the command name (sglang-backends --config-file F list), then after.
-        files = [*(getattr(self.app_args, "config_file", None) or ()), *parsed_args.config_file]
-        dirs = [*(getattr(self.app_args, "config_dir", None) or ()), *parsed_args.config_dir]
-        settings = load_settings(config_files=files, config_dirs=dirs)
+        settings = load_settings(
+            config_files=parsed_args.config_file, config_dirs=parsed_args.config_dir
+        )
         origins = {
             "enabled": describe_origin(settings, "enabled_backends"),
             "disabled": describe_origin(settings, "disabled_backends"),

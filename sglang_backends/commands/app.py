@@ -38,6 +38,38 @@ def _commands() -> dict[str, type[Command]]:
 COMMANDS = ("list", "show", "check", "detect")
 
 
+def _printable_message(record: logging.LogRecord) -> bool:
+    """Escape control characters in *record*'s message (never its traceback)."""
+    from sglang_backends.commands._base import printable
+
+    record.msg, record.args = printable(record.getMessage()), None
+    return True
+
+
+_CONFIG_OPTIONS = ("--config-file", "--config-dir")
+#: cliff's global options that take a value.
+_VALUED_GLOBALS = ("--log-file",)
+
+
+def _config_options_after_command(argv: list[str]) -> list[str]:
+    """*argv* with configuration options given before the command name moved after it."""
+    kept: list[str] = []
+    moved: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        name = token.partition("=")[0]
+        if not token.startswith("-"):
+            return [*kept, token, *moved, *argv[index + 1 :]]
+        target = moved if name in _CONFIG_OPTIONS else kept
+        target.append(token)
+        if "=" not in token and name in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
+            target.extend(argv[index + 1 : index + 2])
+            index += 1
+        index += 1
+    return [*kept, *moved]  # no command: cliff reports what is wrong
+
+
 class Help(SafeCommand, HelpCommand):
     """print detailed help for another command, or for serve"""
 
@@ -59,11 +91,13 @@ Inspect and check the serve backends sglang-backends can use.
 
   list     every backend, built-in and plugin, and whether it may be used (imports nothing)
   show     load one backend and show its contract
-  check    load every enabled plugin in an isolated process and validate it
+  check    load every enabled plugin (or the NAMEs given) in isolation and validate it
   detect   explain which backend automatic detection picks for a request
 
-Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for details.
-Serve a model with "sglang-backends serve MODEL [--model-type NAME] ...".
+--config-file PATH and --config-dir DIR may come before or after the command name.
+Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for details,
+"sglang-backends help serve" for serve's. Serve a model with
+"sglang-backends serve MODEL [--model-type NAME] ...".
 """
 
 
@@ -103,34 +137,32 @@ class OperatorApp(App):
         version: str | None,
         argparse_kwargs: dict[str, Any] | None = None,
     ) -> argparse.ArgumentParser:
-        """The global options, with ``--config-file``/``--config-dir`` as OpenStack clients have.
+        """The global options, with the description kept as written.
 
-        No abbreviations: ``--config`` in a ``detect`` request stays the request's.
+        No abbreviations: cliff parses global options anywhere on the line, and
+        ``--deb`` or ``--log`` in a ``detect`` request must stay the request's.
         """
         kwargs = dict(argparse_kwargs or {})
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         kwargs.setdefault("prog", self.NAME)
         kwargs.setdefault("allow_abbrev", False)
-        parser = super().build_option_parser(description, version, kwargs)
-        parser.add_argument(
-            "--config-file",
-            metavar="PATH",
-            action="append",
-            default=[],
-            help="read [serve_backends] options from this file, before the command's own "
-            "--config-file files; repeatable",
-        )
-        parser.add_argument(
-            "--config-dir",
-            metavar="DIR",
-            action="append",
-            default=[],
-            help="also read every *.conf file in DIR; repeatable",
-        )
-        return parser
+        return super().build_option_parser(description, version, kwargs)
+
+    def run(self, argv: list[str]) -> int:
+        """Run the command line; ``--config-file``/``--config-dir`` may precede the command.
+
+        OpenStack clients take global options first (``sglang-backends
+        --config-file F list``); they are moved after the command name, where
+        every command takes them, so nothing after the command is taken away.
+        """
+        return super().run(_config_options_after_command(argv))
 
     def configure_logging(self) -> None:
-        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``."""
+        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.
+
+        Messages quote package metadata, which is untrusted: control characters
+        in them are escaped before they reach the terminal.
+        """
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
@@ -139,6 +171,7 @@ class OperatorApp(App):
                 handler, logging.FileHandler
             ):
                 handler.setLevel(level)
+                handler.addFilter(_printable_message)
 
     def interact(self) -> None:
         """No interactive shell: without a command, print the help."""
