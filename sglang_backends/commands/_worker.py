@@ -104,7 +104,12 @@ def _contract(job: dict[str, Any]) -> dict[str, Any]:
             job["name"], registry=registry, timeout=float(job["contract_timeout"])
         )
     except ContractViolation as exc:
-        return {**_error(exc), "distribution": registered.distribution}
+        provider = registered.distribution or "an unknown distribution"
+        return {
+            **_error(exc),
+            "error": f"{exc} (provided by {provider})",
+            "distribution": registered.distribution,
+        }
     backend = report.backend
     return {
         "ok": True,

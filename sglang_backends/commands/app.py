@@ -38,12 +38,27 @@ def _commands() -> dict[str, type[Command]]:
 COMMANDS = ("list", "show", "check", "detect")
 
 
-def _printable_message(record: logging.LogRecord) -> bool:
-    """Escape control characters in *record*'s message (never its traceback)."""
-    from sglang_backends.commands._base import printable
+class _ConsoleFilter(logging.Filter):
+    """Escape control characters in messages (never tracebacks); show each message once.
 
-    record.msg, record.args = printable(record.getMessage()), None
-    return True
+    Package metadata is read more than once per command (cliff's formatters,
+    then the backends), and a warning about a broken distribution says the
+    same thing each time.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from sglang_backends.commands._base import printable
+
+        record.msg, record.args = printable(record.getMessage()), None
+        key = (record.levelno, record.msg)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
 
 
 _CONFIG_OPTIONS = ("--config-file", "--config-dir")
@@ -166,12 +181,13 @@ class OperatorApp(App):
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
+        console_filter = _ConsoleFilter()
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler
             ):
                 handler.setLevel(level)
-                handler.addFilter(_printable_message)
+                handler.addFilter(console_filter)
 
     def interact(self) -> None:
         """No interactive shell: without a command, print the help."""
