@@ -18,6 +18,8 @@ from sglang_backends.settings import Settings
 
 __all__ = [
     "HUMAN_FORMATS",
+    "SafeCommand",
+    "SafeDisplay",
     "Selection",
     "SelectionOptions",
     "Survey",
