@@ -185,6 +185,7 @@ def test_a_malformed_unrelated_distribution_breaks_no_command(omni, command):
             ["--log-file", "L", "detect", "--config-file", "F", "/m", "--config-file", "G"],
         ),
         (["list", "--config-file", "F"], ["list", "--config-file", "F"]),
+        (["--log-file", "L", "serve", "m"], ["--log-file", "L", "serve", "m"]),
     ],
 )
 def test_configuration_options_before_the_command_move_after_it(argv, expected):
@@ -237,3 +238,11 @@ def test_commands_use_no_argparse_or_cliff_internals_but_the_two_documented_ones
     assert set(found) == {("detect.py", "_option_string_actions")}
     # The formatter hook is overridden by name (a def), not reached into.
     assert "def _load_formatter_plugins" in (Path(package.__file__).parent / "_base.py").read_text()
+
+
+def test_configuration_before_serve_reaches_serve(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\nmodel_type = ehco\n")
+    result = run_cli(omni, "--config-file", str(path), "serve", "/models/x")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert f"It was set by [serve_backends] model_type in {path}" in line

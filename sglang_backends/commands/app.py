@@ -66,23 +66,38 @@ _CONFIG_OPTIONS = ("--config-file", "--config-dir")
 _VALUED_GLOBALS = ("--log-file",)
 
 
-def _config_options_after_command(argv: list[str]) -> list[str]:
-    """*argv* with configuration options given before the command name moved after it."""
-    kept: list[str] = []
-    moved: list[str] = []
+def _command_index(argv: list[str]) -> int | None:
+    """Where the command name is in *argv*: the first word not an option or its value."""
     index = 0
     while index < len(argv):
         token = argv[index]
-        name = token.partition("=")[0]
         if not token.startswith("-"):
-            return [*kept, token, *moved, *argv[index + 1 :]]
+            return index
+        if "=" not in token and token in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
+            index += 1
+        index += 1
+    return None
+
+
+def _config_options_after_command(argv: list[str]) -> list[str]:
+    """*argv* with configuration options given before the command name moved after it."""
+    command = _command_index(argv)
+    head = argv if command is None else argv[:command]
+    kept: list[str] = []
+    moved: list[str] = []
+    index = 0
+    while index < len(head):
+        token = head[index]
+        name = token.partition("=")[0]
         target = moved if name in _CONFIG_OPTIONS else kept
         target.append(token)
         if "=" not in token and name in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
-            target.extend(argv[index + 1 : index + 2])
+            target.extend(head[index + 1 : index + 2])
             index += 1
         index += 1
-    return [*kept, *moved]  # no command: cliff reports what is wrong
+    if command is None:
+        return [*kept, *moved]  # no command: cliff reports what is wrong
+    return [*kept, argv[command], *moved, *argv[command + 1 :]]
 
 
 class Help(SafeCommand, HelpCommand):
@@ -170,7 +185,15 @@ class OperatorApp(App):
         --config-file F list``); they are moved after the command name, where
         every command takes them, so nothing after the command is taken away.
         """
-        return super().run(_config_options_after_command(argv))
+        argv = _config_options_after_command(argv)
+        command = _command_index(argv)
+        if command is not None and argv[command] == "serve":
+            # "sglang-backends --config-file F serve MODEL": serve is not a cliff command.
+            from sglang_backends.serve import main as serve_main
+
+            debug = ["--debug"] if "--debug" in argv[:command] else []
+            return serve_main([*debug, *argv[command + 1 :]])
+        return super().run(argv)
 
     def configure_logging(self) -> None:
         """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.
