@@ -10,15 +10,24 @@ claiming a built-in name makes every ``serve`` fail, but not this help:
 from __future__ import annotations
 
 import argparse
+import re
 import textwrap
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from sglang_backends.discovery import PluginRecord, PluginStatus
 from sglang_backends.dispatch import AUTO
 from sglang_backends.registry import FALLBACK_BACKEND, ServeBackendRegistry
 from sglang_backends.settings import Settings
 
-__all__ = ["PROG", "conflict_warnings", "general_help", "metadata_help", "usage_line"]
+__all__ = [
+    "PROG",
+    "conflict_warnings",
+    "general_help",
+    "metadata_help",
+    "printable",
+    "usage_line",
+]
 
 PROG = "sglang-backends serve"
 
@@ -26,6 +35,27 @@ _BUILTIN_NOTES = {
     "llm": "built-in, SGLang's LLM server (pip install sglang)",
     "diffusion": 'built-in, SGLang\'s diffusion server (pip install "sglang[diffusion]")',
 }
+
+
+# C0 and C1 controls, DEL, and the bidirectional overrides that reorder a terminal line.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: Any) -> Any:
+    """*value* with control characters escaped (``\\x1b``) if it is a string.
+
+    Package metadata is untrusted: a distribution name, a version, an entry
+    point or a docstring may carry terminal escape sequences. Whatever shows
+    it to a terminal as text passes it through here first.
+    """
+    if not isinstance(value, str):
+        return value
+    return _UNPRINTABLE.sub(_escape, value)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def usage_line() -> str:
@@ -48,6 +78,7 @@ def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]
         if record.status is not PluginStatus.ENABLED:
             note += f" ({record.status.value})"
         rows.append((label, note))
+    rows = [(printable(label), printable(note)) for label, note in rows]
     width = max(len(label) for label, _ in rows)
     return [f"  {label.ljust(width)}  {note}" for label, note in rows]
 
@@ -60,11 +91,13 @@ def general_help(registry: ServeBackendRegistry) -> str:
 def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
     """One line per plugin claiming a built-in or reserved name: who, and how to fix it."""
     return [
-        f"Plugin {record.plugin.name!r} from {record.plugin.provider}"
-        f"{' ' + record.plugin.version if record.plugin.version else ''} claims the built-in "
-        f"name {record.plugin.name!r}; every serve fails until you uninstall it "
-        f"(pip uninstall {record.plugin.distribution or '...'}) or add {record.plugin.name!r} "
-        "to disabled_backends"
+        printable(
+            f"Plugin {record.plugin.name!r} from {record.plugin.provider}"
+            f"{' ' + record.plugin.version if record.plugin.version else ''} claims the built-in "
+            f"name {record.plugin.name!r}; every serve fails until you uninstall it "
+            f"(pip uninstall {record.plugin.distribution or '...'}) or add {record.plugin.name!r} "
+            "to disabled_backends"
+        )
         for record in records
         if record.status is PluginStatus.CONFLICT
     ]
@@ -96,7 +129,7 @@ def _render(
     available: Sequence[str], builtin_names: Sequence[str], records: Sequence[PluginRecord]
 ) -> str:
     """The help text: usage, serve's own options, then every backend and its provider."""
-    choices = ",".join((AUTO, *available))
+    choices = printable(",".join((AUTO, *available)))
     parser = argparse.ArgumentParser(
         prog=PROG,
         usage=f"{PROG} [MODEL] [--model-type {{{choices}}}] [BACKEND ARGS...]",

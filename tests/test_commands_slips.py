@@ -246,3 +246,11 @@ def test_configuration_before_serve_reaches_serve(omni, tmp_path):
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert f"It was set by [serve_backends] model_type in {path}" in line
+
+
+def test_serve_help_escapes_control_characters_in_metadata(site):
+    site.install("evil\x1b]0;x\x07-runtime", version="1\x1b[2J", entry_points={"evil": "m:f"})
+    result = run_serve(["--help"], site.environ())
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "from evil\\x1b]0;x\\x07-runtime 1\\x1b[2J" in result.stdout

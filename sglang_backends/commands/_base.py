@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from cliff.display import DisplayCommandBase
 
 from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings
+from sglang_backends.usage import printable
 
 __all__ = [
     "HUMAN_FORMATS",
@@ -43,25 +43,6 @@ configuration:
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
 HUMAN_FORMATS = frozenset({"table", "value", "csv"})
-
-# C0 and C1 controls, DEL, and the bidirectional overrides that reorder a terminal line.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(value: Any) -> Any:
-    """*value* with control characters escaped (``\\x1b``) if it is a string.
-
-    Package metadata is untrusted: a distribution name, a version, an entry
-    point or a docstring may carry terminal escape sequences.
-    """
-    if not isinstance(value, str):
-        return value
-    return _UNPRINTABLE.sub(_escape, value)
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
