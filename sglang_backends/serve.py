@@ -221,7 +221,7 @@ def _serve(argv: Sequence[str]) -> int:
 def _named(registry: ServeBackendRegistry, model_type: str, settings: Settings) -> str:
     """*model_type*, or the error saying where the configuration set a name nothing provides."""
     origin = settings.origins.get("model_type")
-    if origin is None or model_type != settings.model_type or model_type == AUTO:
+    if origin is None or model_type == AUTO:
         return model_type
     try:
         registry.get(model_type)
@@ -249,7 +249,8 @@ def _dispatch(host: HostOptions) -> int:
         sys.stdout.write(text)
         return 0
     registry = _registry(settings)
-    model_type = _named(registry, model_type, settings)
+    if host.model_type is None:
+        model_type = _named(registry, model_type, settings)
     if wants_help(request.argv):
         return _forward_help(registry.get(model_type), request)
 
