@@ -188,3 +188,14 @@ def test_detect_does_not_blame_a_slow_but_healthy_plugin(site):
     assert "No plugin hangs or crashes" in line
     assert "'slow'" in line and "Raise --timeout" in line
     assert "hangs)" not in line and "crashes its interpreter" not in line
+
+
+def test_check_dist_name_loads_that_provider_of_a_duplicate(plugins):
+    plugins.install("good-fork", version="0.1", entry_points={"good": "raiser_plugin:factory"})
+    both = run_cli(plugins, "check", "-f", "json", "good")
+    assert both.returncode == 1
+    assert {row["Result"] for row in json.loads(both.stdout)} == {"error"}
+    one = run_cli(plugins, "check", "-f", "json", "good-fork:good")
+    assert one.returncode == 0, one.stderr
+    [row] = json.loads(one.stdout)
+    assert (row["Distribution"], row["Result"]) == ("good-fork", "ok")

@@ -121,9 +121,11 @@ class CheckBackends(SelectionOptions, Lister):
         conflicts = sorted(
             {r.plugin.name for r in survey.records if r.status is PluginStatus.CONFLICT}
         )
+        # What each record is loaded as: its name, or DIST:NAME when that provider was asked for.
+        keys = {id(r): _load_name(r, parsed_args.names) for r in records}
         to_load = sorted(
             {
-                r.plugin.name
+                keys[id(r)]
                 for r in records
                 if r.status in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
             }
@@ -165,7 +167,7 @@ class CheckBackends(SelectionOptions, Lister):
                 )
                 rows.append((*head, "error", 0.0, detail))
                 continue
-            worker = results[plugin.name]
+            worker = results[keys[id(record)]]
             seconds = round(worker.seconds, 3)
             if worker.failure is not None:
                 detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
@@ -190,6 +192,22 @@ class CheckBackends(SelectionOptions, Lister):
                 rows.append((*head, "error", seconds, (worker.result or {}).get("error")))
         self.failed = any(row[4] in FAILURES for row in rows)
         return COLUMNS, self.safe_rows(parsed_args, rows)
+
+
+def _load_name(record: Any, names: Sequence[str]) -> str:
+    """``DIST:NAME`` if *names* picks *record*'s provider that way, else its plain name."""
+    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+
+    plugin = record.plugin
+    for name in names:
+        dist, plain = split_qualified_name(name)
+        if (
+            dist is not None
+            and plain == plugin.name
+            and normalize_distribution(dist) == normalize_distribution(plugin.distribution or "")
+        ):
+            return name
+    return str(plugin.name)
 
 
 def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
