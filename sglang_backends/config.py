@@ -18,17 +18,18 @@ configuration is in use.
 
 from __future__ import annotations
 
+import difflib
 import glob
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from oslo_config import cfg, sources
-from oslo_config.sources import _environment
+from oslo_config import cfg
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 from sglang_backends.errors import ConfigurationError
-from sglang_backends.settings import Settings
+from sglang_backends.settings import ENVIRONMENT_PREFIX, Settings
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
@@ -38,6 +39,7 @@ __all__ = [
     "GROUP",
     "OPTS",
     "build_registry",
+    "describe_origin",
     "list_opts",
     "load_settings",
     "make_conf",
@@ -46,7 +48,10 @@ __all__ = [
     "registry_from_conf",
     "select_backend",
     "settings_from_conf",
+    "unknown_names",
 ]
+
+LOG = logging.getLogger(__name__)
 
 #: The configuration group every option lives in.
 GROUP = "serve_backends"
@@ -120,43 +125,24 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(OPTS, group=_new_group())
 
 
-class _MappingEnvironment(_environment.EnvironmentConfigurationSource):
-    """oslo.config's environment source, reading a given mapping."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self._environ = environ
-
-    def get(self, group_name: str | None, option_name: str, opt: cfg.Opt) -> Any:
-        name = self.get_name(group_name, option_name)
-        if name not in self._environ:
-            # The 'no value here' sentinel ConfigurationSource.get() documents.
-            return (sources._NoValue, None)
-        location = cfg.LocationInfo(cfg.Locations.environment, name)
-        return (self._environ[name], location)
-
-
 def make_conf(
     *,
     config_files: Sequence[str] = (),
     config_dirs: Sequence[str] = (),
-    environ: Mapping[str, str] | None = None,
     opts: Sequence[cfg.Opt] = OPTS,
 ) -> cfg.ConfigOpts:
     """Return a new ``ConfigOpts`` with the options registered and the sources read.
 
-    *environ* replaces :data:`os.environ` as the environment source. Files
-    are read in order, then each directory's ``*.conf`` files in name order;
-    later files win, the environment beats every file. No default file is
-    searched for.
+    Files are read in order, then each directory's ``*.conf`` files in name
+    order; later files win, the environment (:data:`os.environ`, through
+    oslo.config's own environment source) beats every file. No default
+    file is searched for.
 
     :raises ConfigurationError: a file or directory is missing, unreadable
         or not valid INI.
     """
     conf = cfg.ConfigOpts()
     conf.register_opts(list(opts), group=_new_group())
-    if environ is not None:
-        # oslo.config reads os.environ through this source; give it ours.
-        conf._env_driver = _MappingEnvironment(environ)
     args: list[str] = []
     for path in config_files:
         args.append(f"--config-file={os.fspath(path)}")
@@ -250,12 +236,9 @@ def _config_option(conf: cfg.ConfigOpts, name: str) -> list[str]:
 
 def _invalid(conf: cfg.ConfigOpts, name: str, cause: object) -> ConfigurationError:
     """A one-line error for option *name*, read again as raw text to say where it was set."""
-    driver = getattr(conf, "_env_driver", None)
-    environ = driver._environ if isinstance(driver, _MappingEnvironment) else None
     raw = make_conf(
         config_files=_config_option(conf, "config_file"),
         config_dirs=_config_option(conf, "config_dir"),
-        environ=environ,
         opts=[cfg.StrOpt(opt) for opt in _OPT_NAMES],
     )
     where = _where(raw, name)
@@ -305,6 +288,9 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     for name in ("enabled_backends", "disabled_backends"):
         if any(not item for item in values[name]):
             raise _invalid(conf, name, "the list holds an empty backend name")
+    origins = {
+        name: _where(conf, name) for name in _OPT_NAMES if _where(conf, name) != "the default"
+    }
     return Settings(
         model_type=model_type,
         enabled=tuple(values["enabled_backends"]) or None,
@@ -312,6 +298,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
         detect_timeout=float(values["detect_timeout"]),
         load_timeout=float(values["load_timeout"]),
         source=_describe_sources(conf),
+        origins=origins,
     )
 
 
@@ -319,21 +306,94 @@ def load_settings(
     *,
     config_files: Sequence[str] = (),
     config_dirs: Sequence[str] = (),
-    environ: Mapping[str, str] | None = None,
 ) -> Settings:
     """Read ``[serve_backends]`` from files, directories and the environment.
 
+    Names that nothing reads (a misspelt option, group or
+    ``OS_SERVE_BACKENDS__*`` variable) are logged as WARNINGs, one line
+    each, naming the file or variable and the closest known name; see
+    :func:`unknown_names`.
+
     :param config_files: files read in order; later ones win.
     :param config_dirs: directories whose ``*.conf`` files are read after them.
-    :param environ: the environment to read ``OS_SERVE_BACKENDS__*`` from;
-        :data:`os.environ` by default.
     :returns: validated :class:`Settings`; ``enabled`` is ``None`` when the
         list is empty (every plugin allowed).
     :raises ConfigurationError: a file is missing, unreadable or malformed,
         or a value is invalid; the message names the file and option.
     """
-    conf = make_conf(config_files=config_files, config_dirs=config_dirs, environ=environ)
+    conf = make_conf(config_files=config_files, config_dirs=config_dirs)
+    for problem in unknown_names(_files_named(config_files, config_dirs), os.environ):
+        LOG.warning("%s", problem)
     return settings_from_conf(conf)
+
+
+def _suggest(name: str, known: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` for the closest of *known*, else a full stop."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else "."
+
+
+def unknown_names(files: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """Name every group, option and variable that nothing reads, one line each.
+
+    oslo.config ignores what it does not know, so ``model_typ = echo`` or a
+    ``[serve_backend]`` group would silently leave the default in place.
+    Files are read with oslo.config's own parser (:class:`cfg.ConfigParser`,
+    as ``oslo-config-validator`` does); a group other than
+    ``[serve_backends]`` (or an empty ``[DEFAULT]``), an option not in
+    :data:`OPTS` and an ``OS_SERVE_BACKENDS__*`` variable naming no option
+    are reported, with the closest known name.
+
+    :param files: the configuration files read, in order.
+    :param environ: the environment.
+    :returns: one message per unknown name, in file then variable order.
+    """
+    known = list(_OPT_NAMES)
+    problems: list[str] = []
+    for path in files:
+        sections: dict[str, dict[str, Any]] = {}
+        try:
+            cfg.ConfigParser(path, sections).parse()
+        except (OSError, ValueError, cfg.Error):  # already reported by make_conf
+            continue
+        for section, options in sections.items():
+            if section.lower() == GROUP:  # oslo.config folds group names to lower case
+                for option in options:
+                    if option not in known:
+                        problems.append(
+                            f"Ignoring unknown option {option!r} in [{GROUP}] of {path}"
+                            f"{_suggest(option, known)} Known options: {', '.join(known)}."
+                        )
+            elif section == "DEFAULT":
+                for option in options:
+                    where = f" (it belongs in [{GROUP}])" if option in known else ""
+                    problems.append(
+                        f"Ignoring option {option!r} in [DEFAULT] of {path}{where}: "
+                        f"sglang-backends reads only the [{GROUP}] group."
+                    )
+            else:
+                problems.append(
+                    f"Ignoring unknown group [{section}] in {path}"
+                    f"{_suggest(section, [GROUP])} sglang-backends reads only [{GROUP}]."
+                )
+    variables = {ENVIRONMENT_PREFIX + name.upper() for name in known}
+    for key in sorted(environ):
+        # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
+        if key.startswith("OS_SERVE_BACKEND") and key not in variables:
+            problems.append(
+                f"Ignoring unknown environment variable {key}"
+                f"{_suggest(key, sorted(variables))} Known variables: "
+                f"{', '.join(sorted(variables))}."
+            )
+    return problems
+
+
+def describe_origin(settings: Settings, option: str) -> str:
+    """``[serve_backends] OPTION, set in WHERE``, for messages about one option's value."""
+    where = settings.origins.get(option)
+    if where is None:
+        return f"[{GROUP}] {option} (the default)"
+    return f"[{GROUP}] {option}, set in {where}"
 
 
 # -- registries --------------------------------------------------------------
@@ -344,6 +404,16 @@ def option_origins(source: str) -> dict[str, str]:
     return {
         "enabled": f"[{GROUP}] enabled_backends, set in {source}",
         "disabled": f"[{GROUP}] disabled_backends, set in {source}",
+    }
+
+
+def _list_origins(settings: Settings) -> dict[str, str]:
+    """Where the two lists were set: each option's own origin when known."""
+    if not settings.origins:
+        return option_origins(settings.source)
+    return {
+        "enabled": describe_origin(settings, "enabled_backends"),
+        "disabled": describe_origin(settings, "disabled_backends"),
     }
 
 
@@ -366,7 +436,7 @@ def build_registry(
     return ServeBackendRegistry.from_settings(
         settings,
         builtins,
-        origins=origins if origins is not None else option_origins(settings.source),
+        origins=origins if origins is not None else _list_origins(settings),
     )
 
 

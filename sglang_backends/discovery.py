@@ -182,17 +182,3 @@ def split_qualified_name(name: str) -> tuple[str | None, str]:
     if not sep or not dist:
         return None, name
     return dist, backend
-
-
-_MOVED_TO_SELECTION = frozenset(
-    {"PluginRecord", "PluginStatus", "inventory", "is_allowed", "warn_unknown_selection"}
-)
-
-
-def __getattr__(name: str) -> object:
-    """The selection rules moved to :mod:`sglang_backends.selection`; old imports still work."""
-    if name in _MOVED_TO_SELECTION:
-        from sglang_backends import selection
-
-        return getattr(selection, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

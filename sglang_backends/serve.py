@@ -30,7 +30,6 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from sglang_backends.builtins import default_builtins
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
 from sglang_backends.dispatch import (
     AUTO,
@@ -42,12 +41,13 @@ from sglang_backends.dispatch import (
 )
 from sglang_backends.errors import (
     ConfigurationError,
+    DisabledBackendError,
     ServeBackendError,
     UnknownBackendError,
 )
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import Settings, configuration_in_environment
-from sglang_backends.usage import PROG, general_help, usage_line
+from sglang_backends.usage import PROG, metadata_help, usage_line
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -86,16 +86,15 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     return restore
 
 
-def _configure(host: HostOptions) -> tuple[Settings, ServeBackendRegistry]:
-    """Settings and registry: defaults, or configuration when any is in use.
+def _settings(host: HostOptions) -> Settings:
+    """The defaults, or the configuration when any is in use.
 
     oslo.config is imported only when a file, a directory or an
     ``OS_SERVE_BACKENDS__*`` variable asks for it.
     """
     if not (host.config_files or host.config_dirs or configuration_in_environment()):
-        settings = Settings()
-        return settings, ServeBackendRegistry.from_settings(settings, default_builtins())
-    from sglang_backends.config import build_registry, load_settings
+        return Settings()
+    from sglang_backends.config import load_settings
 
     try:
         settings = load_settings(
@@ -104,7 +103,16 @@ def _configure(host: HostOptions) -> tuple[Settings, ServeBackendRegistry]:
     except ConfigurationError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from exc
     LOG.debug("Settings from %s: %r", settings.source, settings)
-    return settings, build_registry(settings)
+    return settings
+
+
+def _registry(settings: Settings) -> ServeBackendRegistry:
+    """The registry under *settings*; through oslo.config only when configuration was read."""
+    if not settings.origins:
+        return ServeBackendRegistry.from_settings(settings)
+    from sglang_backends.config import build_registry
+
+    return build_registry(settings)
 
 
 def _describe(registered: RegisteredServeBackend) -> str:
@@ -204,15 +212,40 @@ def _serve(argv: Sequence[str]) -> int:
         restore_logging()
 
 
+def _named(registry: ServeBackendRegistry, model_type: str, settings: Settings) -> str:
+    """*model_type*, or the error saying where the configuration set a name nothing provides."""
+    origin = settings.origins.get("model_type")
+    if origin is None or model_type == AUTO:
+        return model_type
+    try:
+        registry.get(model_type)
+    except (UnknownBackendError, DisabledBackendError) as exc:
+        raise type(exc)(
+            f"{exc} It was set by [serve_backends] model_type in {origin}; correct it "
+            "there, or give --model-type.",
+            name=exc.name,
+            distribution=exc.distribution,
+        ) from exc
+    return model_type
+
+
 def _dispatch(host: HostOptions) -> int:
-    settings, registry = _configure(host)
+    settings = _settings(host)
     model_type = host.model_type or settings.model_type or AUTO
     request = normalize(host.argv)
     LOG.debug("Backend request: %r", request)
+    if wants_help(request.argv) and model_type == AUTO:
+        # From metadata, not a registry: a plugin claiming a built-in name
+        # makes every serve fail, but the help still prints, with a warning.
+        text, warnings = metadata_help(settings)
+        for warning in warnings:
+            LOG.warning("%s", warning)
+        sys.stdout.write(text)
+        return 0
+    registry = _registry(settings)
+    if host.model_type is None:
+        model_type = _named(registry, model_type, settings)
     if wants_help(request.argv):
-        if model_type == AUTO:
-            sys.stdout.write(general_help(registry))
-            return 0
         return _forward_help(registry.get(model_type), request)
 
     registered = _select(registry, model_type, request)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 
@@ -31,6 +31,8 @@ class Settings:
     :param load_timeout: seconds each candidate's import and factory may
         take during automatic detection.
     :param source: where the values came from, for messages.
+    :param origins: where each option was set (a file, ``environment variable
+        NAME``), by option name; an option left at its default is absent.
     """
 
     model_type: str = "auto"
@@ -39,9 +41,14 @@ class Settings:
     detect_timeout: float = DEFAULT_DETECT_TIMEOUT
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
     source: str = "defaults"
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 def configuration_in_environment(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether any ``OS_SERVE_BACKENDS__*`` variable is set."""
+    """Whether any ``OS_SERVE_BACKENDS__*`` variable, or a near miss of one, is set.
+
+    A near miss (``OS_SERVE_BACKEND__MODEL_TYPE``) counts, so that reading the
+    configuration can warn about it instead of ignoring it silently.
+    """
     env = os.environ if environ is None else environ
-    return any(key.startswith(ENVIRONMENT_PREFIX) for key in env)
+    return any(key.startswith("OS_SERVE_BACKEND") for key in env)

@@ -39,6 +39,16 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_configuration_in_the_environment(monkeypatch):
+    """The real environment is read: start each test without OS_SERVE_BACKEND* variables."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("OS_SERVE_BACKEND"):
+            monkeypatch.delenv(key)
+
+
 @pytest.fixture
 def omni(site):
     site.install(
@@ -50,7 +60,7 @@ def omni(site):
 
 
 def test_defaults_without_any_source():
-    settings = config.load_settings(environ={})
+    settings = config.load_settings()
     assert settings.model_type == "auto"
     assert settings.enabled is None
     assert settings.disabled == ()
@@ -69,7 +79,7 @@ def test_file_values_are_read_and_named_as_source(tmp_path):
         detect_timeout = 2.5
         """,
     )
-    settings = config.load_settings(config_files=[str(conf)], environ={})
+    settings = config.load_settings(config_files=[str(conf)])
     assert settings.model_type == "omni"
     assert settings.enabled == ("omni", "vlm")
     assert settings.disabled == ("broken",)
@@ -84,7 +94,7 @@ def test_later_files_and_directories_win_in_order(tmp_path):
     write(tmp_path / "d" / "10-mid.conf", "[serve_backends]\ndetect_timeout = 5\n")
     write(tmp_path / "d" / "ignored.txt", "[serve_backends]\ndetect_timeout = 99\n")
     settings = config.load_settings(
-        config_files=[str(first), str(second)], config_dirs=[str(tmp_path / "d")], environ={}
+        config_files=[str(first), str(second)], config_dirs=[str(tmp_path / "d")]
     )
     assert settings.model_type == "second"
     assert settings.detect_timeout == 7
@@ -96,13 +106,11 @@ def test_later_files_and_directories_win_in_order(tmp_path):
     ]
 
 
-def test_environment_overrides_files(tmp_path):
+def test_environment_overrides_files(tmp_path, monkeypatch):
     conf = write(tmp_path / "x.conf", "[serve_backends]\nmodel_type = omni\ndetect_timeout = 3\n")
-    environ = {
-        "OS_SERVE_BACKENDS__MODEL_TYPE": "vlm",
-        "OS_SERVE_BACKENDS__ENABLED_BACKENDS": "vlm,omni",
-    }
-    settings = config.load_settings(config_files=[str(conf)], environ=environ)
+    monkeypatch.setenv("OS_SERVE_BACKENDS__MODEL_TYPE", "vlm")
+    monkeypatch.setenv("OS_SERVE_BACKENDS__ENABLED_BACKENDS", "vlm,omni")
+    settings = config.load_settings(config_files=[str(conf)])
     assert settings.model_type == "vlm"
     assert settings.enabled == ("vlm", "omni")
     assert settings.detect_timeout == 3
@@ -140,7 +148,7 @@ def test_process_environment_is_read_by_default(tmp_path):
 def test_invalid_file_value_names_file_and_option(tmp_path, text, option, cause):
     conf = write(tmp_path / "bad.conf", f"[serve_backends]\n{text}\n")
     with pytest.raises(ConfigurationError) as info:
-        config.load_settings(config_files=[str(conf)], environ={})
+        config.load_settings(config_files=[str(conf)])
     message = str(info.value)
     assert "\n" not in message
     assert f"[serve_backends] {option}" in message
@@ -148,12 +156,11 @@ def test_invalid_file_value_names_file_and_option(tmp_path, text, option, cause)
     assert cause in message
 
 
-def test_invalid_environment_value_names_the_variable(tmp_path):
+def test_invalid_environment_value_names_the_variable(tmp_path, monkeypatch):
     conf = write(tmp_path / "ok.conf", "[serve_backends]\ndetect_timeout = 3\n")
+    monkeypatch.setenv("OS_SERVE_BACKENDS__DETECT_TIMEOUT", "soon")
     with pytest.raises(ConfigurationError, match="OS_SERVE_BACKENDS__DETECT_TIMEOUT") as info:
-        config.load_settings(
-            config_files=[str(conf)], environ={"OS_SERVE_BACKENDS__DETECT_TIMEOUT": "soon"}
-        )
+        config.load_settings(config_files=[str(conf)])
     assert "[serve_backends] detect_timeout" in str(info.value)
     assert "'soon'" in str(info.value)
 
@@ -175,7 +182,7 @@ def test_invalid_environment_value_names_the_variable(tmp_path):
 def test_missing_or_unreadable_sources_are_configuration_errors(tmp_path, make, kind, expected):
     (tmp_path / "bin.conf").write_bytes(b"[serve_backends]\nmodel_type = \xff\xfe\n")
     with pytest.raises(ConfigurationError) as info:
-        config.load_settings(environ={}, **make(tmp_path))
+        config.load_settings(**make(tmp_path))
     assert expected in str(info.value)
     assert str(tmp_path) in str(info.value)
 
@@ -183,9 +190,9 @@ def test_missing_or_unreadable_sources_are_configuration_errors(tmp_path, make, 
 def test_loading_is_reentrant_and_leaves_the_global_conf_alone(tmp_path):
     one = write(tmp_path / "1.conf", "[serve_backends]\nmodel_type = one\n")
     two = write(tmp_path / "2.conf", "[serve_backends]\nmodel_type = two\n")
-    assert config.load_settings(config_files=[str(one)], environ={}).model_type == "one"
-    assert config.load_settings(config_files=[str(two)], environ={}).model_type == "two"
-    assert config.load_settings(config_files=[str(one)], environ={}).model_type == "one"
+    assert config.load_settings(config_files=[str(one)]).model_type == "one"
+    assert config.load_settings(config_files=[str(two)]).model_type == "two"
+    assert config.load_settings(config_files=[str(one)]).model_type == "one"
     assert "serve_backends" not in cfg.CONF
 
 
@@ -221,7 +228,7 @@ def test_oslo_config_generator_prints_a_sample(tmp_path):
     ):
         assert line in sample
     # The generated sample is itself a valid configuration.
-    assert config.load_settings(config_files=[str(out)], environ={}).model_type == "auto"
+    assert config.load_settings(config_files=[str(out)]).model_type == "auto"
 
 
 def test_importing_config_pulls_in_neither_cliff_nor_the_registry():
@@ -286,3 +293,89 @@ def test_not_installed_list_names_warn_with_the_option(omni, tmp_path, registry_
     assert record.levelno == logging.WARNING
     assert "[serve_backends] enabled_backends" in record.getMessage()
     assert str(tmp_path / "service.conf") in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("text", "phrases"),
+    [
+        (
+            "[serve_backends]\nmodel_typ = echo\n",
+            ["unknown option 'model_typ' in [serve_backends]", "did you mean 'model_type'?"],
+        ),
+        (
+            "[serve_backend]\nmodel_type = echo\n",
+            ["unknown group [serve_backend]", "did you mean 'serve_backends'?"],
+        ),
+        (
+            "[DEFAULT]\nmodel_type = echo\n",
+            ["option 'model_type' in [DEFAULT]", "it belongs in [serve_backends]"],
+        ),
+    ],
+)
+def test_misspelt_names_in_a_file_are_warnings_naming_file_and_fix(tmp_path, caplog, text, phrases):
+    caplog.set_level(logging.WARNING, logger="sglang_backends.config")
+    path = write(tmp_path / "typo.conf", text)
+    settings = config.load_settings(config_files=[str(path)])
+    assert settings.model_type == "auto"  # ignored, as oslo.config does, but not silently
+    [record] = caplog.records
+    message = record.getMessage()
+    assert "\n" not in message
+    assert str(path) in message
+    for phrase in phrases:
+        assert phrase in message
+
+
+def test_misspelt_variable_is_a_warning_naming_the_variable(monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger="sglang_backends.config")
+    monkeypatch.setenv("OS_SERVE_BACKENDS__MODEL_TYP", "echo")
+    monkeypatch.setenv("OS_SERVE_BACKEND__DETECT_TIMEOUT", "3")
+    assert config.load_settings().model_type == "auto"
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    [typo] = [m for m in messages if "variable OS_SERVE_BACKENDS__MODEL_TYP;" in m]
+    assert "did you mean 'OS_SERVE_BACKENDS__MODEL_TYPE'?" in typo
+    [prefix] = [m for m in messages if "OS_SERVE_BACKEND__DETECT_TIMEOUT" in m]
+    assert "did you mean 'OS_SERVE_BACKENDS__DETECT_TIMEOUT'?" in prefix
+
+
+def test_known_names_and_folded_group_case_are_not_warned_about(tmp_path, caplog, monkeypatch):
+    caplog.set_level(logging.WARNING, logger="sglang_backends.config")
+    monkeypatch.setenv("OS_SERVE_BACKENDS__DETECT_TIMEOUT", "3")
+    path = write(tmp_path / "ok.conf", "[DEFAULT]\n[Serve_Backends]\nmodel_type = omni\n")
+    assert config.load_settings(config_files=[str(path)]).model_type == "omni"
+    assert caplog.records == []
+
+
+def test_settings_say_where_each_option_was_set(tmp_path, monkeypatch):
+    path = write(tmp_path / "a.conf", "[serve_backends]\nmodel_type = omni\n")
+    monkeypatch.setenv("OS_SERVE_BACKENDS__DETECT_TIMEOUT", "3")
+    settings = config.load_settings(config_files=[str(path)])
+    assert settings.origins == {
+        "model_type": str(path),
+        "detect_timeout": "environment variable OS_SERVE_BACKENDS__DETECT_TIMEOUT",
+    }
+    assert config.describe_origin(settings, "model_type") == (
+        f"[serve_backends] model_type, set in {path}"
+    )
+    assert config.describe_origin(settings, "enabled_backends") == (
+        "[serve_backends] enabled_backends (the default)"
+    )
+
+
+def test_oslo_config_validator_checks_a_file_against_the_namespace(tmp_path):
+    """What the operator guide tells operators to run before deploying a file."""
+    validator = Path(sys.executable).with_name("oslo-config-validator")
+    good = write(tmp_path / "good.conf", "[serve_backends]\nmodel_type = omni\n")
+    bad = write(tmp_path / "bad.conf", "[serve_backends]\nmodel_typ = omni\n")
+    command = [str(validator), "--namespace", "sglang_backends", "--input-file"]
+    ok = subprocess.run([*command, str(good)], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    failed = subprocess.run([*command, str(bad)], capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 1
+    assert "serve_backends/model_typ is not part of the sample config" in failed.stderr
+
+
+def test_config_module_uses_no_private_oslo_config_name():
+    source = Path(config.__file__).read_text(encoding="utf-8")
+    for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
+        assert private not in source

@@ -267,20 +267,22 @@ def test_an_exact_entry_point_name_wins_over_a_real_distribution(site, install_b
     assert registry.get("omni").distribution == "ns"
 
 
-def test_load_timeout_from_settings_reaches_the_registry():
+def test_load_timeout_from_settings_reaches_the_registry(monkeypatch):
     from sglang_backends.config import load_settings
 
-    settings = load_settings(environ={"OS_SERVE_BACKENDS__LOAD_TIMEOUT": "42"})
+    monkeypatch.setenv("OS_SERVE_BACKENDS__LOAD_TIMEOUT", "42")
+    settings = load_settings()
     assert settings.load_timeout == 42.0
     assert ServeBackendRegistry.from_settings(settings).load_timeout == 42.0
 
 
-def test_invalid_load_timeout_in_configuration_is_refused():
+def test_invalid_load_timeout_in_configuration_is_refused(monkeypatch):
     from sglang_backends.config import load_settings
     from sglang_backends.errors import ConfigurationError
 
+    monkeypatch.setenv("OS_SERVE_BACKENDS__LOAD_TIMEOUT", "0")
     with pytest.raises(ConfigurationError, match=r"\[serve_backends\] load_timeout"):
-        load_settings(environ={"OS_SERVE_BACKENDS__LOAD_TIMEOUT": "0"})
+        load_settings()
 
 
 def test_detection_does_not_start_serving_a_plugin_that_loaded_late(install_backend):

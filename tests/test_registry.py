@@ -30,7 +30,7 @@ from sglang_backends import (
     UnknownBackendError,
 )
 from sglang_backends.builtins import default_builtins
-from sglang_backends.discovery import PluginStatus
+from sglang_backends.selection import PluginStatus
 
 # -- listing -------------------------------------------------------------------
 

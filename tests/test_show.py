@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -54,9 +55,21 @@ def test_show_loads_a_plugin_and_reports_its_contract(omni):
     assert 0 <= load_seconds < 30
 
 
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang installed")
+@pytest.mark.parametrize(("name", "install"), [("llm", "pip install sglang"), ("diffusion", "[")])
+def test_show_a_built_in_without_sglang_says_so(site, name, install):
+    result = run_cli(site, "show", "-f", "json", name)
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert f"Built-in serve backend {name!r} needs SGLang, which is not installed" in line
+    assert install in line
+    assert json.loads(result.stdout)["Origin"] == "built-in"
+
+
 def test_show_a_built_in(site):
     result = run_cli(site, "show", "-f", "json", "diffusion")
-    assert result.returncode == 0, result.stderr
+    sglang = importlib.util.find_spec("sglang") is not None
+    assert result.returncode == (0 if sglang else 1), result.stderr
     shown = json.loads(result.stdout)
     assert shown["Origin"] == "built-in"
     assert shown["Target"] == "sglang_backends.builtins:run_diffusion"
@@ -101,3 +114,55 @@ def test_show_errors_are_one_line(omni, args, phrase, preinstalled):
     assert phrase in lines[0]
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+NOISY = """
+import os, sys
+print("importing the noisy plugin")
+os.write(1, b"straight to fd 1\\n")
+from sglang_backends import ServeBackend
+
+def factory():
+    print("factory says hello")
+    sys.stdout.flush()
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def test_what_a_plugin_prints_goes_to_stderr_not_into_the_output(site):
+    site.install(
+        "noisy-runtime",
+        entry_points={"noisy": "noisy_plugin:factory"},
+        modules={"noisy_plugin.py": NOISY},
+    )
+    result = run_cli(site, "show", "-f", "json", "noisy")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["Name"] == "noisy"
+    for said in ("importing the noisy plugin", "straight to fd 1", "factory says hello"):
+        assert said in result.stderr
+
+
+def test_control_characters_in_metadata_are_escaped_in_human_output(site):
+    site.install(
+        "evil\x1b]0;pwned\x07-runtime",
+        version="1.0\x1b[2J",
+        entry_points={"evil": "evil_plugin:factory"},
+        modules={"evil_plugin.py": OMNI.replace("Omni runtime", "Evil \x1b[31mred\u202e")},
+    )
+    for args in (
+        ["show", "evil"],
+        ["show", "-f", "value", "evil"],
+        ["list"],
+        ["list", "-f", "csv"],
+    ):
+        result = run_cli(site, *args)
+        assert result.returncode == 0, result.stderr
+        assert "\x1b" not in result.stdout and "\x07" not in result.stdout, args
+        assert "\u202e" not in result.stdout, args
+        escaped = "evil\\x1b]0;pwned\\x07-runtime"
+        if "csv" in args:  # cliff's csv formatter doubles backslashes itself
+            escaped = escaped.replace("\\", "\\\\")
+        assert escaped in result.stdout, args
+    shown = json.loads(run_cli(site, "show", "-f", "json", "evil").stdout)
+    assert shown["Version"] == "1.0\x1b[2J"  # JSON escapes it itself: the value stays exact
+    assert shown["Summary"] == "Evil \x1b[31mred\u202e: serves any-to-any models."

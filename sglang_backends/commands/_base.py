@@ -1,24 +1,32 @@
-"""What every operator command shares: configuration options and error handling."""
+"""What every operator command shares: configuration options, error handling, safe output."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+import importlib.metadata
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from cliff import _argparse as cliff_argparse
+import stevedore
 from cliff.command import Command
+from cliff.display import DisplayCommandBase
 
 from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings
+from sglang_backends.usage import printable
 
 __all__ = [
     "CONFIG_HELP",
+    "HUMAN_FORMATS",
+    "SafeCommand",
+    "SafeDisplay",
     "Selection",
     "SelectionOptions",
     "Survey",
     "builtin_target",
+    "model_type_problem",
+    "printable",
     "summary_line",
     "warn_not_installed",
 ]
@@ -27,15 +35,67 @@ __all__ = [
 CONFIG_HELP = """\
 configuration:
   Options are read from the [serve_backends] group of the files given with
-  --config-file and --config-dir, and from OS_SERVE_BACKENDS__<OPTION>
-  environment variables (e.g. OS_SERVE_BACKENDS__ENABLED_BACKENDS=omni,vlm),
-  which override the files. --enable/--disable override both.
-  Exit status 2 means the configuration is invalid.
+  --config-file and --config-dir (before or after the command name), and from
+  OS_SERVE_BACKENDS__<OPTION> environment variables (e.g.
+  OS_SERVE_BACKENDS__ENABLED_BACKENDS=omni,vlm), which override the files.
+  --enable/--disable override both. A misspelt option, group or variable is
+  a warning. Exit status 2 means the configuration is invalid.
 """
 
+#: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
+HUMAN_FORMATS = frozenset({"table", "value", "csv"})
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, cliff_argparse.SmartHelpFormatter):
-    """Keep descriptions and epilogs as written; wrap option help like cliff."""
+
+class _MetadataFormatters(stevedore.ExtensionManager[Any]):
+    """cliff's formatter plugins, read past distributions whose metadata is malformed.
+
+    stevedore's own listing parses every installed ``entry_points.txt`` and
+    fails as a whole on one broken file of an unrelated package; the public
+    :meth:`list_entry_points` hook reads through
+    :func:`sglang_backends.discovery.discover` instead, which skips it.
+    """
+
+    def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        from sglang_backends.discovery import discover
+
+        return [p.entry_point for found in discover(self.namespace).values() for p in found]
+
+
+class SafeCommand(Command):
+    """A cliff command that survives an unrelated distribution's malformed metadata.
+
+    cliff passes ``cmd_name`` only to a constructor that accepts it, and
+    loads command hooks (a stevedore scan of every entry point) only with
+    it; this constructor does not take it: these commands have no hooks.
+    """
+
+    def __init__(self, app: Any, app_args: argparse.Namespace | None) -> None:
+        super().__init__(app, app_args)
+
+    def get_epilog(self) -> str:
+        """The configuration notes every command shares."""
+        return CONFIG_HELP
+
+
+class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
+    """A display command whose formatters are listed by :class:`_MetadataFormatters`."""
+
+    # cliff has no public way to choose how formatter plugins are found; this
+    # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
+    def _load_formatter_plugins(self) -> Any:
+        return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
+
+    def human(self, parsed_args: argparse.Namespace) -> bool:
+        """Whether the chosen formatter prints strings as they are (table, value, csv)."""
+        return getattr(parsed_args, "formatter", None) in HUMAN_FORMATS
+
+    def safe_rows(
+        self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """*rows* with control characters escaped when the formatter is a human one."""
+        if not self.human(parsed_args):
+            return [tuple(row) for row in rows]
+        return [tuple(printable(value) for value in row) for row in rows]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,26 +115,39 @@ class Survey:
     records: Sequence[Any]
 
 
-def _names(values: list[str] | None) -> tuple[str, ...] | None:
-    """Flatten repeated and comma-separated ``--enable``/``--disable`` values."""
+def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
+    """Flatten repeated and comma-separated ``--enable``/``--disable`` values.
+
+    The rule is ``enabled_backends``': one empty value alone means an empty
+    list (``--enable ''`` allows every plugin, ``--disable ''`` disables
+    none); an empty name among others is a slip.
+
+    :raises ConfigurationError: an empty name among others.
+    """
     if values is None:
         return None
-    return tuple(name.strip() for value in values for name in value.split(",") if name.strip())
+    if values == [""]:
+        return ()
+    names = tuple(name.strip() for value in values for name in value.split(","))
+    if any(not name for name in names):
+        given = " ".join(f"{flag} {value!r}" for value in values)
+        raise ConfigurationError(
+            f"{given} on the command line holds an empty backend name; give names "
+            f"separated by commas, or {flag} '' alone for an empty list"
+        )
+    return names
 
 
-class SelectionOptions(Command):
+class SelectionOptions(SafeDisplay):
     """A command honouring configuration files, the environment and ``--enable``/``--disable``.
 
     A :class:`ConfigurationError` ends the command with one line on stderr
     and exit status 2 (a traceback too with ``--debug``).
     """
 
-    # cliff's Command declares _epilog by its default, None; a string is what it shows.
-    _epilog = CONFIG_HELP  # type: ignore[assignment]
-
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.formatter_class = _HelpFormatter
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
         group = parser.add_argument_group("configuration and selection")
         group.add_argument(
             "--config-file",
@@ -141,6 +214,9 @@ class SelectionOptions(Command):
             enabled=selection.settings.enabled,
             disabled=selection.settings.disabled,
         )
+        problem = model_type_problem(selection, builtins, records)
+        if problem:
+            self.app.LOG.warning("%s", problem)
         return Survey(selection, builtins, records)
 
     def selection(self, parsed_args: argparse.Namespace) -> Selection:
@@ -148,13 +224,18 @@ class SelectionOptions(Command):
 
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
         """
-        from sglang_backends.config import load_settings, option_origins
+        from sglang_backends.config import describe_origin, load_settings
 
         settings = load_settings(
             config_files=parsed_args.config_file, config_dirs=parsed_args.config_dir
         )
-        origins = dict(option_origins(settings.source))
-        enable, disable = _names(parsed_args.enable), _names(parsed_args.disable)
+        origins = {
+            "enabled": describe_origin(settings, "enabled_backends"),
+            "disabled": describe_origin(settings, "disabled_backends"),
+            "model_type": describe_origin(settings, "model_type"),
+        }
+        enable = _names(parsed_args.enable, "--enable")
+        disable = _names(parsed_args.disable, "--disable")
         if enable is not None:
             settings = dataclasses.replace(settings, enabled=enable or None)
             origins["enabled"] = "--enable on the command line"
@@ -167,15 +248,75 @@ class SelectionOptions(Command):
 def warn_not_installed(
     selection: Selection, installed: Collection[str], builtins: Collection[str]
 ) -> None:
-    """Warn about list names that match nothing installed, naming the option that set them."""
+    """Warn about list names that match nothing installed, naming the option that set them.
+
+    A built-in's name in a list is a slip too, unless a plugin claims that
+    name: the lists apply to plugins only, so it changes nothing.
+    """
+    import logging
+
     from sglang_backends.selection import warn_unknown_selection
 
+    settings = selection.settings
     warn_unknown_selection(
         installed,
         builtins,
-        enabled=selection.settings.enabled,
-        disabled=selection.settings.disabled,
+        enabled=settings.enabled,
+        disabled=settings.disabled,
         origins=selection.origins,
+    )
+    log = logging.getLogger("sglang_backends.registry")
+    for label, names in (("enabled", settings.enabled or ()), ("disabled", settings.disabled)):
+        for name in sorted(set(names) & set(builtins) - set(installed)):
+            log.warning(
+                "Built-in %r in the %s list changes nothing: the lists apply to plugins "
+                "only and built-ins are always available; remove it (%s)",
+                name,
+                label,
+                selection.origins.get(label, "the list"),
+            )
+
+
+def model_type_problem(
+    selection: Selection, builtins: Collection[str], records: Sequence[Any]
+) -> str | None:
+    """Why the configured ``model_type`` would make ``serve`` fail, or ``None``.
+
+    ``serve`` refuses a name nothing provides (or that the lists disable);
+    the operator commands say so up front, naming where it was set.
+    """
+    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+    from sglang_backends.selection import PluginStatus
+
+    model_type = selection.settings.model_type
+    if model_type == "auto":
+        return None
+    dist, name = split_qualified_name(model_type)
+    if dist is None and name in builtins:
+        return None
+    matching = [
+        r
+        for r in records
+        if r.plugin.name == name
+        and name not in builtins
+        and (
+            dist is None
+            or normalize_distribution(r.plugin.distribution or "") == normalize_distribution(dist)
+        )
+    ]
+    usable = (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
+    if any(r.status in usable for r in matching):
+        return None
+    where = selection.origins.get("model_type", "model_type")
+    if matching:
+        return (
+            f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
+            "it until the enabled/disabled lists allow it"
+        )
+    names = sorted({r.plugin.name for r in records if r.status in usable})
+    return (
+        f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
+        f"fail. Available values: {', '.join(('auto', *builtins, *names))}"
     )
 
 

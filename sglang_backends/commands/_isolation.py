@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 __all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_many"]
 
@@ -56,6 +57,15 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
+def _kill_group(pgid: int) -> None:
+    """SIGKILL what is left of the worker's process group (it led one)."""
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -73,43 +83,67 @@ def last_line(text: str) -> str:
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
+def _command(job: dict[str, Any]) -> list[str]:
+    """The worker's command line: this interpreter, with this process's exact ``sys.path``.
+
+    ``python -m`` would put the current directory first on ``sys.path``, which
+    the ``sglang-backends`` console script does not: a module there could
+    shadow a plugin and the worker would test something ``serve`` never runs.
+    Only the built-in ``sys`` is imported before the path is replaced.
+    """
+    code = (
+        f"import sys; sys.path[:] = {list(sys.path)!r}; "
+        "from sglang_backends.commands._worker import main; main()"
+    )
+    return [sys.executable, "-c", code, json.dumps(job)]
+
+
+def _read(stream: IO[bytes]) -> str:
+    stream.seek(0)
+    return stream.read().decode(errors="replace")
+
+
 def run_isolated(
     job: dict[str, Any], *, timeout: float, env: dict[str, str] | None = None
 ) -> WorkerResult:
-    """Run *job* in a fresh ``python -m sglang_backends.commands._worker``.
+    """Run *job* in a fresh worker interpreter (see :mod:`._worker`).
 
-    The worker gets its own session (process group); on timeout the whole
-    tree is killed. Never raises for the worker's fault.
+    The worker gets its own session (process group) and kills whatever its
+    plugin started before it reports; on timeout its whole tree and group
+    are killed. Output goes to files, not pipes, so a process that inherited
+    them cannot hold up the report. Never raises for the worker's fault.
     """
     started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sglang_backends.commands._worker", json.dumps(job)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_tree(process.pid)
-        try:
-            out, err = process.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            out, err = b"", b""
-        seconds = time.perf_counter() - started
-        return WorkerResult(
-            None,
-            "timeout",
-            f"did not finish within {timeout:g} s; its process tree was killed",
-            seconds,
-            err.decode(errors="replace"),
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            _command(job),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
         )
-    seconds = time.perf_counter() - started
-    stderr = err.decode(errors="replace")
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(process.pid)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            return WorkerResult(
+                None,
+                "timeout",
+                f"did not finish within {timeout:g} s; its process tree was killed",
+                time.perf_counter() - started,
+                _read(err),
+            )
+        finally:
+            _kill_group(process.pid)
+        seconds = time.perf_counter() - started
+        stdout, stderr = _read(out), _read(err)
     try:
-        result = json.loads(out.decode(errors="replace"))
+        result = json.loads(stdout)
     except ValueError:
         result = None
     if process.returncode != 0 or not isinstance(result, dict):

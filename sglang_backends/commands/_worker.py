@@ -1,10 +1,14 @@
 """A throw-away interpreter that loads plugins for ``check`` and ``detect``.
 
-Run as ``python -m sglang_backends.commands._worker JOB`` where JOB is JSON.
-Plugins are imported here, not in the operator's process, so one that hangs
-or crashes the interpreter at import costs only this process. The result is
-one JSON object written to the original standard output; everything a plugin
-prints (to ``sys.stdout`` or straight to file descriptor 1) goes to stderr.
+Started by :func:`sglang_backends.commands._isolation.run_isolated` with the
+caller's ``sys.path`` and a JSON job as its one argument. Plugins are
+imported here, not in the operator's process, so one that hangs or crashes
+the interpreter at import costs only this process. The result is one JSON
+object written to the original standard output; everything a plugin prints
+(to ``sys.stdout`` or straight to file descriptor 1) goes to stderr. Before
+reporting, the worker kills every process the plugin started (it is a child
+subreaper on Linux, so orphaned grandchildren are found too) and then exits
+at once, whatever threads or exit handlers the plugin left behind.
 """
 
 from __future__ import annotations
@@ -89,9 +93,40 @@ def _explain(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _contract(job: dict[str, Any]) -> dict[str, Any]:
+    """Load one backend and run the plugin-author kit's contract checks on it."""
+    from sglang_backends.testing import ContractViolation, assert_backend_contract
+
+    registry = _registry(job)
+    started = time.perf_counter()
+    registered = registry.get(job["name"])
+    try:
+        report = assert_backend_contract(
+            job["name"], registry=registry, timeout=float(job["contract_timeout"])
+        )
+    except ContractViolation as exc:
+        provider = registered.distribution or "an unknown distribution"
+        return {
+            **_error(exc),
+            "error": f"{exc} (provided by {provider})",
+            "distribution": registered.distribution,
+        }
+    backend = report.backend
+    return {
+        "ok": True,
+        "seconds": time.perf_counter() - started,
+        "distribution": registered.distribution,
+        "api_version": backend.api_version,
+        "has_detector": backend.detect is not None,
+        "requires_model_path": backend.requires_model_path,
+        "help_seconds": report.help_seconds,
+        "detections": len(report.detections),
+    }
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Run *job* (``{"action": "load"|"explain", ...}``) and return its JSON-able result."""
-    action = {"load": _load, "explain": _explain}[job["action"]]
+    """Run *job* (``{"action": "load"|"explain"|"contract", ...}``); return its JSON-able result."""
+    action = {"load": _load, "explain": _explain, "contract": _contract}[job["action"]]
     try:
         return action(job)
     except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
@@ -100,13 +135,34 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     """Read the job from argv, run it, write the result to the saved stdout."""
+    from sglang_backends.processes import become_subreaper
+
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    become_subreaper()
     result = run_job(json.loads(sys.argv[1]))
+    _kill_descendants()
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(result, out)
     sys.stdout.flush()
+    sys.stderr.flush()
+    # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
+    os._exit(0)
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every process the plugin started, orphaned grandchildren included."""
+    import psutil
+
+    from sglang_backends.processes import kill_processes
+
+    try:
+        pids = [child.pid for child in psutil.Process().children(recursive=True)]
+    except psutil.Error:
+        return
+    if pids:
+        kill_processes(pids)
 
 
 if __name__ == "__main__":

@@ -7,23 +7,127 @@ import logging
 from typing import Any
 
 from cliff.app import App
+from cliff.command import Command
 from cliff.commandmanager import CommandManager
+from cliff.help import HelpCommand
 
-__all__ = ["COMMAND_NAMESPACE", "OperatorApp"]
+from sglang_backends.commands._base import SafeCommand
 
-#: Entry-point group holding the commands.
+__all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
+
+#: Entry-point group naming the commands, for documentation tools (the app
+#: registers them itself: see :class:`OperatorApp`).
 COMMAND_NAMESPACE = "sglang_backends.commands"
+
+
+def _commands() -> dict[str, type[Command]]:
+    from sglang_backends.commands.check import CheckBackends
+    from sglang_backends.commands.detect import DetectBackend
+    from sglang_backends.commands.listing import ListBackends
+    from sglang_backends.commands.show import ShowBackend
+
+    return {
+        "list": ListBackends,
+        "show": ShowBackend,
+        "check": CheckBackends,
+        "detect": DetectBackend,
+    }
+
+
+#: The commands, by name.
+COMMANDS = ("list", "show", "check", "detect")
+
+
+class _ConsoleFilter(logging.Filter):
+    """Escape control characters in messages (never tracebacks); show each message once.
+
+    Package metadata is read more than once per command (cliff's formatters,
+    then the backends), and a warning about a broken distribution says the
+    same thing each time.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from sglang_backends.commands._base import printable
+
+        record.msg, record.args = printable(record.getMessage()), None
+        key = (record.levelno, record.msg)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+_CONFIG_OPTIONS = ("--config-file", "--config-dir")
+#: cliff's global options that take a value.
+_VALUED_GLOBALS = ("--log-file",)
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Where the command name is in *argv*: the first word not an option or its value."""
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if not token.startswith("-"):
+            return index
+        if "=" not in token and token in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
+            index += 1
+        index += 1
+    return None
+
+
+def _config_options_after_command(argv: list[str]) -> list[str]:
+    """*argv* with configuration options given before the command name moved after it."""
+    command = _command_index(argv)
+    head = argv if command is None else argv[:command]
+    kept: list[str] = []
+    moved: list[str] = []
+    index = 0
+    while index < len(head):
+        token = head[index]
+        name = token.partition("=")[0]
+        target = moved if name in _CONFIG_OPTIONS else kept
+        target.append(token)
+        if "=" not in token and name in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
+            target.extend(head[index + 1 : index + 2])
+            index += 1
+        index += 1
+    if command is None:
+        return [*kept, *moved]  # no command: cliff reports what is wrong
+    return [*kept, argv[command], *moved, *argv[command + 1 :]]
+
+
+class Help(SafeCommand, HelpCommand):
+    """print detailed help for another command, or for serve"""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        if parsed_args.cmd == ["serve"]:
+            from sglang_backends.settings import Settings
+            from sglang_backends.usage import metadata_help
+
+            text, warnings = metadata_help(Settings())
+            for warning in warnings:
+                self.app.LOG.warning("%s", warning)
+            self.app.stdout.write(text)
+            return 0
+        return super().take_action(parsed_args)
+
 
 _DESCRIPTION = """\
 Inspect and check the serve backends sglang-backends can use.
 
   list     every backend, built-in and plugin, and whether it may be used (imports nothing)
   show     load one backend and show its contract
-  check    load every enabled plugin in an isolated process and validate it
+  check    load every enabled plugin (or the NAMEs given) in isolation and validate it
   detect   explain which backend automatic detection picks for a request
 
-Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for details.
-Serve a model with "sglang-backends serve MODEL [--model-type NAME] ...".
+--config-file PATH and --config-dir DIR may come before or after the command name.
+Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for details,
+"sglang-backends help serve" for serve's. Serve a model with
+"sglang-backends serve MODEL [--model-type NAME] ...".
 """
 
 
@@ -43,12 +147,19 @@ class OperatorApp(App):
     LOG = logging.getLogger(NAME)
 
     def __init__(self) -> None:
+        # No namespace: cliff would read every installed entry point through
+        # stevedore's cache, and one malformed entry_points.txt of an unrelated
+        # package would break every command. The commands are added by name.
+        manager = CommandManager(None)
         super().__init__(
             description=_DESCRIPTION,
             version=_version(),
-            command_manager=CommandManager(COMMAND_NAMESPACE),
+            command_manager=manager,
             deferred_help=True,
         )
+        for name, command in _commands().items():
+            manager.add_command(name, command)
+        manager.add_command("help", Help)
 
     def build_option_parser(
         self,
@@ -56,22 +167,50 @@ class OperatorApp(App):
         version: str | None,
         argparse_kwargs: dict[str, Any] | None = None,
     ) -> argparse.ArgumentParser:
-        """The global options, with the description kept as written."""
+        """The global options, with the description kept as written.
+
+        No abbreviations: cliff parses global options anywhere on the line, and
+        ``--deb`` or ``--log`` in a ``detect`` request must stay the request's.
+        """
         kwargs = dict(argparse_kwargs or {})
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         kwargs.setdefault("prog", self.NAME)
+        kwargs.setdefault("allow_abbrev", False)
         return super().build_option_parser(description, version, kwargs)
 
+    def run(self, argv: list[str]) -> int:
+        """Run the command line; ``--config-file``/``--config-dir`` may precede the command.
+
+        OpenStack clients take global options first (``sglang-backends
+        --config-file F list``); they are moved after the command name, where
+        every command takes them, so nothing after the command is taken away.
+        """
+        argv = _config_options_after_command(argv)
+        command = _command_index(argv)
+        if command is not None and argv[command] == "serve":
+            # "sglang-backends --config-file F serve MODEL": serve is not a cliff command.
+            from sglang_backends.serve import main as serve_main
+
+            debug = ["--debug"] if "--debug" in argv[:command] else []
+            return serve_main([*debug, *argv[command + 1 :]])
+        return super().run(argv)
+
     def configure_logging(self) -> None:
-        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``."""
+        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.
+
+        Messages quote package metadata, which is untrusted: control characters
+        in them are escaped before they reach the terminal.
+        """
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
+        console_filter = _ConsoleFilter()
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler
             ):
                 handler.setLevel(level)
+                handler.addFilter(console_filter)
 
     def interact(self) -> None:
         """No interactive shell: without a command, print the help."""

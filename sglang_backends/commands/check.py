@@ -38,13 +38,20 @@ def _jobs(text: str) -> int:
 
 
 class CheckBackends(SelectionOptions, Lister):
-    """Load every enabled plugin and validate its contract; exit 1 if any fails.
+    """Load every enabled plugin, or the NAMEs given, and validate it; exit 1 if any fails.
 
     Each plugin is imported in its own short-lived Python process, a few at
     a time (--jobs), each bounded by --timeout: a plugin that hangs, crashes
-    the interpreter or exits at import is reported, never inherited. The
-    worker runs exactly what serve runs (registry.get(NAME)): import, call
+    the interpreter or exits at import is reported, never inherited, and
+    every process it started is killed. The worker runs exactly what serve
+    runs (registry.get(NAME), with serve's module search path): import, call
     the factory, check it returned a ServeBackend of API version 1.
+
+    --contract also runs the plugin-author kit's checks in that process
+    (sglang_backends.testing.assert_backend_contract): run(--help) returns
+    promptly without starting a server or processes, and the detector
+    answers awkward requests without raising. A breach is an error whose
+    Detail says what the plugin does wrong.
 
     Result column:
       ok        loads and honours the contract (built-ins are not loaded)
@@ -57,8 +64,12 @@ class CheckBackends(SelectionOptions, Lister):
 
     Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
 
+    A NAME that no installed plugin provides ends the command with one line
+    on stderr and exit status 1.
+
     Examples:
       sglang-backends check
+      sglang-backends check omni --contract
       sglang-backends check --timeout 10 --jobs 2 -f json
       sglang-backends check --enable omni
     """
@@ -82,6 +93,18 @@ class CheckBackends(SelectionOptions, Lister):
             help="plugins loaded at once, each in its own process "
             "(default: the number of CPUs, at most 4)",
         )
+        parser.add_argument(
+            "--contract",
+            action="store_true",
+            help="also check that run(--help) returns promptly and the detector never "
+            "raises, as the plugin-author kit does",
+        )
+        parser.add_argument(
+            "names",
+            metavar="NAME",
+            nargs="*",
+            help="check only these plugins (a name, or DIST:NAME for one provider)",
+        )
         return parser
 
     def take_action(
@@ -92,17 +115,25 @@ class CheckBackends(SelectionOptions, Lister):
 
         survey = self.survey(parsed_args)
         settings = survey.selection.settings
-        builtins, records = survey.builtins, survey.records
-        conflicts = sorted({r.plugin.name for r in records if r.status is PluginStatus.CONFLICT})
+        builtins, records = survey.builtins, _chosen(survey.records, parsed_args.names)
+        if parsed_args.names:
+            builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
+        conflicts = sorted(
+            {r.plugin.name for r in survey.records if r.status is PluginStatus.CONFLICT}
+        )
+        # What each record is loaded as: its name, or DIST:NAME when that provider was asked for.
+        keys = {id(r): _load_name(r, parsed_args.names) for r in records}
         to_load = sorted(
             {
-                r.plugin.name
+                keys[id(r)]
                 for r in records
                 if r.status in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
             }
         )
         base = {
-            "action": "load",
+            "action": "contract" if parsed_args.contract else "load",
+            # The kit bounds each call; a third of the worker's time leaves room to report.
+            "contract_timeout": parsed_args.timeout / 3,
             "enabled": None if settings.enabled is None else list(settings.enabled),
             # A conflict makes every registry fail; set it aside to check the rest.
             "disabled": sorted({*settings.disabled, *conflicts}),
@@ -136,7 +167,7 @@ class CheckBackends(SelectionOptions, Lister):
                 )
                 rows.append((*head, "error", 0.0, detail))
                 continue
-            worker = results[plugin.name]
+            worker = results[keys[id(record)]]
             seconds = round(worker.seconds, 3)
             if worker.failure is not None:
                 detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
@@ -151,8 +182,64 @@ class CheckBackends(SelectionOptions, Lister):
                     f"{'requires' if result['requires_model_path'] else 'does not require'} "
                     "a model path"
                 )
+                if parsed_args.contract:
+                    detail += (
+                        f"; contract kept (--help in {result['help_seconds']:.2f} s, "
+                        f"{result['detections']} detector requests answered)"
+                    )
                 rows.append((*head, "ok", seconds, detail))
             else:
                 rows.append((*head, "error", seconds, (worker.result or {}).get("error")))
         self.failed = any(row[4] in FAILURES for row in rows)
-        return COLUMNS, rows
+        return COLUMNS, self.safe_rows(parsed_args, rows)
+
+
+def _load_name(record: Any, names: Sequence[str]) -> str:
+    """``DIST:NAME`` if *names* picks *record*'s provider that way, else its plain name."""
+    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+
+    plugin = record.plugin
+    for name in names:
+        dist, plain = split_qualified_name(name)
+        if (
+            dist is not None
+            and plain == plugin.name
+            and normalize_distribution(dist) == normalize_distribution(plugin.distribution or "")
+        ):
+            return name
+    return str(plugin.name)
+
+
+def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
+    """The records *names* designate (``NAME`` or ``DIST:NAME``); all of them without names.
+
+    :raises UnknownBackendError: a name that matches no installed plugin.
+    """
+    from sglang_backends.builtins import default_builtins
+    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+    from sglang_backends.errors import UnknownBackendError
+
+    if not names:
+        return list(records)
+    chosen: list[Any] = []
+    for name in names:
+        dist, plain = split_qualified_name(name)
+        found = [
+            r
+            for r in records
+            if r.plugin.name == plain
+            and (
+                dist is None
+                or normalize_distribution(r.plugin.distribution or "")
+                == normalize_distribution(dist)
+            )
+        ]
+        if not found and not (dist is None and plain in default_builtins()):
+            installed = ", ".join(sorted({r.plugin.name for r in records})) or "none"
+            raise UnknownBackendError(
+                f"No installed plugin provides serve backend {name!r}; installed plugins: "
+                f"{installed}. 'sglang-backends list' shows every backend.",
+                name=name,
+            )
+        chosen += [r for r in found if r not in chosen]
+    return chosen

@@ -29,7 +29,7 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
         if token == "--":
             return args
         name, sep, _ = token.partition("=")
-        action = parser._option_string_actions.get(name) if token.startswith("-") else None
+        action = _own_option(parser, name) if token.startswith("-") else None
         if action is None:
             return [*args[:index], "--", *args[index:]]
         if sep:
@@ -43,22 +43,58 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
     return args
 
 
+def _own_option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
+    """The action of *parser*'s option string *name*, if it has one.
+
+    argparse has no public way to ask a parser whether a string is one of its
+    options, and cliff adds options of its own (-f, -c, --max-width, ...), so
+    this reads argparse's option table: the one private name detect uses.
+    """
+    table: dict[str, argparse.Action] = parser._option_string_actions
+    return table.get(name)
+
+
+#: Seconds each plugin gets when loaded alone to find why detection did not finish:
+#: at least this, so that a plugin merely slower than a short --timeout is not blamed.
+CULPRIT_TIMEOUT = 10.0
+
+
 def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
-    """Load the enabled plugins one per process to name those that hang or crash."""
+    """Load the enabled plugins one per process to say why detection did not finish.
+
+    Each gets ``max(timeout, CULPRIT_TIMEOUT)`` seconds. Only a plugin that
+    crashes its interpreter or does not load within that bound is blamed; one
+    that loads, however slowly, is reported with its time, never as broken.
+    """
     from sglang_backends.commands._isolation import default_jobs, run_many
     from sglang_backends.selection import PluginStatus
 
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
     jobs = [{**job, "action": "load", "name": name} for name in names]
-    results = run_many(jobs, timeout=min(timeout, 10.0), concurrency=default_jobs())
-    found = [
-        f"{name!r} ({result.failure}: {result.detail})"
-        for name, result in zip(names, results, strict=True)
-        if result.failure is not None
-    ]
-    if not found:
-        return "Run 'sglang-backends check' to find the plugin at fault."
-    return f"Loaded one by one, these plugins hang or crash: {'; '.join(found)}."
+    bound = max(timeout, CULPRIT_TIMEOUT)
+    results = run_many(jobs, timeout=bound, concurrency=default_jobs())
+    broken, slow = [], []
+    for name, result in zip(names, results, strict=True):
+        if result.failure == "timeout":
+            broken.append(f"{name!r} does not load within {bound:g} s (it hangs)")
+        elif result.failure is not None:
+            broken.append(f"{name!r} crashes its interpreter ({result.detail})")
+        elif result.seconds > timeout / 2:
+            slow.append(f"{name!r} {result.seconds:.1f} s")
+    if broken:
+        return (
+            f"Loaded one by one: {'; '.join(broken)}. Disable it to detect without it, "
+            "and report it to its authors."
+        )
+    if slow:
+        return (
+            f"No plugin hangs or crashes; loaded one by one, these are slow: {', '.join(slow)}. "
+            f"Raise --timeout (now {timeout:g} s)."
+        )
+    return (
+        f"Every plugin loads alone within {bound:g} s; raise --timeout (now {timeout:g} s), "
+        "or run 'sglang-backends check --contract' to test the detectors."
+    )
 
 
 class _RequestParser(argparse.ArgumentParser):
@@ -99,9 +135,20 @@ class DetectBackend(SelectionOptions, Lister):
       sglang-backends detect --detect-timeout 2 -- org/model --trust-remote-code
     """
 
+    #: argparse's own handler: the parser below copies cliff's options with ``parents``.
+    conflict_handler = "error"
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.__class__ = type("DetectParser", (_RequestParser, type(parser)), {})
+        base = super().get_parser(prog_name)
+        # The same options in a parser that splits off the request (argparse's ``parents``).
+        parser = _RequestParser(
+            prog=base.prog,
+            description=base.description,
+            epilog=base.epilog,
+            formatter_class=base.formatter_class,
+            parents=[base],
+            add_help=False,
+        )
         parser.add_argument(
             "--detect-timeout",
             metavar="SECONDS",
@@ -196,4 +243,4 @@ class DetectBackend(SelectionOptions, Lister):
             selected = next(o for o in result["outcomes"] if o["name"] == result["selected"])
             rows.append((result["selected"], selected["distribution"], "selected", seconds, detail))
             self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
-        return COLUMNS, rows
+        return COLUMNS, self.safe_rows(parsed_args, rows)

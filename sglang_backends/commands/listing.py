@@ -61,4 +61,4 @@ class ListBackends(SelectionOptions, Lister):
                     record.status.value,
                 )
             )
-        return COLUMNS, rows
+        return COLUMNS, self.safe_rows(parsed_args, rows)

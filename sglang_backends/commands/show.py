@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cliff.show import ShowOne
@@ -32,6 +35,8 @@ class ShowBackend(SelectionOptions, ShowOne):
 
     The plugin is imported and its factory called in this process, exactly as
     "serve --model-type NAME" would; use "check" to load plugins in isolation.
+    Whatever the plugin prints while loading goes to stderr, so "-f json"
+    output stays clean.
 
     Fields:
       API version          the contract version the backend declares (must be 1)
@@ -42,6 +47,9 @@ class ShowBackend(SelectionOptions, ShowOne):
 
     An unknown, disabled or duplicate name, or a plugin that fails to load,
     gives one line on stderr and exit status 1 (2 for bad configuration).
+    A built-in (llm, diffusion) on a machine without SGLang is shown, with a
+    warning that serving with it fails until SGLang is installed, and exit
+    status 1.
 
     Examples:
       sglang-backends show omni
@@ -65,7 +73,8 @@ class ShowBackend(SelectionOptions, ShowOne):
         selection = self.selection(parsed_args)
         registry = build_registry(selection.settings, origins=selection.origins)
         started = time.perf_counter()
-        registered = registry.get(parsed_args.name)
+        with _output_to_stderr():
+            registered = registry.get(parsed_args.name)
         seconds = round(time.perf_counter() - started, 4)
         backend = registered.backend
 
@@ -83,10 +92,13 @@ class ShowBackend(SelectionOptions, ShowOne):
         if plugin is None:
             origin, distribution, version = "built-in", None, None
             target, summary = builtin_target(backend), summary_line(backend.run)
+            self._warn_without_sglang(registered.name)
         else:
             origin, distribution, version = "plugin", plugin.distribution, plugin.version
             # Already imported by registry.get(): this is a lookup, not a second import.
-            target, summary = plugin.target, summary_line(plugin.entry_point.load())
+            with _output_to_stderr():
+                factory = plugin.entry_point.load()
+            target, summary = plugin.target, summary_line(factory)
         values = (
             registered.name,
             origin,
@@ -99,4 +111,39 @@ class ShowBackend(SelectionOptions, ShowOne):
             summary,
             seconds,
         )
-        return FIELDS, values
+        [safe] = self.safe_rows(parsed_args, [values])
+        return FIELDS, safe
+
+    def _warn_without_sglang(self, name: str) -> None:
+        """Say so when built-in *name* cannot serve here because SGLang is not installed."""
+        import importlib.util
+
+        if name not in _NEEDS_SGLANG or importlib.util.find_spec("sglang") is not None:
+            return
+        self.app.LOG.warning(
+            "Built-in serve backend %r needs SGLang, which is not installed here: serving "
+            "with it fails until you run: %s",
+            name,
+            _NEEDS_SGLANG[name],
+        )
+        self.failed = True
+
+
+#: What each built-in needs installed to serve.
+_NEEDS_SGLANG = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
+
+
+@contextlib.contextmanager
+def _output_to_stderr() -> Iterator[None]:
+    """Send what plugin code prints (``print`` or file descriptor 1) to stderr meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

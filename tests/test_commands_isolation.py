@@ -1,0 +1,201 @@
+"""check and detect workers: what serve would run, bounded, reporting promptly, leaving nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import psutil
+import pytest
+from clitools import CLI, clean_environ, run_cli
+
+GOOD = """
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def factory():
+    return ServeBackend(
+        api_version=1,
+        run=lambda request: None,
+        detect=lambda request: ServeBackendDetection.UNKNOWN,
+    )
+"""
+
+HELP_HANGS = """
+import time
+from sglang_backends import ServeBackend
+
+def run(request):
+    time.sleep(600)
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+DETECTOR_RAISES = """
+from sglang_backends import ServeBackend
+
+def detect(request):
+    return {"yes": True}[request.model_path]
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None, detect=detect)
+"""
+
+
+def rows(result) -> dict[str, dict]:
+    return {row["Name"]: row for row in json.loads(result.stdout)}
+
+
+@pytest.fixture
+def plugins(site):
+    for name, source in (("good", GOOD), ("helphang", HELP_HANGS), ("raiser", DETECTOR_RAISES)):
+        site.install(
+            f"{name}-runtime",
+            entry_points={name: f"{name}_plugin:factory"},
+            modules={f"{name}_plugin.py": source},
+        )
+    return site
+
+
+def test_check_names_only_the_plugins_asked_for(plugins):
+    result = run_cli(plugins, "check", "-f", "json", "good", "raiser-runtime:raiser")
+    assert result.returncode == 0, result.stderr
+    assert sorted(rows(result)) == ["good", "raiser"]
+
+
+def test_check_an_unknown_name_is_one_line(plugins):
+    result = run_cli(plugins, "check", "nope")
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert "No installed plugin provides serve backend 'nope'" in line
+    assert "good" in line
+
+
+def test_check_says_ok_to_load_but_contract_finds_the_breaches(plugins):
+    loaded = run_cli(plugins, "check", "-f", "json", "--timeout", "6")
+    assert loaded.returncode == 0, loaded.stderr
+    assert {n: r["Result"] for n, r in rows(loaded).items() if n in ("helphang", "raiser")} == {
+        "helphang": "ok",
+        "raiser": "ok",
+    }
+    started = time.monotonic()
+    checked = run_cli(plugins, "check", "-f", "json", "--timeout", "6", "--contract")
+    assert time.monotonic() - started < 60
+    assert checked.returncode == 1
+    found = rows(checked)
+    assert found["good"]["Result"] == "ok"
+    assert "contract kept" in found["good"]["Detail"]
+    assert found["helphang"]["Result"] == "error"
+    assert "run(['--help']) did not return within 2 s" in found["helphang"]["Detail"]
+    assert "(provided by helphang-runtime)" in found["helphang"]["Detail"]
+    assert found["raiser"]["Result"] == "error"
+    assert "detect() raised KeyError" in found["raiser"]["Detail"]
+
+
+SHADOW = "raise SystemExit('the current directory was imported, not the installed plugin')\n"
+
+
+@pytest.mark.parametrize("command", [["check", "good"], ["detect", "/models/x"]])
+def test_workers_import_what_serve_would_not_the_current_directory(plugins, tmp_path, command):
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    (cwd / "good_plugin.py").write_text(SHADOW)
+    environ = clean_environ(plugins.environ())
+    result = subprocess.run(
+        [CLI, command[0], "-f", "json", *command[1:]],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "current directory" not in result.stdout + result.stderr
+    if command[0] == "check":
+        assert rows(result)["good"]["Result"] == "ok"
+    else:
+        verdicts = {r["Backend"]: r["Verdict"] for r in json.loads(result.stdout)}
+        assert verdicts["good"] == "unknown"
+
+
+LEAVES_PROCESSES = """
+import pathlib, subprocess, sys, threading, time
+from sglang_backends import ServeBackend
+
+# A daemonised grandchild in its own session, holding the worker's stderr open.
+child = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+)
+pathlib.Path({pidfile!r}).write_text(str(child.pid))
+# A thread that never ends: a normal interpreter exit would wait for it.
+threading.Thread(target=time.sleep, args=(600,)).start()
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def _gone(pid: int, within: float = 10) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("command", [["check", "spawner"], ["detect", "/models/x"]])
+def test_workers_report_promptly_and_leave_nothing_running(site, tmp_path, command):
+    pidfile = tmp_path / "grandchild.pid"
+    site.install(
+        "spawner-runtime",
+        entry_points={"spawner": "spawner_plugin:factory"},
+        modules={"spawner_plugin.py": LEAVES_PROCESSES.format(pidfile=str(pidfile))},
+    )
+    started = time.monotonic()
+    result = run_cli(site, command[0], "-f", "json", "--timeout", "40", *command[1:])
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 30, f"took {elapsed:.1f} s: the worker's report waited for its leftovers"
+    assert _gone(int(pidfile.read_text())), "the plugin's grandchild survived"
+
+
+SLOW = """
+import time
+time.sleep(4)
+from sglang_backends import ServeBackend
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None, detect=lambda r: None)
+"""
+
+
+def test_detect_does_not_blame_a_slow_but_healthy_plugin(site):
+    site.install(
+        "slow-runtime",
+        entry_points={"slow": "slow_plugin:factory"},
+        modules={"slow_plugin.py": SLOW},
+    )
+    result = run_cli(site, "detect", "--timeout", "2", "/models/x")
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("Automatic detection did not complete")
+    assert "No plugin hangs or crashes" in line
+    assert "'slow'" in line and "Raise --timeout" in line
+    assert "hangs)" not in line and "crashes its interpreter" not in line
+
+
+def test_check_dist_name_loads_that_provider_of_a_duplicate(plugins):
+    plugins.install("good-fork", version="0.1", entry_points={"good": "raiser_plugin:factory"})
+    both = run_cli(plugins, "check", "-f", "json", "good")
+    assert both.returncode == 1
+    assert {row["Result"] for row in json.loads(both.stdout)} == {"error"}
+    one = run_cli(plugins, "check", "-f", "json", "good-fork:good")
+    assert one.returncode == 0, one.stderr
+    [row] = json.loads(one.stdout)
+    assert (row["Distribution"], row["Result"]) == ("good-fork", "ok")

@@ -1,0 +1,258 @@
+"""Operator slips on the real console script: each is one line naming what, where and the fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from clitools import CLI, run_cli
+from servetools import run_serve
+
+GOOD = """
+from sglang_backends import ServeBackend
+
+def factory():
+    \"\"\"A well-behaved runtime.\"\"\"
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+@pytest.fixture
+def omni(site):
+    site.install(
+        "omni-runtime",
+        entry_points={"omni": "omni_plugin:factory"},
+        modules={"omni_plugin.py": GOOD},
+    )
+    return site
+
+
+def conf(tmp_path, body: str):
+    path = tmp_path / "sglang-backends.conf"
+    path.write_text(body)
+    return path
+
+
+def names(result) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return [row["Name"] for row in json.loads(result.stdout)]
+
+
+# -- configuration -------------------------------------------------------------
+
+
+def test_global_options_may_come_before_the_command(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
+    before = run_cli(omni, "--config-file", str(path), "list", "-f", "json")
+    after = run_cli(omni, "list", "-f", "json", "--config-file", str(path))
+    for result in (before, after):
+        assert result.returncode == 0, result.stderr
+        statuses = {r["Name"]: r["Status"] for r in json.loads(result.stdout)}
+        assert statuses["omni"] == "disabled"
+    confdir = tmp_path / "conf.d"
+    confdir.mkdir()
+    (confdir / "10.conf").write_text("[serve_backends]\ndisabled_backends = omni\n")
+    from_dir = run_cli(omni, "--config-dir", str(confdir), "list", "-f", "json")
+    assert {r["Name"]: r["Status"] for r in json.loads(from_dir.stdout)}["omni"] == "disabled"
+
+
+@pytest.mark.parametrize(
+    ("body", "phrase"),
+    [
+        ("[serve_backends]\nmodel_typ = omni\n", "did you mean 'model_type'?"),
+        ("[serve_backend]\nmodel_type = omni\n", "did you mean 'serve_backends'?"),
+    ],
+)
+def test_misspelt_file_names_warn_in_commands_and_serve(omni, tmp_path, body, phrase):
+    path = conf(tmp_path, body)
+    listed = run_cli(omni, "list", "--config-file", str(path))
+    assert listed.returncode == 0, listed.stderr
+    [line] = [line for line in listed.stderr.splitlines() if "Ignoring" in line]
+    assert phrase in line and str(path) in line
+    served = run_serve(["--help", "--config-file", str(path)], omni.environ())
+    assert served.returncode == 0, served.stderr
+    [line] = [line for line in served.stderr.splitlines() if "Ignoring" in line]
+    assert phrase in line and str(path) in line
+
+
+def test_misspelt_variable_warns_in_serve(omni):
+    env = {**omni.environ(), "OS_SERVE_BACKENDS__MODEL_TYP": "omni"}
+    served = subprocess.run(
+        [CLI, "serve", "--help"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert served.returncode == 0, served.stderr
+    [line] = [line for line in served.stderr.splitlines() if "MODEL_TYP" in line]
+    assert "did you mean 'OS_SERVE_BACKENDS__MODEL_TYPE'?" in line
+
+
+def test_unknown_model_type_in_a_file_names_file_and_option(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\nmodel_type = ehco\n")
+    served = run_serve(["m", "--config-file", str(path)], omni.environ())
+    assert served.returncode == 2
+    [line] = served.error_lines
+    assert "Unknown serve backend 'ehco'" in line
+    assert f"[serve_backends] model_type in {path}" in line
+    assert "Traceback" not in served.stderr
+    listed = run_cli(omni, "list", "--config-file", str(path))
+    assert listed.returncode == 0, listed.stderr
+    [line] = [line for line in listed.stderr.splitlines() if "'ehco'" in line]
+    assert f"[serve_backends] model_type, set in {path}" in line
+    assert "Available values: auto, llm, diffusion" in line
+
+
+def test_command_line_model_type_errors_stay_as_sglang_words_them(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\nmodel_type = ehco\n")
+    for args in (["m"], ["m", "--config-file", str(path)]):
+        served = run_serve([*args, "--model-type", "ehco"], omni.environ())
+        assert served.returncode == 2
+        [line] = served.error_lines
+        assert "Unknown serve backend 'ehco'. Available values: auto, llm" in line
+        assert "model_type in" not in line
+
+
+@pytest.mark.parametrize("flag", ["--enable", "--disable"])
+def test_empty_name_among_others_is_refused_like_the_option(omni, flag):
+    result = run_cli(omni, "list", flag, "omni,,vlm")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert f"{flag} 'omni,,vlm' on the command line holds an empty backend name" in line
+
+
+def test_empty_value_alone_is_an_empty_list(omni, tmp_path, preinstalled):
+    path = conf(tmp_path, "[serve_backends]\nenabled_backends = nothing\n")
+    result = run_cli(omni, "list", "-f", "json", "--config-file", str(path), "--enable", "")
+    assert result.returncode == 0, result.stderr
+    assert {r["Name"]: r["Status"] for r in json.loads(result.stdout)}["omni"] == "enabled"
+
+
+def test_a_built_in_in_a_list_is_a_warning(omni):
+    result = run_cli(omni, "list", "--disable", "llm")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "'llm'" in line]
+    assert "changes nothing" in line and "--disable on the command line" in line
+
+
+# -- commands ------------------------------------------------------------------
+
+
+def test_help_serve_prints_the_serve_help(omni):
+    result = run_cli(omni, "help", "serve")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: sglang-backends serve")
+    assert "omni       from omni-runtime 1.0" in result.stdout
+
+
+def test_a_plugin_claiming_a_built_in_name_does_not_break_serve_help(omni):
+    omni.install(
+        "llm-impostor",
+        version="6.6",
+        entry_points={"llm": "omni_plugin:factory"},
+    )
+    for result in (run_serve(["--help"], omni.environ()), run_cli(omni, "help", "serve")):
+        assert result.returncode == 0, result.stderr
+        assert "usage: sglang-backends serve" in result.stdout
+        assert "(conflicts with a built-in)" in result.stdout
+        [line] = [line for line in result.stderr.splitlines() if "llm-impostor" in line]
+        assert "claims the built-in name 'llm'" in line
+        assert "pip uninstall llm-impostor" in line and "disabled_backends" in line
+    served = run_serve(["m"], omni.environ())
+    assert served.returncode == 1
+    assert "cannot replace reserved or built-in backends" in served.error_lines[0]
+
+
+@pytest.mark.parametrize(
+    "command", [["list"], ["show", "omni"], ["check"], ["detect", "/m"], ["help", "list"]]
+)
+def test_a_malformed_unrelated_distribution_breaks_no_command(omni, command):
+    info = omni.path / "unrelated-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: unrelated\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[console_scripts]\nthis line has no equals sign\n")
+    result = run_cli(omni, *command)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    # The broken distribution is named, once.
+    assert len([line for line in result.stderr.splitlines() if "unrelated" in line]) == 1
+    assert "omni" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--config-file", "F", "list"], ["list", "--config-file", "F"]),
+        (["--config-dir=D", "-v", "check", "x"], ["-v", "check", "--config-dir=D", "x"]),
+        (
+            ["--log-file", "L", "--config-file", "F", "detect", "/m", "--config-file", "G"],
+            ["--log-file", "L", "detect", "--config-file", "F", "/m", "--config-file", "G"],
+        ),
+        (["list", "--config-file", "F"], ["list", "--config-file", "F"]),
+        (["--log-file", "L", "serve", "m"], ["--log-file", "L", "serve", "m"]),
+    ],
+)
+def test_configuration_options_before_the_command_move_after_it(argv, expected):
+    from sglang_backends.commands.app import _config_options_after_command
+
+    assert _config_options_after_command(argv) == expected
+
+
+def test_global_configuration_reaches_detect_before_its_request(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
+    result = run_cli(omni, "--config-file", str(path), "detect", "-f", "json", "/models/x")
+    assert result.returncode == 0, result.stderr
+    assert "omni" not in [row["Backend"] for row in json.loads(result.stdout)]
+
+
+def test_control_characters_in_warnings_are_escaped(site):
+    site.install("evil-runtime", entry_points={"evil\x1b[2J": "evil_plugin:factory"})
+    result = run_cli(site, "list", "--enable", "ghost")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "ghost" in line]
+    assert "\x1b" not in result.stderr
+    assert "evil\\x1b[2J" in line
+
+
+def test_commands_use_no_argparse_or_cliff_internals_but_the_two_documented_ones():
+    """Each remaining private use is one line, explained by the comment above it."""
+    import re
+    from pathlib import Path
+
+    import sglang_backends.commands as package
+
+    private = re.compile(r"\.(_[a-z][a-z_]*)\b|\b(cliff\._\w+|__class__)\b")
+    paths = sorted(Path(package.__file__).parent.glob("*.py"))
+    sources = {path.name: path.read_text() for path in paths}
+    # Our own private names (functions, methods, modules) are ours to use.
+    ours = {path.stem for path in paths} | {"_exit"}
+    for text in sources.values():
+        ours.update(re.findall(r"def (_\w+)", text))
+        ours.update(re.findall(r"self\.(_\w+)(?:: [^=]+)? = ", text))
+    found = {}
+    for name, text in sources.items():
+        for number, line in enumerate(text.splitlines(), 1):
+            code = line.split("#")[0]
+            if code.lstrip().startswith(("from ", "import ", '"', "`")):
+                continue
+            for match in private.finditer(code):
+                used = match.group(1) or match.group(2)
+                if used not in ours:
+                    found[(name, used)] = number
+    assert set(found) == {("detect.py", "_option_string_actions")}
+    # The formatter hook is overridden by name (a def), not reached into.
+    assert "def _load_formatter_plugins" in (Path(package.__file__).parent / "_base.py").read_text()
+
+
+def test_configuration_before_serve_reaches_serve(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\nmodel_type = ehco\n")
+    result = run_cli(omni, "--config-file", str(path), "serve", "/models/x")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert f"It was set by [serve_backends] model_type in {path}" in line
+
+
+def test_serve_help_escapes_control_characters_in_metadata(site):
+    site.install("evil\x1b]0;x\x07-runtime", version="1\x1b[2J", entry_points={"evil": "m:f"})
+    result = run_serve(["--help"], site.environ())
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "from evil\\x1b]0;x\\x07-runtime 1\\x1b[2J" in result.stdout
