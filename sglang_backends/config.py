@@ -27,7 +27,7 @@ from oslo_config.sources import _environment
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
 from sglang_backends.errors import ConfigurationError
-from sglang_backends.settings import Settings
+from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, Settings
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
@@ -93,6 +93,14 @@ OPTS = [
         "a number greater than 0. Detectors run concurrently. The default is "
         "generous because a detector may query a model hub (SGLang's diffusion "
         "detector asks the Hugging Face Hub); offline checks take milliseconds.",
+    ),
+    cfg.FloatOpt(
+        "stop_timeout",
+        default=DEFAULT_STOP_TIMEOUT,
+        help="Seconds the serve command gives its processes between SIGTERM and "
+        "SIGKILL when it stops them: the backend after a stop signal, then every "
+        "process the backend left behind; 0 kills at once. The environment "
+        "variable SGLANG_BACKENDS_STOP_TIMEOUT, when set, overrides it.",
     ),
 ]
 
@@ -290,6 +298,9 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     timeout = values["detect_timeout"]
     if not 0 < timeout < float("inf"):
         raise _invalid(conf, "detect_timeout", "must be a number of seconds greater than 0")
+    stop = values["stop_timeout"]
+    if not 0 <= stop < float("inf"):
+        raise _invalid(conf, "stop_timeout", "must be a number of seconds, 0 or more")
     for name in ("enabled_backends", "disabled_backends"):
         if any(not item for item in values[name]):
             raise _invalid(conf, name, "the list holds an empty backend name")
@@ -298,6 +309,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
         enabled=tuple(values["enabled_backends"]) or None,
         disabled=tuple(values["disabled_backends"]),
         detect_timeout=float(timeout),
+        stop_timeout=float(stop),
         source=_describe_sources(conf),
     )
 

@@ -1,25 +1,37 @@
-"""``sglang-backends serve``: choose a backend as SGLang does, run it, clean up.
+"""``sglang-backends serve``: choose a backend as SGLang does, run it, supervise it.
+
+Arguments: ``--model-type NAME`` is taken from anywhere, as SGLang does;
+``serve``'s own ``--config-file``, ``--config-dir`` and ``--debug`` only
+from the leading run of arguments, before the model or the first other
+argument. Everything else reaches the backend verbatim, in order.
 
 Exit status:
 
 * ``0``: the backend's ``run()`` returned (or printed its help);
 * ``1``: the backend failed to load, several providers or detectors
-  claimed the request, the backend is disabled, or ``run()`` raised;
+  claimed the request, the backend is disabled, ``run()`` raised, or the
+  backend process ended with ``os._exit(0)`` without returning;
 * ``2``: usage errors: a bad ``--model-type`` value, an unknown backend, a
   missing model path, invalid configuration;
-* ``128 + N`` when stopped by signal ``N``: ``143`` for SIGTERM, ``130``
-  for SIGINT;
-* the code a backend passes to :class:`SystemExit` (argparse's ``2``, say).
+* ``128 + N`` when stopped by signal ``N`` (``143`` for SIGTERM, ``130``
+  for SIGINT), or when the backend process was killed by signal ``N``
+  (``139`` for SIGSEGV);
+* the code a backend passes to :class:`SystemExit` (argparse's ``2``, say)
+  or to ``os._exit()``.
 
-After ``run()`` returns or raises, every descendant process gets SIGTERM,
-then SIGKILL after ``$SGLANG_BACKENDS_STOP_TIMEOUT`` seconds (default 5).
-On SIGTERM or SIGINT, ``run()`` is unwound by an exception in the main
-thread; a backend still running twice that long later, or a second signal,
-makes ``serve`` kill the descendants and exit at once.
+On Linux the backend runs in a supervised process
+(:mod:`sglang_backends.supervisor`): forked before any plugin code runs,
+with every process it starts stopped when it ends, however it ends. Help
+runs in this process, as in SGLang: it launches nothing. Elsewhere the
+backend runs in this process and :mod:`sglang_backends.processes` stops
+its descendants after ``run()``.
 
-Configuration (oslo.config, through :mod:`sglang_backends.config`) is
-imported only when ``--config-file``/``--config-dir`` is given or an
-``OS_SERVE_BACKENDS__*`` variable is set.
+The stop timeout (seconds between SIGTERM and SIGKILL) is
+``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else ``[serve_backends]
+stop_timeout``, else 5. Configuration (oslo.config, through
+:mod:`sglang_backends.config`) is imported only when
+``--config-file``/``--config-dir`` is given or an ``OS_SERVE_BACKENDS__*``
+variable is set.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ from collections.abc import Callable, Sequence
 
 from sglang_backends.builtins import default_builtins
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
+from sglang_backends.detection import describe
 from sglang_backends.dispatch import (
     AUTO,
     HostOptions,
@@ -87,21 +100,15 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     return restore
 
 
-def _configure(host: HostOptions) -> tuple[Settings, ServeBackendRegistry]:
-    """Settings and registry: defaults, or configuration when any is in use.
+def _settings(host: HostOptions) -> Settings:
+    """The settings: defaults, or configuration when any is in use.
 
     oslo.config is imported only when a file, a directory or an
     ``OS_SERVE_BACKENDS__*`` variable asks for it.
     """
     if not (host.config_files or host.config_dirs or configuration_in_environment()):
-        settings = Settings()
-        return settings, ServeBackendRegistry(
-            default_builtins(),
-            enabled=settings.enabled,
-            disabled=settings.disabled,
-            detect_timeout=settings.detect_timeout,
-        )
-    from sglang_backends.config import build_registry, load_settings
+        return Settings()
+    from sglang_backends.config import load_settings
 
     try:
         settings = load_settings(
@@ -110,12 +117,36 @@ def _configure(host: HostOptions) -> tuple[Settings, ServeBackendRegistry]:
     except ConfigurationError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from exc
     LOG.debug("Settings from %s: %r", settings.source, settings)
-    return settings, build_registry(settings)
+    return settings
 
 
-def _describe(registered: RegisteredServeBackend) -> str:
-    source = f"from {registered.distribution}" if registered.distribution else "built-in"
-    return f"{registered.name!r} ({source})"
+def _registry(settings: Settings) -> ServeBackendRegistry:
+    """The registry *settings* describe (reads package metadata, imports no plugin)."""
+    if settings.source == "defaults":
+        return ServeBackendRegistry(
+            default_builtins(),
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            detect_timeout=settings.detect_timeout,
+        )
+    from sglang_backends.config import build_registry
+
+    return build_registry(settings)
+
+
+def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
+    """``'name' (from dist)``, ``'name' (built-in)`` or ``'name' (from module:attr)``."""
+    if registered.distribution:
+        return f"{registered.name!r} (from {registered.distribution})"
+    if registered.name in registry.builtin_names:
+        return f"{registered.name!r} (built-in)"
+    targets = sorted(
+        record.plugin.target
+        for record in registry.plugins
+        if record.plugin.name == registered.name and record.plugin.distribution is None
+    )
+    source = targets[0] if len(targets) == 1 else "an entry point without distribution metadata"
+    return f"{registered.name!r} (from {source})"
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -129,44 +160,55 @@ def _exit_status(exc: SystemExit) -> int:
     return EXIT_FAILURE
 
 
-def _failed(registered: RegisteredServeBackend, exc: BaseException) -> _Failure:
-    failure = _Failure(
-        f"serve backend {_describe(registered)} failed: {exc or type(exc).__name__}", EXIT_FAILURE
-    )
+def _failed(description: str, exc: BaseException) -> _Failure:
+    """The one-line failure of *description*'s ``run()``: its message, or its type."""
+    failure = _Failure(f"serve backend {description} failed: {describe(exc)}", EXIT_FAILURE)
     failure.__cause__ = exc
     return failure
 
 
-def _forward_help(registered: RegisteredServeBackend, request: ServeRequest) -> int:
+def _forward_help(
+    registry: ServeBackendRegistry, registered: RegisteredServeBackend, request: ServeRequest
+) -> int:
     """Let the backend print its own help: no model path check, no cleanup."""
     try:
         registered.backend.run(request)
     except SystemExit as exc:
         return _exit_status(exc)
     except Exception as exc:
-        raise _failed(registered, exc) from exc
+        raise _failed(_describe(registry, registered), exc) from exc
     return 0
 
 
-def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
-    """Run the backend until it returns, raises or is stopped; then stop every descendant."""
-    # psutil is needed only once something is launched, not for help or errors.
-    from sglang_backends.processes import (
-        StopSignals,
-        become_subreaper,
-        stop_timeout,
-        terminate_descendants,
-    )
+def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int:
+    """Call ``run()``; its return, ``SystemExit`` or exception as an exit status."""
+    try:
+        registered.backend.run(request)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except SystemExit as exc:
+        return _exit_status(exc)
+    except Exception as exc:  # any failure of run() is reported
+        raise _failed(description, exc) from exc
+    return 0
 
-    grace = stop_timeout()
+
+def _launch_here(
+    description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
+) -> int:
+    """Run the backend in this process, then stop every descendant (not Linux)."""
+    from sglang_backends.processes import StopSignals, become_subreaper, terminate_descendants
+
     become_subreaper()
-    guard = StopSignals(timeout=2 * grace, on_force=lambda: terminate_descendants(grace))
+    # A forced stop (second signal, expired deadline) kills at once: no grace period.
+    guard = StopSignals(timeout=2 * timeout, on_force=lambda: terminate_descendants(0))
     status = 0
     failure: _Failure | None = None
     with guard:
         try:
             try:
-                registered.backend.run(request)
+                guard.arm()
+                status = _run(description, registered, request)
             finally:
                 # From here a first signal is only recorded; a second one, or
                 # a first one caught in this very window, still ends in cleanup.
@@ -175,14 +217,13 @@ def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
             status = 128 + signal.SIGINT
         except SystemExit as exc:
             status = _exit_status(exc)
-        except Exception as exc:  # noqa: BLE001 - any failure of run() is reported
-            failure = _failed(registered, exc)
-        guard.disarm()
-        count = terminate_descendants(grace)
+        except _Failure as exc:
+            failure = exc
+        count = terminate_descendants(timeout)
         if count:
             LOG.info("Stopped %d remaining process(es)", count)
     if guard.exit_status is not None:
-        LOG.info("Serve backend %s stopped by %s", _describe(registered), guard.signal_name)
+        LOG.info("Serve backend %s stopped by %s", description, guard.signal_name)
         return guard.exit_status
     if failure is not None:
         raise failure
@@ -194,39 +235,80 @@ def _select(
 ) -> RegisteredServeBackend:
     if model_type == AUTO:
         registered = registry.auto_detect(request)
-        LOG.info("Selected serve backend %s by automatic detection", _describe(registered))
+        LOG.info(
+            "Selected serve backend %s by automatic detection", _describe(registry, registered)
+        )
     else:
         registered = registry.get(model_type)
-        LOG.info("Using serve backend %s", _describe(registered))
+        LOG.info("Using serve backend %s", _describe(registry, registered))
     return registered
 
 
-def _serve(argv: Sequence[str]) -> int:
-    host = parse_host_options(argv)
-    restore_logging = _configure_logging(host.debug)
-    try:
-        return _dispatch(host)
-    finally:
-        restore_logging()
+def _before_dispatch() -> None:
+    """What runs in the backend process before a backend is chosen (not for help).
+
+    The one place for host start-up work, such as SGLang's general plugins.
+    """
 
 
-def _dispatch(host: HostOptions) -> int:
-    settings, registry = _configure(host)
+#: How a chosen backend is launched: given its description and itself, returns the status.
+_Launch = Callable[[str, RegisteredServeBackend], int]
+
+
+def _backend(settings: Settings, model_type: str, request: ServeRequest, launch: _Launch) -> int:
+    """Choose and load the backend, check the request, then *launch* it."""
+    _before_dispatch()
+    registry = _registry(settings)
+    registered = _select(registry, model_type, request)
+    description = _describe(registry, registered)
+    if registered.backend.requires_model_path and request.model_path is None:
+        raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
+    return launch(description, registered)
+
+
+def _serve(host: HostOptions) -> int:
+    settings = _settings(host)
     model_type = host.model_type or settings.model_type or AUTO
     request = normalize(host.argv)
     LOG.debug("Backend request: %r", request)
     if wants_help(request.argv):
+        registry = _registry(settings)
         if model_type == AUTO:
             sys.stdout.write(general_help(registry))
             return 0
-        return _forward_help(registry.get(model_type), request)
+        return _forward_help(registry, registry.get(model_type), request)
 
-    registered = _select(registry, model_type, request)
-    if registered.backend.requires_model_path and request.model_path is None:
-        raise _Failure(
-            f"serve backend {_describe(registered)} needs a model. {usage_line()}", EXIT_USAGE
+    timeout = _stop_timeout(settings)
+    from sglang_backends import supervisor
+
+    if not supervisor.SUPPORTED:
+        return _backend(
+            settings,
+            model_type,
+            request,
+            lambda description, registered: _launch_here(description, registered, request, timeout),
         )
-    return _launch(registered, request)
+
+    def work(announce: supervisor.Announce) -> int:
+        """The backend process's part: everything from choosing the backend on."""
+
+        def launch(description: str, registered: RegisteredServeBackend) -> int:
+            announce(description)
+            return _run(description, registered, request)
+
+        return _guarded(lambda: _backend(settings, model_type, request, launch), debug=host.debug)
+
+    return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
+
+
+def _stop_timeout(settings: Settings) -> float:
+    """``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else the setting."""
+    from sglang_backends.processes import stop_timeout  # psutil: only once launching
+
+    try:
+        return stop_timeout(default=settings.stop_timeout)
+    except ValueError as exc:
+        raise _Failure(str(exc), EXIT_USAGE) from exc
 
 
 def _status_for(exc: ServeBackendError) -> int:
@@ -237,15 +319,10 @@ def _status_for(exc: ServeBackendError) -> int:
     return EXIT_FAILURE
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``sglang-backends serve ARGS`` and return the exit status.
-
-    :param argv: the arguments after ``serve``; default ``sys.argv[1:]``.
-    """
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
+def _guarded(step: Callable[[], int], *, debug: bool) -> int:
+    """Run *step*; an expected failure becomes one error line and its exit status."""
     try:
-        return _serve(args)
+        return step()
     except UsageError as exc:
         failure: Exception = exc
         status = EXIT_USAGE
@@ -263,5 +340,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGINT
     if debug:
         traceback.print_exception(failure)
-    print(f"{PROG}: error: {failure}", file=sys.stderr)
+    print(f"{PROG}: error: {' '.join(str(failure).split())}", file=sys.stderr)
     return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``sglang-backends serve ARGS`` and return the exit status.
+
+    :param argv: the arguments after ``serve``; default ``sys.argv[1:]``.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        host = parse_host_options(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    restore_logging = _configure_logging(host.debug)
+    try:
+        return _guarded(lambda: _serve(host), debug=host.debug)
+    finally:
+        restore_logging()

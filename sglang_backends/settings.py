@@ -14,10 +14,18 @@ from dataclasses import dataclass
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
 
-__all__ = ["ENVIRONMENT_PREFIX", "Settings", "configuration_in_environment"]
+__all__ = [
+    "DEFAULT_STOP_TIMEOUT",
+    "ENVIRONMENT_PREFIX",
+    "Settings",
+    "configuration_in_environment",
+]
 
 #: oslo.config's environment form for the ``[serve_backends]`` group.
 ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
+
+#: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
+DEFAULT_STOP_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,8 @@ class Settings:
     :param enabled: plugin names allowed to load; ``None`` allows all.
     :param disabled: plugin names never loaded.
     :param detect_timeout: seconds each detector may take.
+    :param stop_timeout: seconds ``serve``'s processes get between SIGTERM
+        and SIGKILL when it stops them (``0`` kills at once).
     :param source: where the values came from, for messages.
     """
 
@@ -35,6 +45,7 @@ class Settings:
     enabled: tuple[str, ...] | None = None
     disabled: tuple[str, ...] = ()
     detect_timeout: float = DEFAULT_DETECT_TIMEOUT
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT
     source: str = "defaults"
 
 

@@ -47,7 +47,7 @@ def _single_error(result, status):
             False,
         ),
         (
-            ["--model", "org/model", "--model-type", "recorder", "--debug"],
+            ["--debug", "--model", "org/model", "--model-type", "recorder"],
             ["--model", "org/model"],
             "org/model",
             False,
@@ -105,7 +105,7 @@ def test_auto_detection_selects_and_logs(recorder, tmp_path):
 def test_debug_raises_the_log_level(recorder):
     env, _ = recorder
     quiet = run_serve(["m", "--model-type", "recorder"], env)
-    loud = run_serve(["m", "--model-type", "recorder", "--debug"], env)
+    loud = run_serve(["--debug", "m", "--model-type", "recorder"], env)
     assert "DEBUG" not in quiet.stderr
     assert "DEBUG sglang_backends.serve: Backend request" in loud.stderr
 
@@ -161,7 +161,7 @@ def test_plugin_that_fails_to_load(site):
     env = site.environ()
     line = _single_error(run_serve(["m", "--model-type", "broken"], env), 1)
     assert "'broken' from broken-dist" in line and "fast_kernels" in line
-    debug = run_serve(["m", "--model-type", "broken", "--debug"], env)
+    debug = run_serve(["--debug", "m", "--model-type", "broken"], env)
     assert debug.returncode == 1
     assert "Traceback" in debug.stderr and "fast_kernels" in debug.stderr
 
