@@ -78,8 +78,9 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _WAITED = {*_STOP_SIGNALS, signal.SIGCHLD}
 # Seconds between checks while processes are being stopped.
 _POLL = 0.1
-# Seconds between checks of the front while nothing happens (PDEATHSIG is the main path).
-_IDLE = 5.0
+# Longest wait for a signal while nothing happens: SIGCHLD and PR_SET_PDEATHSIG
+# bring every event, so this only bounds a wait that should never time out.
+_IDLE = 60.0
 # Seconds SIGKILLed processes get to disappear before giving up on them.
 _KILL_WAIT = 5.0
 EXIT_FAILURE = 1
