@@ -297,12 +297,18 @@ class _Supervision:
             ):
                 LOG.warning("The serve backend did not stop within %.1fs", self.timeout)
                 self._kill(self._descendants())
-        problem, status = self._verdict(self._messages())
+        messages = self._messages()
+        problem, status = self._verdict(messages)
         self._clean_up()
         if self.signum is not None:
             if problem:
-                LOG.info("While stopping: %s", problem)
-            LOG.info("Serve backend stopped by %s", _signal_name(self.signum))
+                LOG.info("While stopping, %s", problem)
+            backend = messages.get("backend")
+            LOG.info(
+                "Serve backend %sstopped by %s",
+                f"{backend} " if backend else "",
+                _signal_name(self.signum),
+            )
             return 128 + self.signum
         if problem:
             print(f"{self.prog}: error: {problem}", file=sys.stderr)
