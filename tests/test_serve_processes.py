@@ -326,3 +326,59 @@ def test_main_in_process_leaves_the_programs_children_and_handlers_alone(spawner
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("EMBEDDED OK") == 1  # the forked processes never came back
     assert alive(_pids(pids_file, started)) == []
+
+
+# -- elsewhere than Linux: the backend runs in serve's own process -------------------
+
+IN_PROCESS = """
+import sys
+import sglang_backends.supervisor
+sglang_backends.supervisor.SUPPORTED = False  # as on a system without the supervisor
+from sglang_backends.cli import main
+raise SystemExit(main(["serve", *sys.argv[1:]]))
+"""
+
+
+def _serving_in_process(env, pids_file, started, log):
+    with open(log, "wb") as stream:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", IN_PROCESS, "m", "--model-type", "spawner"],
+            env=clean_environ(env),
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+        )
+    started.append(proc.pid)
+    wait_for(lambda: read_json(pids_file), process=proc, what="the plugin's processes")
+    running = sorted({*descendants(proc.pid), *_pids(pids_file, started)})
+    started.extend(running)
+    return proc, running
+
+
+@pytest.mark.parametrize(("end", "status"), [("return", 0), ("raise", 1)])
+def test_in_process_run_cleans_up_after_run(spawner, tmp_path, end, status):
+    env, pids_file, started = spawner(end, "orphan")
+    proc, running = _serving_in_process(env, pids_file, started, tmp_path / "serve.log")
+    assert proc.wait(timeout=30) == status
+    assert alive(running) == []
+    assert descendants(proc.pid) == []
+
+
+def test_in_process_stop_signal_and_forced_stop(spawner, tmp_path):
+    env, pids_file, started = spawner("block", "stubborn", SGLANG_BACKENDS_STOP_TIMEOUT="0.5")
+    proc, running = _serving_in_process(env, pids_file, started, tmp_path / "serve.log")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert alive(running) == []
+    assert "still running 0.5s after SIGTERM" in (tmp_path / "serve.log").read_text()
+
+
+def test_in_process_second_signal_kills_without_a_grace_period(spawner, tmp_path):
+    env, pids_file, started = spawner("swallow", "stubborn", SGLANG_BACKENDS_STOP_TIMEOUT="60")
+    proc, running = _serving_in_process(env, pids_file, started, tmp_path / "serve.log")
+    proc.send_signal(signal.SIGINT)
+    wait_for(lambda: "Received SIGINT" in (tmp_path / "serve.log").read_text(), process=proc)
+    started_at = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert time.monotonic() - started_at < 20  # not the 60 s grace period
+    assert alive(running) == []
