@@ -20,7 +20,11 @@ from types import FrameType, TracebackType
 
 import psutil
 
-from sglang_backends.settings import DEFAULT_STOP_TIMEOUT
+from sglang_backends.settings import (
+    DEFAULT_STOP_TIMEOUT,
+    STOP_TIMEOUT_ENV,
+    stop_timeout_override,
+)
 
 __all__ = [
     "DEFAULT_STOP_TIMEOUT",
@@ -36,9 +40,6 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 
-#: Environment variable overriding the ``[serve_backends] stop_timeout`` option.
-STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
-
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -50,18 +51,8 @@ def stop_timeout(
     :raises ValueError: the variable is set to something other than a
         number of seconds, 0 or more (the message names it).
     """
-    value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV)
-    if value is None:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise ValueError(
-            f"{STOP_TIMEOUT_ENV} must be a number of seconds, 0 or more; got {value!r}"
-        )
-    return seconds
+    override = stop_timeout_override(environ)
+    return default if override is None else override
 
 
 def become_subreaper() -> bool:

@@ -60,7 +60,11 @@ from sglang_backends.errors import (
     UnknownBackendError,
 )
 from sglang_backends.registry import ServeBackendRegistry
-from sglang_backends.settings import Settings, configuration_in_environment
+from sglang_backends.settings import (
+    Settings,
+    configuration_in_environment,
+    stop_timeout_override,
+)
 from sglang_backends.usage import PROG, general_help, usage_line
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
@@ -303,12 +307,11 @@ def _serve(host: HostOptions) -> int:
 
 def _stop_timeout(settings: Settings) -> float:
     """``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else the setting."""
-    from sglang_backends.processes import stop_timeout  # psutil: only once launching
-
     try:
-        return stop_timeout(default=settings.stop_timeout)
+        override = stop_timeout_override()
     except ValueError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from exc
+    return settings.stop_timeout if override is None else override
 
 
 def _status_for(exc: ServeBackendError) -> int:

@@ -17,8 +17,10 @@ from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
 __all__ = [
     "DEFAULT_STOP_TIMEOUT",
     "ENVIRONMENT_PREFIX",
+    "STOP_TIMEOUT_ENV",
     "Settings",
     "configuration_in_environment",
+    "stop_timeout_override",
 ]
 
 #: oslo.config's environment form for the ``[serve_backends]`` group.
@@ -26,6 +28,8 @@ ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
 
 #: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
 DEFAULT_STOP_TIMEOUT = 5.0
+#: Environment variable that, when set, overrides the ``stop_timeout`` setting.
+STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
 
 @dataclass(frozen=True)
@@ -53,3 +57,23 @@ def configuration_in_environment(environ: Mapping[str, str] | None = None) -> bo
     """Whether any ``OS_SERVE_BACKENDS__*`` variable is set."""
     env = os.environ if environ is None else environ
     return any(key.startswith(ENVIRONMENT_PREFIX) for key in env)
+
+
+def stop_timeout_override(environ: Mapping[str, str] | None = None) -> float | None:
+    """:data:`STOP_TIMEOUT_ENV` as seconds, or ``None`` when it is not set.
+
+    :raises ValueError: it is set to something other than a number of
+        seconds, 0 or more (the message names the variable).
+    """
+    value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV)
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(
+            f"{STOP_TIMEOUT_ENV} must be a number of seconds, 0 or more; got {value!r}"
+        )
+    return seconds
