@@ -189,7 +189,7 @@ def test_loading_is_reentrant_and_leaves_the_global_conf_alone(tmp_path):
     assert "serve_backends" not in cfg.CONF
 
 
-def test_list_opts_describes_all_four_options():
+def test_list_opts_describes_every_option():
     [(group, opts)] = config.list_opts()
     assert group.name == "serve_backends"
     assert [opt.name for opt in opts] == [
@@ -197,8 +197,20 @@ def test_list_opts_describes_all_four_options():
         "enabled_backends",
         "disabled_backends",
         "detect_timeout",
+        "stop_timeout",
     ]
     assert all(opt.help for opt in opts)
+
+
+def test_stop_timeout_accepts_zero_and_refuses_negative_values(tmp_path):
+    assert config.load_settings(environ={}).stop_timeout == 5.0
+    zero = write(tmp_path / "zero.conf", "[serve_backends]\nstop_timeout = 0\n")
+    assert config.load_settings(config_files=[str(zero)], environ={}).stop_timeout == 0.0
+    from_env = config.load_settings(environ={"OS_SERVE_BACKENDS__STOP_TIMEOUT": "12.5"})
+    assert from_env.stop_timeout == 12.5
+    bad = write(tmp_path / "bad.conf", "[serve_backends]\nstop_timeout = -1\n")
+    with pytest.raises(ConfigurationError, match=r"stop_timeout in .*bad.conf: must be"):
+        config.load_settings(config_files=[str(bad)], environ={})
 
 
 def test_oslo_config_generator_prints_a_sample(tmp_path):
