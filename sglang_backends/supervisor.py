@@ -168,14 +168,16 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
         try:
             for signum in _STOP_SIGNALS:
                 previous[signum] = signal.signal(signum, relay)
+            if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+                # Ignored, SIGCHLD makes exited children vanish unreaped: the
+                # supervisor's status would be lost.
+                previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         except ValueError:  # not the main thread: signals stay with the host
             pass
         _flush()
         pid = os.fork()
         if pid == 0:
-            _supervisor_process(
-                work, front=front, timeout=stop_timeout, prog=prog, mask=mask, handlers=previous
-            )
+            _supervisor_process(work, front=front, timeout=stop_timeout, prog=prog, mask=mask)
         relay.start(pid)
         return _wait_for_supervisor(pid, relay, prog)
     finally:
@@ -230,12 +232,12 @@ def _supervisor_process(
     timeout: float,
     prog: str,
     mask: Iterable[int],
-    handlers: Mapping[int, Any],
 ) -> None:
     """The supervisor's life, in the forked child; never returns."""
     status = EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
         if not _prctl(_PR_SET_CHILD_SUBREAPER, 1):
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
         me = os.getpid()
@@ -244,9 +246,7 @@ def _supervisor_process(
         child = os.fork()
         if child == 0:
             os.close(reader)
-            _backend_process(
-                work, channel=writer, supervisor=me, timeout=timeout, mask=mask, handlers=handlers
-            )
+            _backend_process(work, channel=writer, supervisor=me, timeout=timeout, mask=mask)
         os.close(writer)
         status = _Supervision(
             child=child, front=front, channel=reader, timeout=timeout, prog=prog
@@ -513,7 +513,6 @@ def _backend_process(
     supervisor: int,
     timeout: float,
     mask: Iterable[int],
-    handlers: Mapping[int, Any],
 ) -> None:
     """The backend process's life, in the supervisor's child; never returns."""
 
@@ -526,12 +525,11 @@ def _backend_process(
     status = EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        # serve's own signal dispositions; SIGTERM unwinds run() unless ignored.
-        for signum, handler in handlers.items():
-            if handler is not None:
-                signal.signal(signum, handler)
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _Unwind())
+        # A stop signal unwinds run(), whatever the dispositions serve inherited
+        # (a background job starts with SIGINT ignored): KeyboardInterrupt for
+        # SIGINT, as in any Python program, SystemExit for SIGTERM.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _Unwind())
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if os.getppid() != supervisor:
             raise SystemExit(128 + signal.SIGTERM)  # the supervisor has gone already

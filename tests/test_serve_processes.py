@@ -209,6 +209,26 @@ def test_signal_to_the_whole_process_group_stops_once(spawner, tmp_path):
     assert "again" not in (tmp_path / "serve.log").read_text()  # not taken for a second signal
 
 
+def test_sigint_stops_serve_started_with_sigint_ignored(spawner, tmp_path):
+    """A background job of a non-interactive shell starts with SIGINT ignored."""
+    env, pids_file, started = spawner("block")
+    with open(tmp_path / "serve.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["sh", "-c", 'trap "" INT; exec "$0" serve m --model-type spawner', CLI],
+            env=clean_environ(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    started.append(proc.pid)
+    wait_for(lambda: read_json(pids_file), process=proc, what="the plugin's processes")
+    running = sorted({*descendants(proc.pid), *_pids(pids_file, started)})
+    started.extend(running)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert alive(running) == []
+    assert "did not stop within" not in (tmp_path / "serve.log").read_text()
+
+
 @pytest.mark.parametrize(
     ("end", "child"), [("block", "wait"), ("block", "daemon"), ("swallow", "stubborn")]
 )
@@ -301,6 +321,7 @@ def mine(signum, frame):
     pass
 
 signal.signal(signal.SIGTERM, mine)
+signal.signal(signal.SIGCHLD, signal.DISPOSITION)
 # A child of the embedding program that ends while serve runs.
 own = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
 status = main(["m", "--model-type", "spawner"])
@@ -308,15 +329,20 @@ assert status == 0, status
 assert own.wait() == 7, "serve took the exit status of the program's own child"
 assert signal.getsignal(signal.SIGTERM) is mine
 assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+assert signal.getsignal(signal.SIGCHLD) == signal.DISPOSITION
 assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()
 print("EMBEDDED OK", os.getpid())
 """
 
 
-def test_main_in_process_leaves_the_programs_children_and_handlers_alone(spawner):
+@pytest.mark.parametrize("chld", ["SIG_DFL", "SIG_IGN"])
+def test_main_in_process_leaves_the_programs_children_and_handlers_alone(spawner, chld):
     env, pids_file, started = spawner("return", "daemon")
+    code = EMBEDDED.replace("DISPOSITION", chld)
+    if chld == "SIG_IGN":  # such a program's children are reaped automatically
+        code = code.replace("assert own.wait() == 7", "own.wait(); assert True")
     result = subprocess.run(
-        [sys.executable, "-c", EMBEDDED],
+        [sys.executable, "-c", code],
         env=clean_environ(env),
         capture_output=True,
         text=True,
