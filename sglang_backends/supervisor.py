@@ -26,6 +26,10 @@ the backend process
     ended without saying so called ``os._exit()`` or died of a signal, and
     the supervisor says so in one line. It also has ``PR_SET_PDEATHSIG`` =
     SIGTERM, and stops its own descendants if it outlives the supervisor.
+    Like the supervisor, it ends with ``os._exit`` (after flushing its
+    output), never returning into the caller of :func:`supervise`: a forked
+    copy of an embedding program must not run on, nor run its ``atexit``
+    handlers.
 
 Signals are never lost: the front and the supervisor block SIGTERM, SIGINT
 and SIGCHLD before forking and collect them with ``sigtimedwait``; the
