@@ -85,9 +85,12 @@ _POLL = 0.1
 # Longest wait for a signal while nothing happens: SIGCHLD and PR_SET_PDEATHSIG
 # bring every event, so this only bounds a wait that should never time out.
 _IDLE = 60.0
+# The front's longest wait: in a program with other threads, a stop signal one
+# of them takes reaches the relay handler only once the main thread wakes up.
+_FRONT_IDLE = 1.0
 # Seconds SIGKILLed processes get to disappear before giving up on them.
 _KILL_WAIT = 5.0
-EXIT_FAILURE = 1
+_EXIT_FAILURE = 1
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -205,10 +208,10 @@ def _wait_for_supervisor(pid: int, relay: _Relay, prog: str) -> int:
                 f"{prog}: error: the serve supervisor (pid {pid}) was reaped elsewhere",
                 file=sys.stderr,
             )
-            return EXIT_FAILURE
+            return _EXIT_FAILURE
         if done:
             break
-        info = signal.sigtimedwait(_WAITED, _IDLE)
+        info = signal.sigtimedwait(_WAITED, _FRONT_IDLE)
         if info is None or info.si_signo == signal.SIGCHLD:
             continue
         if info.si_code != _SI_KERNEL:
@@ -238,7 +241,7 @@ def _supervisor_process(
     mask: Iterable[int],
 ) -> None:
     """The supervisor's life, in the forked child; never returns."""
-    status = EXIT_FAILURE
+    status = _EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
@@ -476,7 +479,7 @@ class _Supervision:
             what = f"ended its process with os._exit({code}) without returning from run()"
         else:
             what = f"ended with os._exit({code}) before a backend was chosen"
-        return f"{who} {what}; serve stopped the processes it left", code or EXIT_FAILURE
+        return f"{who} {what}; serve stopped the processes it left", code or _EXIT_FAILURE
 
 
 # -- the backend process ----------------------------------------------------------
@@ -507,7 +510,7 @@ def _exit_code(exc: SystemExit) -> int:
     if isinstance(exc.code, int):
         return exc.code
     print(exc.code, file=sys.stderr)
-    return EXIT_FAILURE
+    return _EXIT_FAILURE
 
 
 def _backend_process(
@@ -526,7 +529,7 @@ def _backend_process(
         except OSError:
             pass
 
-    status = EXIT_FAILURE
+    status = _EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         # A stop signal unwinds run(), whatever the dispositions serve inherited
