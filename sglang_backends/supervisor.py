@@ -523,7 +523,11 @@ def _backend_process(
 ) -> None:
     """The backend process's life, in the supervisor's child; never returns."""
 
+    me = os.getpid()
+
     def say(message: str) -> None:
+        if os.getpid() != me:
+            return  # a process the backend forked came back this way: it speaks not for us
         try:
             os.write(channel, (" ".join(message.split()) + "\n").encode("utf-8", "replace"))
         except OSError:
@@ -549,7 +553,7 @@ def _backend_process(
         LOG.exception("The serve backend process failed")
     finally:
         say(f"status {status}")
-        if os.getppid() != supervisor:
+        if os.getpid() == me and os.getppid() != supervisor:
             from sglang_backends.processes import terminate_descendants
 
             terminate_descendants(timeout)
