@@ -408,3 +408,31 @@ def test_in_process_second_signal_kills_without_a_grace_period(spawner, tmp_path
     assert proc.wait(timeout=30) == 130
     assert time.monotonic() - started_at < 20  # not the 60 s grace period
     assert alive(running) == []
+
+
+FORKER = """
+import os
+from sglang_backends import ServeBackend
+
+def run(request):
+    child = os.fork()
+    if child == 0:
+        return  # a forked copy that returns from run() as if it were the backend
+    os.waitpid(child, 0)
+    os._exit(0)
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+
+def test_a_forked_copy_returning_from_run_does_not_speak_for_the_backend(site):
+    site.install(
+        "forker-dist",
+        entry_points={"forker": "forker_plugin:factory"},
+        modules={"forker_plugin.py": FORKER},
+    )
+    result = run_serve(["m", "--model-type", "forker"], site.environ())
+    assert result.returncode == 1, result.stderr
+    [line] = result.error_lines
+    assert "'forker' (from forker-dist) ended its process with os._exit(0)" in line
