@@ -46,10 +46,12 @@ class HostOptions:
     """What ``serve`` takes for itself, and the arguments left for the backend.
 
     :param model_type: the ``--model-type`` value, ``None`` when not given.
-    :param config_files: ``--config-file`` values, in order.
-    :param config_dirs: ``--config-dir`` values, in order.
-    :param debug: ``--debug`` was given.
-    :param argv: the remaining arguments, in their original order.
+    :param config_files: ``--config-file`` values of the leading run, in order.
+    :param config_dirs: ``--config-dir`` values of the leading run, in order.
+    :param debug: ``--debug`` was given in the leading run.
+    :param argv: the remaining arguments, in their original order: the
+        backend's, those named like ``serve``'s options after the leading
+        run included.
     """
 
     model_type: str | None
