@@ -104,13 +104,18 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     return restore
 
 
+def _configured(host: HostOptions) -> bool:
+    """Whether configuration is in use: a file, a directory or an ``OS_SERVE_BACKENDS__*``."""
+    return bool(host.config_files or host.config_dirs or configuration_in_environment())
+
+
 def _settings(host: HostOptions) -> Settings:
     """The settings: defaults, or configuration when any is in use.
 
     oslo.config is imported only when a file, a directory or an
     ``OS_SERVE_BACKENDS__*`` variable asks for it.
     """
-    if not (host.config_files or host.config_dirs or configuration_in_environment()):
+    if not _configured(host):
         return Settings()
     from sglang_backends.config import load_settings
 
@@ -124,9 +129,13 @@ def _settings(host: HostOptions) -> Settings:
     return settings
 
 
-def _registry(settings: Settings) -> ServeBackendRegistry:
-    """The registry *settings* describe (reads package metadata, imports no plugin)."""
-    if settings.source == "defaults":
+def _registry(settings: Settings, *, configured: bool) -> ServeBackendRegistry:
+    """The registry *settings* describe (reads package metadata, imports no plugin).
+
+    :param configured: the settings came from configuration, which names
+        where each list was set in its warnings (this imports oslo.config).
+    """
+    if not configured:
         return ServeBackendRegistry(
             default_builtins(),
             enabled=settings.enabled,
@@ -259,10 +268,12 @@ def _before_dispatch() -> None:
 _Launch = Callable[[str, RegisteredServeBackend], int]
 
 
-def _backend(settings: Settings, model_type: str, request: ServeRequest, launch: _Launch) -> int:
+def _backend(
+    host: HostOptions, settings: Settings, model_type: str, request: ServeRequest, launch: _Launch
+) -> int:
     """Choose and load the backend, check the request, then *launch* it."""
     _before_dispatch()
-    registry = _registry(settings)
+    registry = _registry(settings, configured=_configured(host))
     registered = _select(registry, model_type, request)
     description = _describe(registry, registered)
     if registered.backend.requires_model_path and request.model_path is None:
@@ -276,7 +287,7 @@ def _serve(host: HostOptions) -> int:
     request = normalize(host.argv)
     LOG.debug("Backend request: %r", request)
     if wants_help(request.argv):
-        registry = _registry(settings)
+        registry = _registry(settings, configured=_configured(host))
         if model_type == AUTO:
             sys.stdout.write(general_help(registry))
             return 0
@@ -287,6 +298,7 @@ def _serve(host: HostOptions) -> int:
 
     if not supervisor.SUPPORTED:
         return _backend(
+            host,
             settings,
             model_type,
             request,
@@ -300,7 +312,9 @@ def _serve(host: HostOptions) -> int:
             announce(description)
             return _run(description, registered, request)
 
-        return _guarded(lambda: _backend(settings, model_type, request, launch), debug=host.debug)
+        return _guarded(
+            lambda: _backend(host, settings, model_type, request, launch), debug=host.debug
+        )
 
     return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
 
