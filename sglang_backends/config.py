@@ -29,7 +29,7 @@ from oslo_config import cfg
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 from sglang_backends.errors import ConfigurationError
-from sglang_backends.settings import ENVIRONMENT_PREFIX, Settings
+from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, ENVIRONMENT_PREFIX, Settings
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
@@ -109,6 +109,14 @@ OPTS = [
         "after a few seconds is logged. The default is generous so a healthy "
         "but heavy plugin (a cold import of a torch-based runtime takes tens of "
         "seconds) is never given up on; it only ends a hung import.",
+    ),
+    cfg.FloatOpt(
+        "stop_timeout",
+        default=DEFAULT_STOP_TIMEOUT,
+        help="Seconds the serve command gives its processes between SIGTERM and "
+        "SIGKILL when it stops them: the backend after a stop signal, then every "
+        "process the backend left behind; 0 kills at once. The environment "
+        "variable SGLANG_BACKENDS_STOP_TIMEOUT, when set, overrides it.",
     ),
 ]
 
@@ -285,6 +293,9 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     for name in ("detect_timeout", "load_timeout"):
         if not 0 < values[name] < float("inf"):
             raise _invalid(conf, name, "must be a number of seconds greater than 0")
+    stop = values["stop_timeout"]
+    if not 0 <= stop < float("inf"):
+        raise _invalid(conf, "stop_timeout", "must be a number of seconds, 0 or more")
     for name in ("enabled_backends", "disabled_backends"):
         if any(not item for item in values[name]):
             raise _invalid(conf, name, "the list holds an empty backend name")
@@ -297,6 +308,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
         disabled=tuple(values["disabled_backends"]),
         detect_timeout=float(values["detect_timeout"]),
         load_timeout=float(values["load_timeout"]),
+        stop_timeout=float(stop),
         source=_describe_sources(conf),
         origins=origins,
     )

@@ -1,11 +1,13 @@
 """Turn ``sglang-backends serve`` arguments into a backend choice and a request.
 
-The rules are SGLang's ``sglang serve``: the host removes its own options
-(``--model-type`` and, here, ``--config-file``, ``--config-dir`` and
-``--debug``), a first argument that is not an option is the model and
-becomes ``--model-path MODEL``, and everything else belongs to the backend,
-in order and untouched. Pure functions on lists of strings; nothing is
-imported or looked up here.
+The rules are SGLang's ``sglang serve``: ``--model-type`` is removed from
+anywhere, a first argument that is not an option is the model and becomes
+``--model-path MODEL``, and everything else belongs to the backend, in order
+and untouched. ``serve``'s own options (``--config-file``, ``--config-dir``,
+``--debug``) are taken only from the leading run of arguments, before the
+model or the first argument that is not one of them, so a backend with an
+option of the same name still receives it. Pure functions on lists of
+strings; nothing is imported or looked up here.
 
 Internal module: its names may change between releases without notice.
 """
@@ -46,10 +48,12 @@ class HostOptions:
     """What ``serve`` takes for itself, and the arguments left for the backend.
 
     :param model_type: the ``--model-type`` value, ``None`` when not given.
-    :param config_files: ``--config-file`` values, in order.
-    :param config_dirs: ``--config-dir`` values, in order.
-    :param debug: ``--debug`` was given.
-    :param argv: the remaining arguments, in their original order.
+    :param config_files: ``--config-file`` values of the leading run, in order.
+    :param config_dirs: ``--config-dir`` values of the leading run, in order.
+    :param debug: ``--debug`` was given in the leading run.
+    :param argv: the remaining arguments, in their original order: the
+        backend's, those named like ``serve``'s options after the leading
+        run included.
     """
 
     model_type: str | None
@@ -83,9 +87,12 @@ def _take_value(option: str, argv: Sequence[str], index: int) -> tuple[str, int]
 def parse_host_options(argv: Sequence[str]) -> HostOptions:
     """Remove the host's options from *argv*.
 
-    ``--model-type`` may be given as ``--model-type NAME`` or
+    ``--model-type`` may be given anywhere, as ``--model-type NAME`` or
     ``--model-type=NAME``; when repeated, the last one wins, as with
-    argparse. ``--config-file`` is repeatable and ``--config-dir`` too.
+    argparse. ``--config-file`` (repeatable), ``--config-dir`` (repeatable)
+    and ``--debug`` are ``serve``'s only while they lead the command line:
+    from the model or the first other argument on, they are the backend's
+    and are left in place.
 
     :raises UsageError: a dangling or empty option value, or a
         ``--model-type`` value that cannot be a backend name.
@@ -95,6 +102,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
     dirs: list[str] = []
     debug = False
     rest: list[str] = []
+    leading = True
     index = 0
     while index < len(argv):
         arg = argv[index]
@@ -102,15 +110,16 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
         if option == "--model-type":
             value, index = _take_value(option, argv, index)
             model_type = _check_model_type(value)
-        elif option in ("--config-file", "--config-dir"):
+        elif leading and option in ("--config-file", "--config-dir"):
             value, index = _take_value(option, argv, index)
             if not value:
                 raise UsageError(f"{option} expects a value")
             (files if option == "--config-file" else dirs).append(value)
-        elif arg == "--debug":
+        elif leading and arg == "--debug":
             debug = True
             index += 1
         else:
+            leading = False
             rest.append(arg)
             index += 1
     return HostOptions(

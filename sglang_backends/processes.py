@@ -1,11 +1,10 @@
-"""Process hygiene for ``serve``: stop signals and descendant cleanup.
+"""Process helpers on psutil: stop a process tree, stop descendants, stop signals.
 
-SGLang kills every child of the server once its backend returns or raises;
-this module does the same with psutil, and two things more: ``serve``
-becomes a child subreaper on Linux, so a grandchild orphaned by its parent
-is re-parented to ``serve`` and still found, and :class:`StopSignals` turns
-SIGTERM/SIGINT into an exception in the main thread so the backend unwinds,
-with a watchdog for a backend that does not.
+:mod:`sglang_backends.supervisor` owns ``serve``'s process model on Linux
+and uses :func:`terminate_processes`; the operator commands use
+:func:`kill_tree` and :func:`kill_processes` on their isolated workers.
+Elsewhere ``serve`` runs the backend in its own process with
+:class:`StopSignals` and :func:`terminate_descendants`, as SGLang does.
 
 Internal module: its names may change between releases without notice.
 """
@@ -18,10 +17,16 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import FrameType, TracebackType
 
 import psutil
+
+from sglang_backends.settings import (
+    DEFAULT_STOP_TIMEOUT,
+    STOP_TIMEOUT_ENV,
+    stop_timeout_override,
+)
 
 __all__ = [
     "DEFAULT_STOP_TIMEOUT",
@@ -30,28 +35,26 @@ __all__ = [
     "become_subreaper",
     "kill_processes",
     "kill_tree",
+    "running",
     "stop_timeout",
     "terminate_descendants",
 ]
 
 LOG = logging.getLogger(__name__)
 
-#: Seconds descendants get between SIGTERM and SIGKILL.
-DEFAULT_STOP_TIMEOUT = 5.0
-#: Environment variable overriding :data:`DEFAULT_STOP_TIMEOUT`.
-STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
-
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def stop_timeout(environ: dict[str, str] | None = None) -> float:
-    """The SIGTERM-to-SIGKILL grace period: :data:`STOP_TIMEOUT_ENV` or the default."""
-    value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV, "")
-    try:
-        seconds = float(value)
-    except ValueError:
-        return DEFAULT_STOP_TIMEOUT
-    return seconds if seconds >= 0 else DEFAULT_STOP_TIMEOUT
+def stop_timeout(
+    environ: Mapping[str, str] | None = None, *, default: float = DEFAULT_STOP_TIMEOUT
+) -> float:
+    """The SIGTERM-to-SIGKILL grace period: :data:`STOP_TIMEOUT_ENV` when set, else *default*.
+
+    :raises ValueError: the variable is set to something other than a
+        number of seconds, 0 or more (the message names it).
+    """
+    override = stop_timeout_override(environ)
+    return default if override is None else override
 
 
 def become_subreaper() -> bool:
@@ -105,77 +108,85 @@ def kill_tree(pid: int, *, timeout: float = 5.0) -> None:
     kill_processes(pids, timeout=timeout)
 
 
-def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+def running(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
     """Those of *processes* that have not exited (zombies have)."""
-    running = []
+    found = []
     for process in processes:
         try:
             if process.status() != psutil.STATUS_ZOMBIE:
-                running.append(process)
+                found.append(process)
         except psutil.NoSuchProcess:
             pass
-    return running
+    return found
 
 
-def _reap() -> None:
-    """Collect exited children (orphans re-parented here included), leaving no zombies."""
+def _reap(processes: Iterable[psutil.Process]) -> None:
+    """Collect those of *processes* that are exited children of this process.
+
+    Only these pids: an embedding program's other children keep their exit
+    status for it (never ``waitpid(-1)``).
+    """
     if not hasattr(os, "WNOHANG"):
         return
-    while True:
+    for process in processes:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            os.waitpid(process.pid, os.WNOHANG)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            pass
 
 
 def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int = 3) -> int:
     """Stop every descendant of this process; return how many were found.
 
     Each round sends SIGTERM to all descendants, waits up to *timeout*
-    seconds, then SIGKILLs the survivors; a new round starts if processes
-    appeared meanwhile (spawned during shutdown or re-parented here).
+    seconds (``0``: SIGKILL at once), then SIGKILLs the survivors; a new
+    round starts if processes appeared meanwhile (spawned during shutdown or
+    re-parented here).
     """
     me = psutil.Process()
     seen: set[int] = set()
     for _ in range(rounds):
         try:
-            found = _running(me.children(recursive=True))
+            found = running(me.children(recursive=True))
         except psutil.Error:
             break
         if not found:
             break
         seen.update(p.pid for p in found)
         LOG.debug("Terminating %d descendant process(es): %s", len(found), [p.pid for p in found])
-        _signal_all(found, psutil.Process.terminate)
-        _, alive = psutil.wait_procs(found, timeout=timeout)
-        if alive:
-            LOG.warning(
-                "Killing %d process(es) still running %.1fs after SIGTERM: %s",
-                len(alive),
-                timeout,
-                [p.pid for p in alive],
-            )
-            _signal_all(alive, psutil.Process.kill)
-            psutil.wait_procs(alive, timeout=timeout)
-        _reap()
-    _reap()
+        alive = found
+        if timeout > 0:
+            _signal_all(found, psutil.Process.terminate)
+            _, alive = psutil.wait_procs(found, timeout=timeout)
+            if alive:
+                LOG.warning(
+                    "Killing %d process(es) still running %.1fs after SIGTERM: %s",
+                    len(alive),
+                    timeout,
+                    [p.pid for p in alive],
+                )
+        _signal_all(alive, psutil.Process.kill)
+        psutil.wait_procs(alive, timeout=DEFAULT_STOP_TIMEOUT)
+        _reap(found)
     return len(seen)
 
 
 class StopSignals:
     """SIGTERM and SIGINT stop the backend by unwinding the main thread.
 
-    While :attr:`armed`, the first signal raises :class:`KeyboardInterrupt`
-    (SIGINT) or :class:`SystemExit` (SIGTERM) in the main thread, so the
-    backend's ``run()`` unwinds and the caller cleans up. If it has not
-    unwound *timeout* seconds later, or a second signal arrives, descendants
-    are killed and the process exits at once. Disarmed (during cleanup), a
-    signal is only recorded. In a forked child the default action applies.
+    Used where ``serve`` runs the backend in its own process (not Linux).
+    Entering installs the handlers, which only record a signal; :meth:`arm`
+    (called first thing inside the guarded ``try``) makes the first signal
+    raise :class:`KeyboardInterrupt` (SIGINT) or :class:`SystemExit`
+    (SIGTERM) in the main thread, and raises at once for a signal that came
+    while the handlers were being installed, so none is lost. If ``run()``
+    has not unwound *timeout* seconds later, or a second signal arrives,
+    *on_force* runs and the process exits at once. Disarmed (during
+    cleanup), a signal is only recorded. In a forked child the default
+    action applies.
 
     :param timeout: how long ``run()`` may take to unwind.
-    :param on_force: called before a forced exit (to clean up descendants).
+    :param on_force: called before a forced exit (to kill descendants).
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -202,7 +213,6 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         for signum in self.SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
-        self.armed = True
         return self
 
     def __exit__(
@@ -216,6 +226,12 @@ class StopSignals:
             self._watchdog.cancel()
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)  # type: ignore[arg-type]
+
+    def arm(self) -> None:
+        """Raise on the first signal from now on, or now if one already came."""
+        self.armed = True
+        if self.signum is not None:
+            self._unwind(self.signum)
 
     def disarm(self) -> None:
         """Stop raising: from now on a signal is only recorded."""
@@ -234,6 +250,9 @@ class StopSignals:
             return
         if not first:
             self._force()
+        self._unwind(signum)
+
+    def _unwind(self, signum: int) -> None:
         LOG.info("Received %s; stopping the serve backend", signal.Signals(signum).name)
         self._watchdog = threading.Timer(self.timeout, self._expire)
         self._watchdog.daemon = True

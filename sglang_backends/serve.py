@@ -1,25 +1,37 @@
-"""``sglang-backends serve``: choose a backend as SGLang does, run it, clean up.
+"""``sglang-backends serve``: choose a backend as SGLang does, run it, supervise it.
+
+Arguments: ``--model-type NAME`` is taken from anywhere, as SGLang does;
+``serve``'s own ``--config-file``, ``--config-dir`` and ``--debug`` only
+from the leading run of arguments, before the model or the first other
+argument. Everything else reaches the backend verbatim, in order.
 
 Exit status:
 
 * ``0``: the backend's ``run()`` returned (or printed its help);
 * ``1``: the backend failed to load, several providers or detectors
-  claimed the request, the backend is disabled, or ``run()`` raised;
+  claimed the request, the backend is disabled, ``run()`` raised, or the
+  backend process ended with ``os._exit(0)`` without returning;
 * ``2``: usage errors: a bad ``--model-type`` value, an unknown backend, a
   missing model path, invalid configuration;
-* ``128 + N`` when stopped by signal ``N``: ``143`` for SIGTERM, ``130``
-  for SIGINT;
-* the code a backend passes to :class:`SystemExit` (argparse's ``2``, say).
+* ``128 + N`` when stopped by signal ``N`` (``143`` for SIGTERM, ``130``
+  for SIGINT), or when the backend process was killed by signal ``N``
+  (``139`` for SIGSEGV);
+* the code a backend passes to :class:`SystemExit` (argparse's ``2``, say)
+  or to ``os._exit()``.
 
-After ``run()`` returns or raises, every descendant process gets SIGTERM,
-then SIGKILL after ``$SGLANG_BACKENDS_STOP_TIMEOUT`` seconds (default 5).
-On SIGTERM or SIGINT, ``run()`` is unwound by an exception in the main
-thread; a backend still running twice that long later, or a second signal,
-makes ``serve`` kill the descendants and exit at once.
+On Linux the backend runs in a supervised process
+(:mod:`sglang_backends.supervisor`): forked before any plugin code runs,
+with every process it starts stopped when it ends, however it ends. Help
+runs in this process, as in SGLang: it launches nothing. Elsewhere the
+backend runs in this process and :mod:`sglang_backends.processes` stops
+its descendants after ``run()``.
 
-Configuration (oslo.config, through :mod:`sglang_backends.config`) is
-imported only when ``--config-file``/``--config-dir`` is given or an
-``OS_SERVE_BACKENDS__*`` variable is set.
+The stop timeout (seconds between SIGTERM and SIGKILL) is
+``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else ``[serve_backends]
+stop_timeout``, else 5. Configuration (oslo.config, through
+:mod:`sglang_backends.config`) is imported only when
+``--config-file``/``--config-dir`` is given or an ``OS_SERVE_BACKENDS__*``
+variable is set.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
+from sglang_backends.detection import describe
 from sglang_backends.dispatch import (
     AUTO,
     HostOptions,
@@ -46,8 +59,12 @@ from sglang_backends.errors import (
     UnknownBackendError,
 )
 from sglang_backends.registry import ServeBackendRegistry
-from sglang_backends.settings import Settings, configuration_in_environment
-from sglang_backends.usage import PROG, metadata_help, usage_line
+from sglang_backends.settings import (
+    Settings,
+    configuration_in_environment,
+    stop_timeout_override,
+)
+from sglang_backends.usage import PROG, metadata_help, printable, usage_line
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -86,13 +103,18 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     return restore
 
 
+def _configured(host: HostOptions) -> bool:
+    """Whether configuration is in use: a file, a directory or an ``OS_SERVE_BACKENDS__*``."""
+    return bool(host.config_files or host.config_dirs or configuration_in_environment())
+
+
 def _settings(host: HostOptions) -> Settings:
-    """The defaults, or the configuration when any is in use.
+    """The settings: defaults, or configuration when any is in use.
 
     oslo.config is imported only when a file, a directory or an
     ``OS_SERVE_BACKENDS__*`` variable asks for it.
     """
-    if not (host.config_files or host.config_dirs or configuration_in_environment()):
+    if not _configured(host):
         return Settings()
     from sglang_backends.config import load_settings
 
@@ -107,7 +129,11 @@ def _settings(host: HostOptions) -> Settings:
 
 
 def _registry(settings: Settings) -> ServeBackendRegistry:
-    """The registry under *settings*; through oslo.config only when configuration was read."""
+    """The registry *settings* describe (reads package metadata, imports no plugin).
+
+    Settings read from configuration know where each list was set, and the
+    warnings about names not installed say so (this imports oslo.config).
+    """
     if not settings.origins:
         return ServeBackendRegistry.from_settings(settings)
     from sglang_backends.config import build_registry
@@ -115,9 +141,34 @@ def _registry(settings: Settings) -> ServeBackendRegistry:
     return build_registry(settings)
 
 
-def _describe(registered: RegisteredServeBackend) -> str:
-    source = f"from {registered.distribution}" if registered.distribution else "built-in"
-    return f"{registered.name!r} ({source})"
+def _get(
+    registry: ServeBackendRegistry, model_type: str, origin: str | None
+) -> RegisteredServeBackend:
+    """``registry.get(model_type)``; a name nothing provides says where *origin* set it."""
+    try:
+        return registry.get(model_type)
+    except (UnknownBackendError, DisabledBackendError) as exc:
+        if origin is None:
+            raise
+        raise type(exc)(
+            f"{exc} It was set by [serve_backends] model_type in {origin}; correct it "
+            "there, or give --model-type.",
+            name=exc.name,
+            distribution=exc.distribution,
+        ) from exc
+
+
+def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
+    """``'name' (from dist)``, or ``'name' (built-in)`` for a built-in only.
+
+    Discovery skips a distribution whose metadata names none, so a plugin
+    always has one; a registry built by other code may still hold one without.
+    """
+    if registered.distribution:
+        return f"{registered.name!r} (from {registered.distribution})"
+    if registered.name in registry.builtin_names:
+        return f"{registered.name!r} (built-in)"
+    return f"{registered.name!r} (from an entry point without distribution metadata)"
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -131,44 +182,55 @@ def _exit_status(exc: SystemExit) -> int:
     return EXIT_FAILURE
 
 
-def _failed(registered: RegisteredServeBackend, exc: BaseException) -> _Failure:
-    failure = _Failure(
-        f"serve backend {_describe(registered)} failed: {exc or type(exc).__name__}", EXIT_FAILURE
-    )
+def _failed(description: str, exc: BaseException) -> _Failure:
+    """The one-line failure of *description*'s ``run()``: its message, or its type."""
+    failure = _Failure(f"serve backend {description} failed: {describe(exc)}", EXIT_FAILURE)
     failure.__cause__ = exc
     return failure
 
 
-def _forward_help(registered: RegisteredServeBackend, request: ServeRequest) -> int:
+def _forward_help(
+    registry: ServeBackendRegistry, registered: RegisteredServeBackend, request: ServeRequest
+) -> int:
     """Let the backend print its own help: no model path check, no cleanup."""
     try:
         registered.backend.run(request)
     except SystemExit as exc:
         return _exit_status(exc)
     except Exception as exc:
-        raise _failed(registered, exc) from exc
+        raise _failed(_describe(registry, registered), exc) from exc
     return 0
 
 
-def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
-    """Run the backend until it returns, raises or is stopped; then stop every descendant."""
-    # psutil is needed only once something is launched, not for help or errors.
-    from sglang_backends.processes import (
-        StopSignals,
-        become_subreaper,
-        stop_timeout,
-        terminate_descendants,
-    )
+def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int:
+    """Call ``run()``; its return, ``SystemExit`` or exception as an exit status."""
+    try:
+        registered.backend.run(request)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except SystemExit as exc:
+        return _exit_status(exc)
+    except Exception as exc:  # any failure of run() is reported
+        raise _failed(description, exc) from exc
+    return 0
 
-    grace = stop_timeout()
+
+def _launch_here(
+    description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
+) -> int:
+    """Run the backend in this process, then stop every descendant (not Linux)."""
+    from sglang_backends.processes import StopSignals, become_subreaper, terminate_descendants
+
     become_subreaper()
-    guard = StopSignals(timeout=2 * grace, on_force=lambda: terminate_descendants(grace))
+    # A forced stop (second signal, expired deadline) kills at once: no grace period.
+    guard = StopSignals(timeout=2 * timeout, on_force=lambda: terminate_descendants(0))
     status = 0
     failure: _Failure | None = None
     with guard:
         try:
             try:
-                registered.backend.run(request)
+                guard.arm()
+                status = _run(description, registered, request)
             finally:
                 # From here a first signal is only recorded; a second one, or
                 # a first one caught in this very window, still ends in cleanup.
@@ -177,14 +239,13 @@ def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
             status = 128 + signal.SIGINT
         except SystemExit as exc:
             status = _exit_status(exc)
-        except Exception as exc:  # noqa: BLE001 - any failure of run() is reported
-            failure = _failed(registered, exc)
-        guard.disarm()
-        count = terminate_descendants(grace)
+        except _Failure as exc:
+            failure = exc
+        count = terminate_descendants(timeout)
         if count:
             LOG.info("Stopped %d remaining process(es)", count)
     if guard.exit_status is not None:
-        LOG.info("Serve backend %s stopped by %s", _describe(registered), guard.signal_name)
+        LOG.info("Serve backend %s stopped by %s", description, guard.signal_name)
         return guard.exit_status
     if failure is not None:
         raise failure
@@ -192,68 +253,99 @@ def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
 
 
 def _select(
-    registry: ServeBackendRegistry, model_type: str, request: ServeRequest
+    registry: ServeBackendRegistry, model_type: str, request: ServeRequest, origin: str | None
 ) -> RegisteredServeBackend:
     if model_type == AUTO:
         registered = registry.auto_detect(request)
-        LOG.info("Selected serve backend %s by automatic detection", _describe(registered))
+        LOG.info(
+            "Selected serve backend %s by automatic detection", _describe(registry, registered)
+        )
     else:
-        registered = registry.get(model_type)
-        LOG.info("Using serve backend %s", _describe(registered))
+        registered = _get(registry, model_type, origin)
+        LOG.info("Using serve backend %s", _describe(registry, registered))
     return registered
 
 
-def _serve(argv: Sequence[str]) -> int:
-    host = parse_host_options(argv)
-    restore_logging = _configure_logging(host.debug)
-    try:
-        return _dispatch(host)
-    finally:
-        restore_logging()
+def _before_dispatch() -> None:
+    """What runs in the backend process before a backend is chosen (not for help).
+
+    The one place for host start-up work, such as SGLang's general plugins.
+    """
 
 
-def _named(registry: ServeBackendRegistry, model_type: str, settings: Settings) -> str:
-    """*model_type*, or the error saying where the configuration set a name nothing provides."""
-    origin = settings.origins.get("model_type")
-    if origin is None or model_type == AUTO:
-        return model_type
-    try:
-        registry.get(model_type)
-    except (UnknownBackendError, DisabledBackendError) as exc:
-        raise type(exc)(
-            f"{exc} It was set by [serve_backends] model_type in {origin}; correct it "
-            "there, or give --model-type.",
-            name=exc.name,
-            distribution=exc.distribution,
-        ) from exc
-    return model_type
+#: How a chosen backend is launched: given its description and itself, returns the status.
+_Launch = Callable[[str, RegisteredServeBackend], int]
 
 
-def _dispatch(host: HostOptions) -> int:
+def _backend(
+    host: HostOptions, settings: Settings, model_type: str, request: ServeRequest, launch: _Launch
+) -> int:
+    """Choose and load the backend, check the request, then *launch* it."""
+    _before_dispatch()
+    registry = _registry(settings)
+    registered = _select(registry, model_type, request, _model_type_origin(host, settings))
+    description = _describe(registry, registered)
+    if registered.backend.requires_model_path and request.model_path is None:
+        raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
+    return launch(description, registered)
+
+
+def _serve(host: HostOptions) -> int:
     settings = _settings(host)
     model_type = host.model_type or settings.model_type or AUTO
     request = normalize(host.argv)
     LOG.debug("Backend request: %r", request)
-    if wants_help(request.argv) and model_type == AUTO:
-        # From metadata, not a registry: a plugin claiming a built-in name
-        # makes every serve fail, but the help still prints, with a warning.
-        text, warnings = metadata_help(settings)
-        for warning in warnings:
-            LOG.warning("%s", warning)
-        sys.stdout.write(text)
-        return 0
-    registry = _registry(settings)
-    if host.model_type is None:
-        model_type = _named(registry, model_type, settings)
     if wants_help(request.argv):
-        return _forward_help(registry.get(model_type), request)
+        if model_type == AUTO:
+            # From metadata, not a registry: a plugin claiming a built-in name
+            # makes every serve fail, but the help still prints, with a warning.
+            text, warnings = metadata_help(settings)
+            for warning in warnings:
+                LOG.warning("%s", warning)
+            sys.stdout.write(text)
+            return 0
+        registry = _registry(settings)
+        registered = _get(registry, model_type, _model_type_origin(host, settings))
+        return _forward_help(registry, registered, request)
 
-    registered = _select(registry, model_type, request)
-    if registered.backend.requires_model_path and request.model_path is None:
-        raise _Failure(
-            f"serve backend {_describe(registered)} needs a model. {usage_line()}", EXIT_USAGE
+    timeout = _stop_timeout(settings)
+    from sglang_backends import supervisor
+
+    if not supervisor.SUPPORTED:
+        return _backend(
+            host,
+            settings,
+            model_type,
+            request,
+            lambda description, registered: _launch_here(description, registered, request, timeout),
         )
-    return _launch(registered, request)
+
+    def work(announce: supervisor.Announce) -> int:
+        """The backend process's part: everything from choosing the backend on."""
+
+        def launch(description: str, registered: RegisteredServeBackend) -> int:
+            announce(description)
+            return _run(description, registered, request)
+
+        return _guarded(
+            lambda: _backend(host, settings, model_type, request, launch), debug=host.debug
+        )
+
+    return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
+
+
+def _model_type_origin(host: HostOptions, settings: Settings) -> str | None:
+    """Where configuration set the backend name, when it was not given as ``--model-type``."""
+    return None if host.model_type is not None else settings.origins.get("model_type")
+
+
+def _stop_timeout(settings: Settings) -> float:
+    """``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else the setting."""
+    try:
+        override = stop_timeout_override()
+    except ValueError as exc:
+        raise _Failure(str(exc), EXIT_USAGE) from exc
+    return settings.stop_timeout if override is None else override
 
 
 def _status_for(exc: ServeBackendError) -> int:
@@ -262,15 +354,10 @@ def _status_for(exc: ServeBackendError) -> int:
     return EXIT_FAILURE
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``sglang-backends serve ARGS`` and return the exit status.
-
-    :param argv: the arguments after ``serve``; default ``sys.argv[1:]``.
-    """
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
+def _guarded(step: Callable[[], int], *, debug: bool) -> int:
+    """Run *step*; an expected failure becomes one error line and its exit status."""
     try:
-        return _serve(args)
+        return step()
     except UsageError as exc:
         failure: Exception = exc
         status = EXIT_USAGE
@@ -288,5 +375,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGINT
     if debug:
         traceback.print_exception(failure)
-    print(f"{PROG}: error: {failure}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(' '.join(str(failure).split()))}", file=sys.stderr)
     return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``sglang-backends serve ARGS`` and return the exit status.
+
+    :param argv: the arguments after ``serve``; default ``sys.argv[1:]``.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        host = parse_host_options(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    restore_logging = _configure_logging(host.debug)
+    try:
+        return _guarded(lambda: _serve(host), debug=host.debug)
+    finally:
+        restore_logging()

@@ -14,10 +14,22 @@ from dataclasses import dataclass, field
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 
-__all__ = ["ENVIRONMENT_PREFIX", "Settings", "configuration_in_environment"]
+__all__ = [
+    "DEFAULT_STOP_TIMEOUT",
+    "ENVIRONMENT_PREFIX",
+    "STOP_TIMEOUT_ENV",
+    "Settings",
+    "configuration_in_environment",
+    "stop_timeout_override",
+]
 
 #: oslo.config's environment form for the ``[serve_backends]`` group.
 ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
+
+#: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
+DEFAULT_STOP_TIMEOUT = 5.0
+#: Environment variable that, when set, overrides the ``stop_timeout`` setting.
+STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,8 @@ class Settings:
     :param detect_timeout: seconds each detector may take.
     :param load_timeout: seconds each candidate's import and factory may
         take during automatic detection.
+    :param stop_timeout: seconds ``serve``'s processes get between SIGTERM
+        and SIGKILL when it stops them (``0`` kills at once).
     :param source: where the values came from, for messages.
     :param origins: where each option was set (a file, ``environment variable
         NAME``), by option name; an option left at its default is absent.
@@ -40,6 +54,7 @@ class Settings:
     disabled: tuple[str, ...] = ()
     detect_timeout: float = DEFAULT_DETECT_TIMEOUT
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT
     source: str = "defaults"
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -52,3 +67,23 @@ def configuration_in_environment(environ: Mapping[str, str] | None = None) -> bo
     """
     env = os.environ if environ is None else environ
     return any(key.startswith("OS_SERVE_BACKEND") for key in env)
+
+
+def stop_timeout_override(environ: Mapping[str, str] | None = None) -> float | None:
+    """:data:`STOP_TIMEOUT_ENV` as seconds, or ``None`` when it is not set.
+
+    :raises ValueError: it is set to something other than a number of
+        seconds, 0 or more (the message names the variable).
+    """
+    value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV)
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(
+            f"{STOP_TIMEOUT_ENV} must be a number of seconds, 0 or more; got {value!r}"
+        )
+    return seconds

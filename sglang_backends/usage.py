@@ -136,11 +136,16 @@ def _render(
     choices = printable(",".join((AUTO, *available)))
     parser = argparse.ArgumentParser(
         prog=PROG,
-        usage=f"{PROG} [MODEL] [--model-type {{{choices}}}] [BACKEND ARGS...]",
+        usage=(
+            f"{PROG} [--config-file PATH] [--config-dir DIR] [--debug] [MODEL] "
+            f"[--model-type {{{choices}}}] [BACKEND ARGS...]"
+        ),
         description=textwrap.fill(
-            "Serve a model with the backend chosen by --model-type. Every argument "
-            "not listed here is passed to that backend, which parses it; a MODEL "
-            "given first is passed as --model-path MODEL.",
+            "Serve a model with the backend chosen by --model-type, which may come "
+            "anywhere. --config-file, --config-dir and --debug are serve's only "
+            "before MODEL and any backend argument; every other argument is passed "
+            "to the backend verbatim, in order, which parses it; a MODEL given "
+            "first is passed as --model-path MODEL.",
             width=78,
         ),
         epilog="\n".join(

@@ -70,7 +70,7 @@ def test_misspelt_file_names_warn_in_commands_and_serve(omni, tmp_path, body, ph
     assert listed.returncode == 0, listed.stderr
     [line] = [line for line in listed.stderr.splitlines() if "Ignoring" in line]
     assert phrase in line and str(path) in line
-    served = run_serve(["--help", "--config-file", str(path)], omni.environ())
+    served = run_serve(["--config-file", str(path), "--help"], omni.environ())
     assert served.returncode == 0, served.stderr
     [line] = [line for line in served.stderr.splitlines() if "Ignoring" in line]
     assert phrase in line and str(path) in line
@@ -88,7 +88,7 @@ def test_misspelt_variable_warns_in_serve(omni):
 
 def test_unknown_model_type_in_a_file_names_file_and_option(omni, tmp_path):
     path = conf(tmp_path, "[serve_backends]\nmodel_type = ehco\n")
-    served = run_serve(["m", "--config-file", str(path)], omni.environ())
+    served = run_serve(["--config-file", str(path), "m"], omni.environ())
     assert served.returncode == 2
     [line] = served.error_lines
     assert "Unknown serve backend 'ehco'" in line
@@ -103,7 +103,7 @@ def test_unknown_model_type_in_a_file_names_file_and_option(omni, tmp_path):
 
 def test_command_line_model_type_errors_stay_as_sglang_words_them(omni, tmp_path):
     path = conf(tmp_path, "[serve_backends]\nmodel_type = ehco\n")
-    for args in (["m"], ["m", "--config-file", str(path)]):
+    for args in (["m"], ["--config-file", str(path), "m"]):
         served = run_serve([*args, "--model-type", "ehco"], omni.environ())
         assert served.returncode == 2
         [line] = served.error_lines

@@ -205,8 +205,20 @@ def test_list_opts_describes_every_option():
         "disabled_backends",
         "detect_timeout",
         "load_timeout",
+        "stop_timeout",
     ]
     assert all(opt.help for opt in opts)
+
+
+def test_stop_timeout_accepts_zero_and_refuses_negative_values(tmp_path, monkeypatch):
+    assert config.load_settings().stop_timeout == 5.0
+    zero = write(tmp_path / "zero.conf", "[serve_backends]\nstop_timeout = 0\n")
+    assert config.load_settings(config_files=[str(zero)]).stop_timeout == 0.0
+    bad = write(tmp_path / "bad.conf", "[serve_backends]\nstop_timeout = -1\n")
+    with pytest.raises(ConfigurationError, match=r"stop_timeout in .*bad.conf: must be"):
+        config.load_settings(config_files=[str(bad)])
+    monkeypatch.setenv("OS_SERVE_BACKENDS__STOP_TIMEOUT", "12.5")
+    assert config.load_settings().stop_timeout == 12.5
 
 
 def test_oslo_config_generator_prints_a_sample(tmp_path):

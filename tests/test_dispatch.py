@@ -42,15 +42,17 @@ def test_model_type_is_removed(argv, model_type, rest):
     assert (host.model_type, host.argv) == (model_type, rest)
 
 
-def test_config_options_and_debug_are_removed_in_order():
+def test_leading_serve_options_are_taken_in_order():
     host = parse_host_options(
         [
             "--config-file",
             "a.conf",
-            "m",
             "--debug",
+            "--model-type",
+            "x",
             "--config-dir=d",
             "--config-file=b.conf",
+            "m",
             "--port",
             "1",
         ]
@@ -58,9 +60,31 @@ def test_config_options_and_debug_are_removed_in_order():
     assert host.config_files == ("a.conf", "b.conf")
     assert host.config_dirs == ("d",)
     assert host.debug is True
+    assert host.model_type == "x"
     assert host.argv == ("m", "--port", "1")
     # Host options before the model do not hide it.
     assert normalize(host.argv).model_path_is_positional is True
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # After the model, or after the first backend argument, they are the backend's.
+        ["m", "--debug", "--config-file", "x.yaml", "--config-dir=d"],
+        ["--tp", "2", "--debug", "--config-file=x.yaml"],
+        ["--model-path", "m", "--config-dir", "d", "--debug"],
+    ],
+)
+def test_serve_options_after_the_first_backend_argument_are_the_backends(argv):
+    host = parse_host_options(argv)
+    assert (host.config_files, host.config_dirs, host.debug) == ((), (), False)
+    assert host.argv == tuple(argv)
+
+
+def test_model_type_is_removed_from_anywhere_and_keeps_the_leading_run():
+    host = parse_host_options(["--model-type=x", "--debug", "m", "--debug", "--model-type", "y"])
+    assert (host.model_type, host.debug) == ("y", True)
+    assert host.argv == ("m", "--debug")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from clitools import imported_by
+from clitools import clean_environ, imported_by, serve_in_process
 
 HEAVY = ("stevedore", "importlib.metadata", "sglang")
 
@@ -78,3 +78,24 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
     assert wanted in modules
     assert other not in modules
     assert "stevedore" in modules
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        (["--help"], 0),
+        (["--model-type", "omni", "--help"], 0),
+        (["m", "--model-type", "nope"], 2),
+        (["--model-type", "omni"], 2),  # no model
+        (["m", "--model-type="], 2),
+    ],
+)
+def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, status):
+    """Help and errors cost no psutil; in serve's own process it is never imported.
+
+    On Linux the supervisor imports it, in its own process, once something runs.
+    """
+    install_backend("omni-runtime", "omni")
+    loaded, result = imported_by(serve_in_process(args), ("psutil",), clean_environ(site.environ()))
+    assert result.returncode == status, result.stderr
+    assert loaded == []

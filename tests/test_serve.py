@@ -47,7 +47,7 @@ def _single_error(result, status):
             False,
         ),
         (
-            ["--model", "org/model", "--model-type", "recorder", "--debug"],
+            ["--debug", "--model", "org/model", "--model-type", "recorder"],
             ["--model", "org/model"],
             "org/model",
             False,
@@ -105,7 +105,7 @@ def test_auto_detection_selects_and_logs(recorder, tmp_path):
 def test_debug_raises_the_log_level(recorder):
     env, _ = recorder
     quiet = run_serve(["m", "--model-type", "recorder"], env)
-    loud = run_serve(["m", "--model-type", "recorder", "--debug"], env)
+    loud = run_serve(["--debug", "m", "--model-type", "recorder"], env)
     assert "DEBUG" not in quiet.stderr
     assert "DEBUG sglang_backends.serve: Backend request" in loud.stderr
 
@@ -161,7 +161,7 @@ def test_plugin_that_fails_to_load(site):
     env = site.environ()
     line = _single_error(run_serve(["m", "--model-type", "broken"], env), 1)
     assert "'broken' from broken-dist" in line and "fast_kernels" in line
-    debug = run_serve(["m", "--model-type", "broken", "--debug"], env)
+    debug = run_serve(["--debug", "m", "--model-type", "broken"], env)
     assert debug.returncode == 1
     assert "Traceback" in debug.stderr and "fast_kernels" in debug.stderr
 
@@ -248,3 +248,89 @@ def test_general_help_lists_backends_without_importing_plugins(recorder, site):
     assert "sglang-backends serve --model-type NAME --help" in result.stdout
     assert "Failed to load" not in result.stderr
     assert not record.exists()
+
+
+def test_backend_options_named_like_serves_reach_the_backend_verbatim(recorder):
+    env, record = recorder
+    args = ["m", "--model-type", "recorder", "--debug", "--config-file", "runtime.yaml"]
+    result = run_serve([*args, "--config-dir=conf.d"], env, console_script=True)
+    assert result.returncode == 0, result.stderr
+    assert read_json(record)["argv"] == [
+        "--model-path",
+        "m",
+        "--debug",
+        "--config-file",
+        "runtime.yaml",
+        "--config-dir=conf.d",
+    ]
+    # They were the backend's: serve read no file (runtime.yaml does not exist), logged no DEBUG.
+    assert "DEBUG" not in result.stderr
+
+
+def test_serve_options_lead_and_the_backend_keeps_its_own(recorder):
+    env, record = recorder
+    result = run_serve(
+        [
+            "--debug",
+            "--model-type",
+            "configonly",
+            "--config",
+            "rt.yaml",
+            "--debug",
+            "--config-file",
+            "x.yaml",
+        ],
+        env,
+        console_script=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG sglang_backends.serve: Backend request" in result.stderr
+    assert read_json(record)["argv"] == [
+        "--config",
+        "rt.yaml",
+        "--debug",
+        "--config-file",
+        "x.yaml",
+    ]
+
+
+QUIET = """
+from sglang_backends import ServeBackend
+
+class EngineGone(Exception):
+    pass
+
+def run(request):
+    if "--lines" in request.argv:
+        raise RuntimeError("first line\\n  second line")
+    raise EngineGone()
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+
+def test_failure_without_a_message_names_its_type(site):
+    site.install(
+        "quiet-dist",
+        entry_points={"quiet": "quiet_plugin:factory"},
+        modules={"quiet_plugin.py": QUIET},
+    )
+    line = _single_error(run_serve(["m", "--model-type", "quiet"], site.environ()), 1)
+    assert line.endswith("serve backend 'quiet' (from quiet-dist) failed: EngineGone")
+    line = _single_error(run_serve(["m", "--model-type", "quiet", "--lines"], site.environ()), 1)
+    assert line.endswith("failed: first line second line")
+
+
+def test_plugin_whose_distribution_has_no_name_is_never_called_built_in(site):
+    info = site.install(
+        "anonymous",
+        entry_points={"anon": "quiet_plugin:factory"},
+        modules={"quiet_plugin.py": QUIET},
+    )
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
+    result = run_serve(["m", "--model-type", "anon"], site.environ())
+    line = _single_error(result, 2)
+    assert "Unknown serve backend 'anon'" in line
+    assert "built-in" not in line
+    assert f"Ignoring the distribution at {info}" in result.stderr

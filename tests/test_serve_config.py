@@ -45,7 +45,7 @@ def serve_with_environment(args, env):
 def test_model_type_from_a_configuration_file(recorder, tmp_path):
     env, record = recorder
     path = conf(tmp_path, "model_type = recorder\n")
-    result = run_serve(["org/model", "--config-file", str(path), "--tp", "2"], env)
+    result = run_serve(["--config-file", str(path), "org/model", "--tp", "2"], env)
     assert result.returncode == 0, result.stderr
     assert "Using serve backend 'recorder'" in result.stderr
     assert read_json(record)["argv"] == ["--model-path", "org/model", "--tp", "2"]
@@ -54,7 +54,7 @@ def test_model_type_from_a_configuration_file(recorder, tmp_path):
 def test_command_line_model_type_beats_configuration(recorder, tmp_path):
     env, _ = recorder
     path = conf(tmp_path, "model_type = recorder\n")
-    result = run_serve(["m", f"--config-file={path}", "--model-type", "other"], env)
+    result = run_serve([f"--config-file={path}", "m", "--model-type", "other"], env)
     assert result.returncode == 0, result.stderr
     assert "Using serve backend 'other'" in result.stderr
 
@@ -64,7 +64,7 @@ def test_model_type_from_the_environment_and_from_a_directory(recorder, tmp_path
     confdir = tmp_path / "serve.d"
     confdir.mkdir()
     conf(confdir, "model_type = other\n", name="10-model.conf")
-    from_dir = run_serve(["m", "--config-dir", str(confdir)], env)
+    from_dir = run_serve(["--config-dir", str(confdir), "m"], env)
     assert "Using serve backend 'other'" in from_dir.stderr, from_dir.stderr
     from_env = serve_with_environment(["m"], {**env, "OS_SERVE_BACKENDS__MODEL_TYPE": "recorder"})
     assert from_env.returncode == 0, from_env.stderr
@@ -74,7 +74,7 @@ def test_model_type_from_the_environment_and_from_a_directory(recorder, tmp_path
 def test_disabled_backend_is_refused_and_never_run(recorder, tmp_path):
     env, record = recorder
     path = conf(tmp_path, "disabled_backends = recorder\n")
-    result = run_serve(["m", "--config-file", str(path), "--model-type", "recorder"], env)
+    result = run_serve(["--config-file", str(path), "m", "--model-type", "recorder"], env)
     assert result.returncode == 1
     [line] = result.error_lines
     assert "'recorder' from recorder-dist is disabled" in line
@@ -84,7 +84,7 @@ def test_disabled_backend_is_refused_and_never_run(recorder, tmp_path):
 def test_enabled_list_narrows_the_choices_in_auto_help(recorder, tmp_path):
     env, _ = recorder
     path = conf(tmp_path, "enabled_backends = other\n")
-    result = run_serve(["--help", "--config-file", str(path)], env)
+    result = run_serve(["--config-file", str(path), "--help"], env)
     assert result.returncode == 0, result.stderr
     usage = result.stdout.splitlines()[0]
     assert ",other}" in usage and "recorder" not in usage
@@ -95,7 +95,7 @@ def test_enabled_list_narrows_the_choices_in_auto_help(recorder, tmp_path):
 def test_missing_configuration_file_is_a_usage_error(recorder, tmp_path):
     env, record = recorder
     missing = tmp_path / "nope.conf"
-    result = run_serve(["m", "--config-file", str(missing)], env)
+    result = run_serve(["--config-file", str(missing), "m"], env)
     assert result.returncode == 2
     [line] = result.error_lines
     assert str(missing) in line
@@ -106,7 +106,7 @@ def test_missing_configuration_file_is_a_usage_error(recorder, tmp_path):
 def test_invalid_value_names_file_and_option(recorder, tmp_path):
     env, _ = recorder
     path = conf(tmp_path, "detect_timeout = -3\n")
-    result = run_serve(["m", "--config-file", str(path)], env)
+    result = run_serve(["--config-file", str(path), "m"], env)
     assert result.returncode == 2
     [line] = result.error_lines
     assert "detect_timeout" in line and str(path) in line
@@ -115,7 +115,7 @@ def test_invalid_value_names_file_and_option(recorder, tmp_path):
 def test_typo_in_a_list_warns_naming_option_and_file(recorder, tmp_path):
     env, _ = recorder
     path = conf(tmp_path, "disabled_backends = recoder\n")
-    result = run_serve(["m", "--config-file", str(path), "--model-type", "recorder"], env)
+    result = run_serve(["--config-file", str(path), "m", "--model-type", "recorder"], env)
     assert result.returncode == 0, result.stderr
     [warning] = [line for line in result.stderr.splitlines() if "'recoder'" in line]
     assert "not installed" in warning

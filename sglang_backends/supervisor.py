@@ -1,0 +1,561 @@
+"""``serve``'s process model on Linux: nothing the backend starts outlives ``serve``.
+
+:func:`supervise` runs the backend's work in a process tree of three, each
+with one job, in the manner of tini and dumb-init:
+
+``serve`` (the process you started, the *front*)
+    Forks the supervisor before any plugin code runs, then only waits for
+    it and relays SIGTERM/SIGINT to it. It never becomes a subreaper, never
+    waits for any process but the supervisor and never kills anything, so a
+    program calling :func:`sglang_backends.serve.main` in-process keeps its
+    own children, their exit statuses and its signal handlers.
+the supervisor
+    A child subreaper (``PR_SET_CHILD_SUBREAPER``): every process the
+    backend orphans (a worker whose parent exited, a daemon that
+    double-forked) is re-parented to it. It forks the backend process,
+    passes a stop signal on to it, reaps its children (all of them are the
+    backend's), and once the backend process has ended stops every
+    remaining descendant: SIGTERM, then SIGKILL after the stop timeout. It
+    has ``PR_SET_PDEATHSIG`` = SIGTERM, so if ``serve`` itself is killed
+    (SIGKILL included) it stops the backend and its processes as for a
+    SIGTERM, then exits.
+the backend process
+    Chooses the backend, loads it and calls its ``run()``: the work given to
+    :func:`supervise`. It tells the supervisor, over a pipe, which backend
+    it runs and, when the work finished, with which status. A process that
+    ended without saying so called ``os._exit()`` or died of a signal, and
+    the supervisor says so in one line. It also has ``PR_SET_PDEATHSIG`` =
+    SIGTERM, and stops its own descendants if it outlives the supervisor.
+    Like the supervisor, it ends with ``os._exit`` (after flushing its
+    output), never returning into the caller of :func:`supervise`: a forked
+    copy of an embedding program must not run on, nor run its ``atexit``
+    handlers.
+
+Signals are never lost: the front and the supervisor block SIGTERM, SIGINT
+and SIGCHLD before forking and collect them with ``sigtimedwait``; the
+backend process installs its handlers before unblocking them. A signal the
+terminal sent (Ctrl+C) reached the whole foreground process group, the
+backend included, so it is not passed on a second time.
+
+Stopping: the first SIGTERM or SIGINT is passed to the backend process,
+which then has the stop timeout to end; the processes it leaves get SIGTERM
+and, the stop timeout later, SIGKILL. A second signal from the same sender,
+or a backend process still running at its deadline, means SIGKILL for
+everything at once, without further grace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psutil
+
+__all__ = ["SUPPORTED", "Announce", "BackendWork", "supervise"]
+
+LOG = logging.getLogger(__name__)
+
+#: Whether :func:`supervise` can be used here (Linux, with ``fork`` and ``sigtimedwait``).
+SUPPORTED: bool = (
+    sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(signal, "sigtimedwait")
+)
+
+#: Called by the backend's work, just before ``run()``, with the backend's description.
+Announce = Callable[[str], None]
+#: The backend process's work: given an :data:`Announce`, returns the exit status.
+BackendWork = Callable[[Announce], int]
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+# siginfo's si_code for a signal the kernel sent, such as the terminal's Ctrl+C.
+_SI_KERNEL = 0x80
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_WAITED = {*_STOP_SIGNALS, signal.SIGCHLD}
+# Seconds between checks while processes are being stopped.
+_POLL = 0.1
+# Longest wait for a signal while nothing happens: SIGCHLD and PR_SET_PDEATHSIG
+# bring every event, so this only bounds a wait that should never time out.
+_IDLE = 60.0
+# The front's longest wait: in a program with other threads, a stop signal one
+# of them takes reaches the relay handler only once the main thread wakes up.
+_FRONT_IDLE = 1.0
+# Seconds SIGKILLed processes get to disappear before giving up on them.
+_KILL_WAIT = 5.0
+_EXIT_FAILURE = 1
+
+
+def _prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)``; whether it worked."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _flush() -> None:
+    """Flush Python's standard streams, so output is neither lost nor written twice."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def _all_gone(processes: list[psutil.Process]) -> bool:
+    from sglang_backends.processes import running
+
+    return not running(processes)
+
+
+# -- the front ------------------------------------------------------------------
+
+
+class _Relay:
+    """Python-level SIGTERM/SIGINT handler of the front, for a signal another thread takes."""
+
+    def __init__(self) -> None:
+        self.target: int | None = None
+        self.pending: list[int] = []
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.target is None:
+            self.pending.append(signum)
+        else:
+            self.forward(signum)
+
+    def start(self, target: int) -> None:
+        self.target = target
+        for signum in self.pending:
+            self.forward(signum)
+
+    def forward(self, signum: int) -> None:
+        if self.target is not None:
+            try:
+                os.kill(self.target, signum)
+            except ProcessLookupError:
+                pass
+
+
+def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
+    """Run *work* in a supervised backend process; return ``serve``'s exit status.
+
+    Call it from the main thread, after the command line is parsed and
+    before any plugin code runs. Returns once the backend process and every
+    process it started have ended; the signal mask and handlers are as
+    before.
+
+    :param work: the backend's work, run in the backend process; it is given
+        a function to announce the backend (its description) just before
+        ``run()`` and returns the exit status.
+    :param stop_timeout: seconds between SIGTERM and SIGKILL.
+    :param prog: the program name prefixing error lines.
+    """
+    front = os.getpid()
+    relay = _Relay()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)
+    previous: dict[int, Any] = {}
+    try:
+        try:
+            for signum in _STOP_SIGNALS:
+                previous[signum] = signal.signal(signum, relay)
+            if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+                # Ignored, SIGCHLD makes exited children vanish unreaped: the
+                # supervisor's status would be lost.
+                previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        except ValueError:  # not the main thread: signals stay with the host
+            pass
+        _flush()
+        pid = os.fork()
+        if pid == 0:
+            _supervisor_process(work, front=front, timeout=stop_timeout, prog=prog, mask=mask)
+        relay.start(pid)
+        return _wait_for_supervisor(pid, relay, prog)
+    finally:
+        for number, handler in previous.items():
+            if handler is not None:
+                signal.signal(number, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if callable(signal.getsignal(signal.SIGCHLD)):
+            # SIGCHLD was blocked and collected here; the host's handler may
+            # be waiting for one of its own children.
+            signal.raise_signal(signal.SIGCHLD)
+
+
+def _wait_for_supervisor(pid: int, relay: _Relay, prog: str) -> int:
+    """The front's loop: relay stop signals to the supervisor until it exits."""
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            print(
+                f"{prog}: error: the serve supervisor (pid {pid}) was reaped elsewhere",
+                file=sys.stderr,
+            )
+            return _EXIT_FAILURE
+        if done:
+            break
+        info = signal.sigtimedwait(_WAITED, _FRONT_IDLE)
+        if info is None or info.si_signo == signal.SIGCHLD:
+            continue
+        if info.si_code != _SI_KERNEL:
+            # The terminal signals the whole foreground group, which holds the
+            # supervisor and the backend: passing it on would double it.
+            relay.forward(info.si_signo)
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        print(
+            f"{prog}: error: the serve supervisor (pid {pid}) was killed by "
+            f"{_signal_name(signum)}; the backend process stops its own processes",
+            file=sys.stderr,
+        )
+        return 128 + signum
+    return os.WEXITSTATUS(status)
+
+
+# -- the supervisor -------------------------------------------------------------
+
+
+def _supervisor_process(
+    work: BackendWork,
+    *,
+    front: int,
+    timeout: float,
+    prog: str,
+    mask: Iterable[int],
+) -> None:
+    """The supervisor's life, in the forked child; never returns."""
+    status = _EXIT_FAILURE
+    try:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
+        if not _prctl(_PR_SET_CHILD_SUBREAPER, 1):
+            LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
+        me = os.getpid()
+        reader, writer = os.pipe()
+        _flush()
+        child = os.fork()
+        if child == 0:
+            os.close(reader)
+            _backend_process(work, channel=writer, supervisor=me, timeout=timeout, mask=mask)
+        os.close(writer)
+        status = _Supervision(
+            child=child, front=front, channel=reader, timeout=timeout, prog=prog
+        ).run()
+    except BaseException:
+        LOG.exception("The serve supervisor failed")
+    finally:
+        _flush()
+        os._exit(status)
+
+
+class _Supervision:
+    """The supervisor's state: the backend process, stop signals, deadlines."""
+
+    def __init__(self, *, child: int, front: int, channel: int, timeout: float, prog: str) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.me = psutil.Process()
+        self.child = child
+        self.front = front
+        self.channel = channel
+        self.timeout = timeout
+        self.prog = prog
+        self.wait_status: int | None = None
+        self.signum: int | None = None
+        self.senders: dict[str, int] = {}
+        self.deadline: float | None = None
+        self.forced = False
+        self.front_gone = False
+
+    def run(self) -> int:
+        """Supervise until the backend process and every descendant have ended."""
+        self._check_front()
+        while self.wait_status is None:
+            if self.forced:
+                pause = _POLL
+            elif self.deadline is None:
+                pause = _IDLE
+            else:
+                pause = self.deadline - time.monotonic()
+            self._wait(max(0.0, min(_IDLE, pause)))
+            if (
+                self.wait_status is None
+                and self.deadline is not None
+                and not self.forced
+                and time.monotonic() >= self.deadline
+            ):
+                LOG.warning("The serve backend did not stop within %.1fs", self.timeout)
+                self._kill(self._descendants())
+        messages = self._messages()
+        problem, status = self._verdict(messages)
+        self._clean_up()
+        if self.signum is not None:
+            if problem:
+                LOG.info("While stopping, %s", problem)
+            backend = messages.get("backend")
+            LOG.info(
+                "Serve backend %sstopped by %s",
+                f"{backend} " if backend else "",
+                _signal_name(self.signum),
+            )
+            return 128 + self.signum
+        if problem:
+            print(f"{self.prog}: error: {problem}", file=sys.stderr)
+        return status
+
+    # -- events
+
+    def _wait(self, timeout: float) -> None:
+        """Wait up to *timeout* s for a signal; reap children; act on a stop signal."""
+        info = signal.sigtimedwait(_WAITED, timeout)
+        self._reap()
+        if info is not None and info.si_signo in _STOP_SIGNALS:
+            self._on_stop_signal(info)
+        self._check_front()
+
+    def _reap(self) -> None:
+        # Every child of the supervisor is the backend process or one of its
+        # orphans re-parented here, so any exited child may be collected.
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.child:
+                self.wait_status = status
+
+    def _check_front(self) -> None:
+        if self.front_gone or os.getppid() == self.front:
+            return
+        self.front_gone = True
+        LOG.warning("serve (pid %d) has ended; stopping the serve backend", self.front)
+        self._stop(signal.SIGTERM, forward=True)
+
+    def _on_stop_signal(self, info: Any) -> None:
+        if info.si_code == _SI_KERNEL:
+            sender = "terminal"
+        elif info.si_pid == self.front:
+            sender = "serve"
+        else:
+            sender = f"pid {info.si_pid}"
+        count = self.senders[sender] = self.senders.get(sender, 0) + 1
+        name = _signal_name(info.si_signo)
+        if self.signum is None:
+            LOG.info("Received %s; stopping the serve backend", name)
+            # The terminal's signal reached the backend process already.
+            self._stop(info.si_signo, forward=sender != "terminal")
+        elif count > 1 and not self.forced:
+            LOG.warning("Received %s again; killing the serve backend and its processes", name)
+            self._kill(self._descendants())
+
+    def _stop(self, signum: int, *, forward: bool) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        if self.wait_status is not None:
+            return  # the backend process has ended; the clean-up follows
+        if forward:
+            try:
+                os.kill(self.child, signum)
+            except ProcessLookupError:
+                pass
+        self.deadline = time.monotonic() + self.timeout
+
+    # -- processes
+
+    def _descendants(self) -> list[psutil.Process]:
+        from sglang_backends.processes import running
+
+        try:
+            return running(self.me.children(recursive=True))
+        except self.psutil.Error:
+            return []
+
+    def _send(self, processes: Iterable[psutil.Process], signum: int) -> None:
+        for process in processes:
+            try:
+                process.send_signal(signum)
+            except self.psutil.NoSuchProcess:
+                pass
+            except self.psutil.AccessDenied as exc:
+                LOG.warning("Cannot stop process %s: %s", process.pid, exc)
+
+    def _kill(self, processes: list[psutil.Process]) -> None:
+        """SIGKILL *processes* at once; from now on nothing gets a grace period."""
+        self.forced = True
+        self._send(processes, signal.SIGKILL)
+
+    def _until(self, done: Callable[[], bool], seconds: float, *, graceful: bool) -> None:
+        """Keep reaping and watching signals until *done* or *seconds* pass (or a forced stop)."""
+        end = time.monotonic() + seconds
+        while not done() and not (graceful and self.forced):
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self._wait(min(_POLL, left))
+
+    def _clean_up(self) -> None:
+        """Stop every remaining descendant: SIGTERM, then SIGKILL after the stop timeout."""
+        from sglang_backends.processes import running
+
+        stopped: set[int] = set()
+        for _ in range(3):
+            found = self._descendants()
+            if not found:
+                break
+            stopped.update(p.pid for p in found)
+            LOG.debug("Stopping %d remaining process(es): %s", len(found), [p.pid for p in found])
+            if not self.forced and self.timeout > 0:
+                self._send(found, signal.SIGTERM)
+                self._until(partial(_all_gone, found), self.timeout, graceful=True)
+                survivors = running(found)
+                if survivors and not self.forced:
+                    LOG.warning(
+                        "Killing %d process(es) still running %.1fs after SIGTERM: %s",
+                        len(survivors),
+                        self.timeout,
+                        [p.pid for p in survivors],
+                    )
+            left = self._descendants()  # survivors and any that appeared meanwhile
+            self._kill(left)
+            self._until(lambda: not self._descendants(), _KILL_WAIT, graceful=False)
+        if stopped:
+            LOG.info("Stopped %d remaining process(es)", len(stopped))
+
+    # -- how the backend process ended
+
+    def _messages(self) -> dict[str, str]:
+        """What the backend process said, ``{"backend": ..., "status": ...}``."""
+        os.set_blocking(self.channel, False)
+        data = b""
+        while True:
+            try:
+                chunk = os.read(self.channel, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        os.close(self.channel)
+        found: dict[str, str] = {}
+        for line in data.decode("utf-8", "replace").splitlines():
+            key, _, value = line.partition(" ")
+            found[key] = value
+        return found
+
+    def _verdict(self, messages: Mapping[str, str]) -> tuple[str | None, int]:
+        """The problem to report (``None`` when the work finished) and the exit status."""
+        status = self.wait_status or 0
+        backend = messages.get("backend")
+        who = f"serve backend {backend}" if backend else "the serve backend process"
+        if os.WIFSIGNALED(status):
+            signum = os.WTERMSIG(status)
+            where = "" if backend else " before a backend was chosen"
+            return f"{who} was killed by {_signal_name(signum)}{where}", 128 + signum
+        code = os.WEXITSTATUS(status)
+        if "status" in messages:
+            return None, code
+        if backend:
+            what = f"ended its process with os._exit({code}) without returning from run()"
+        else:
+            what = f"ended with os._exit({code}) before a backend was chosen"
+        return f"{who} {what}; serve stopped the processes it left", code or _EXIT_FAILURE
+
+
+# -- the backend process ----------------------------------------------------------
+
+
+class _Unwind:
+    """SIGTERM handler of the backend process: unwind ``run()`` once, with ``SystemExit``."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.raised = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self.pid:
+            # A process forked by the backend inherited this handler: default action.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if self.raised:
+            return  # already unwinding; the supervisor forces if it takes too long
+        self.raised = True
+        raise SystemExit(128 + signum)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return _EXIT_FAILURE
+
+
+def _backend_process(
+    work: BackendWork,
+    *,
+    channel: int,
+    supervisor: int,
+    timeout: float,
+    mask: Iterable[int],
+) -> None:
+    """The backend process's life, in the supervisor's child; never returns."""
+
+    me = os.getpid()
+
+    def say(message: str) -> None:
+        if os.getpid() != me:
+            return  # a process the backend forked came back this way: it speaks not for us
+        try:
+            os.write(channel, (" ".join(message.split()) + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    status = _EXIT_FAILURE
+    try:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        # A stop signal unwinds run(), whatever the dispositions serve inherited
+        # (a background job starts with SIGINT ignored): KeyboardInterrupt for
+        # SIGINT, as in any Python program, SystemExit for SIGTERM.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _Unwind())
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if os.getppid() != supervisor:
+            raise SystemExit(128 + signal.SIGTERM)  # the supervisor has gone already
+        status = work(lambda description: say(f"backend {description}"))
+    except SystemExit as exc:
+        status = _exit_code(exc)
+    except KeyboardInterrupt:
+        status = 128 + signal.SIGINT
+    except BaseException:
+        LOG.exception("The serve backend process failed")
+    finally:
+        say(f"status {status}")
+        if os.getpid() == me and os.getppid() != supervisor:
+            from sglang_backends.processes import terminate_descendants
+
+            terminate_descendants(timeout)
+        _flush()
+        os._exit(status)
