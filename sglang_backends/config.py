@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg
@@ -336,7 +336,7 @@ def option_origins(source: str) -> dict[str, str]:
 
 def build_registry(
     settings: Settings,
-    builtins: Mapping[str, ServeBackend] | None = None,
+    builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
     *,
     origins: Mapping[str, str] | None = None,
 ) -> ServeBackendRegistry:
@@ -346,9 +346,9 @@ def build_registry(
     option and where it was set (*origins*, by default from
     ``settings.source``; see :func:`option_origins`).
 
-    :param builtins: defaults to :func:`sglang_backends.builtins.default_builtins`.
+    :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
     """
-    from sglang_backends.builtins import default_builtins
+    from sglang_backends.host import default_builtins
     from sglang_backends.registry import ServeBackendRegistry
 
     return ServeBackendRegistry(
@@ -361,7 +361,8 @@ def build_registry(
 
 
 def registry_from_conf(
-    conf: cfg.ConfigOpts, builtins: Mapping[str, ServeBackend] | None = None
+    conf: cfg.ConfigOpts,
+    builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
 ) -> ServeBackendRegistry:
     """Build a registry from a service's ``ConfigOpts``.
 

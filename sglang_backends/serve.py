@@ -30,7 +30,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from sglang_backends.builtins import default_builtins
+from sglang_backends import host as sglang_host
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
 from sglang_backends.dispatch import (
     AUTO,
@@ -96,7 +96,7 @@ def _configure(host: HostOptions) -> tuple[Settings, ServeBackendRegistry]:
     if not (host.config_files or host.config_dirs or configuration_in_environment()):
         settings = Settings()
         return settings, ServeBackendRegistry(
-            default_builtins(),
+            sglang_host.default_builtins(),
             enabled=settings.enabled,
             disabled=settings.disabled,
             detect_timeout=settings.detect_timeout,
@@ -137,15 +137,26 @@ def _failed(registered: RegisteredServeBackend, exc: BaseException) -> _Failure:
     return failure
 
 
-def _forward_help(registered: RegisteredServeBackend, request: ServeRequest) -> int:
-    """Let the backend print its own help: no model path check, no cleanup."""
+def _forward_help(registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
+    """Let the backend print its own help: no model path check, no cleanup.
+
+    Returns ``None`` when ``run()`` returned, else the status its
+    :class:`SystemExit` asked for.
+    """
     try:
         registered.backend.run(request)
     except SystemExit as exc:
         return _exit_status(exc)
     except Exception as exc:
         raise _failed(registered, exc) from exc
-    return 0
+    return None
+
+
+def _print_help_note() -> None:
+    """SGLang's closing note after a help, as ``sglang serve`` prints it; only with SGLang."""
+    note = sglang_host.help_note()
+    if note:
+        print(f"\n{note}")
 
 
 def _launch(registered: RegisteredServeBackend, request: ServeRequest) -> int:
@@ -218,9 +229,15 @@ def _dispatch(host: HostOptions) -> int:
     if wants_help(request.argv):
         if model_type == AUTO:
             sys.stdout.write(general_help(registry))
-            return 0
-        return _forward_help(registry.get(model_type), request)
+        else:
+            status = _forward_help(registry.get(model_type), request)
+            if status is not None:
+                return status  # the backend exited: SGLang adds no note either
+        _print_help_note()
+        return 0
 
+    # SGLang's general (hardware and hook) plugins apply to every backend.
+    sglang_host.run_general_plugins()
     registered = _select(registry, model_type, request)
     if registered.backend.requires_model_path and request.model_path is None:
         raise _Failure(

@@ -25,7 +25,7 @@ def imported_after(
         "from sglang_backends import ServeBackend, ServeRequest, ServeBackendDetection",
         "import sglang_backends.contract",
         "import sglang_backends.errors",
-        "from sglang_backends.builtins import default_builtins; default_builtins()",
+        "from sglang_backends.host import default_builtins; default_builtins()",
     ],
 )
 def test_contract_import_is_lean(code):
@@ -52,7 +52,7 @@ def test_listing_in_a_fresh_interpreter_imports_no_plugin_and_no_sglang(site, in
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
         assert "omni" in ServeBackendRegistry(default_builtins()).available_names
         """,
         (module, "sglang", "stevedore"),
@@ -69,7 +69,7 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
         ServeBackendRegistry(default_builtins()).get("omni")
         """,
         (wanted, other, "stevedore"),

@@ -43,7 +43,7 @@ def write_serve_help(app: object) -> None:
     ``serve`` is not a cliff command, so its general help (which lists the
     installed backends) is generated here and included with literalinclude.
     """
-    from sglang_backends.builtins import default_builtins
+    from sglang_backends.host import default_builtins
     from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.usage import general_help
 

@@ -125,8 +125,8 @@ class SelectionOptions(Command):
 
         Names in the lists that nothing installed provides are warned about.
         """
-        from sglang_backends.builtins import default_builtins
         from sglang_backends.discovery import discover, inventory
+        from sglang_backends.host import default_builtins
 
         selection = self.selection(parsed_args)
         builtins = default_builtins()

@@ -222,7 +222,7 @@ def assert_backend_contract(
     if isinstance(factory_or_name, str):
         name = factory_or_name
         if registry is None:
-            from sglang_backends.builtins import default_builtins
+            from sglang_backends.host import default_builtins
             from sglang_backends.registry import ServeBackendRegistry
 
             registry = ServeBackendRegistry(default_builtins())
