@@ -70,6 +70,7 @@ _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 
 _general_plugins_lock = threading.Lock()
 _general_plugins_done = False
+_quieted = False
 
 
 def sglang_installed() -> bool:
@@ -78,6 +79,27 @@ def sglang_installed() -> bool:
         return importlib.util.find_spec("sglang") is not None
     except (ImportError, ValueError):
         return False
+
+
+def _quiet_sglang() -> None:
+    """Silence the third-party warnings SGLang silences (``suppress_noisy_warnings``), once.
+
+    ``sglang serve`` does so when its module is imported, before any of the
+    uses below; this is called before each of them, and only then, so a
+    serve that never touches SGLang does not import it.
+    """
+    global _quieted
+    if _quieted:
+        return
+    _quieted = True
+    try:
+        common = importlib.import_module("sglang.srt.utils.common")
+    except Exception as exc:  # noqa: BLE001 - the warnings are cosmetic; the use reports errors
+        LOG.debug("SGLang's warning filters were not applied: %s", exc)
+        return
+    suppress = getattr(common, "suppress_noisy_warnings", None)
+    if callable(suppress):
+        suppress()
 
 
 def _wants_help(request: ServeRequest) -> bool:
@@ -102,8 +124,19 @@ def run_llm(request: ServeRequest) -> None:
 
     :raises RuntimeError: SGLang is not importable; the message says what to install.
     """
+    if not sglang_installed():
+        raise _missing("'llm'", "pip install sglang", ImportError("No module named 'sglang'"))
+    _quiet_sglang()
     try:
-        prepare_server_args = importlib.import_module("sglang.srt.server_args").prepare_server_args
+        if _wants_help(request):
+            prepare_server_args = importlib.import_module(
+                "sglang.srt.server_args"
+            ).prepare_server_args
+        else:
+            run_server = importlib.import_module("sglang.launch_server").run_server
+            prepare_server_args = importlib.import_module(
+                "sglang.srt.server_args"
+            ).prepare_server_args
     except (ImportError, AttributeError) as exc:
         raise _missing("'llm'", "pip install sglang", exc) from exc
     if _wants_help(request):
@@ -112,10 +145,6 @@ def run_llm(request: ServeRequest) -> None:
         except SystemExit:
             pass  # argparse's --help exits; the help is what we wanted
         return
-    try:
-        run_server = importlib.import_module("sglang.launch_server").run_server
-    except (ImportError, AttributeError) as exc:
-        raise _missing("'llm'", "pip install sglang", exc) from exc
     run_server(prepare_server_args(list(request.argv)))
 
 
@@ -167,6 +196,8 @@ def run_diffusion(request: ServeRequest) -> None:
     :raises RuntimeError: diffusion support is not importable; the message
         says what to install.
     """
+    if sglang_installed():
+        _quiet_sglang()
     if _wants_help(request):
         _print_diffusion_help()
         return
@@ -222,6 +253,7 @@ def _sglang_cli_utils() -> ModuleType | None:
     """``sglang.cli.utils``, or ``None`` when SGLang is absent or fails to import."""
     if not sglang_installed():
         return None
+    _quiet_sglang()
     try:
         utils = importlib.import_module("sglang.cli.utils")
     except Exception as exc:  # noqa: BLE001 - a broken SGLang must not break detection
@@ -332,6 +364,7 @@ def run_general_plugins() -> bool:
         if not sglang_installed():
             LOG.debug("General plugins are installed, but SGLang, which loads them, is not")
             return False
+        _quiet_sglang()
         try:
             plugins = importlib.import_module("sglang.srt.plugins")
         except ImportError as exc:
@@ -359,6 +392,7 @@ def help_note() -> str | None:
     """
     if not sglang_installed():
         return None
+    _quiet_sglang()
     try:
         main = importlib.import_module("sglang.cli.main")
     except Exception as exc:  # noqa: BLE001 - a note is never worth a failure
