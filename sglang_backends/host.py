@@ -74,11 +74,16 @@ _quieted = False
 
 
 def sglang_installed() -> bool:
-    """Whether an ``sglang`` package can be found, without importing it."""
+    """Whether an ``sglang`` package can be found, without importing it.
+
+    A directory named ``sglang`` without ``__init__.py`` on the path (a
+    namespace package, a checkout's subdirectory say) is not SGLang.
+    """
     try:
-        return importlib.util.find_spec("sglang") is not None
+        spec = importlib.util.find_spec("sglang")
     except (ImportError, ValueError):
         return False
+    return spec is not None and spec.origin is not None
 
 
 def _quiet_sglang() -> None:

@@ -2,7 +2,7 @@
 
 Without SGLang, and with a stand-in ``sglang`` distribution really installed
 (``sglang_standin``) that records each call, run through the real console
-script. Differential tests against real SGLang are in ``tests/sglang/``.
+script. Differential tests against real SGLang are in ``tests/differential/``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from sglang_backends.host import (
     diffusion_backend,
     run_diffusion,
     run_llm,
+    sglang_installed,
 )
 
 DIFFUSERS_INDEX = {"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.30.0"}
@@ -54,7 +55,7 @@ def test_default_builtins_import_nothing_and_diffusion_is_lazy():
 
 
 def test_without_sglang_diffusion_detects_offline():
-    if importlib.util.find_spec("sglang") is not None:
+    if sglang_installed():
         pytest.skip("SGLang is installed here")
     backend = diffusion_backend()
     assert backend.run is run_diffusion and backend.detect is detect_diffusion_offline
@@ -103,7 +104,7 @@ def test_offline_diffusion_detector_follows_sglangs_local_rule(tmp_path):
 
 @pytest.fixture
 def without_sglang(site):
-    if importlib.util.find_spec("sglang") is not None:
+    if sglang_installed():
         pytest.skip("SGLang is installed here")
     return site.environ()
 
@@ -317,3 +318,12 @@ def test_sglangs_import_is_loading_not_detection_time(sglang_env, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "Selected serve backend 'diffusion' (built-in)" in result.stderr
     assert names(log)[-1] == "execute_serve_cmd"
+
+
+def test_a_directory_named_sglang_is_not_sglang(tmp_path, monkeypatch):
+    (tmp_path / "sglang").mkdir()  # a namespace package: no __init__.py
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.find_spec("sglang")
+    if spec is not None and spec.origin is not None:
+        pytest.skip("a real sglang package comes first on the path here")
+    assert not sglang_installed()
