@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from clitools import imported_by
+from clitools import imported_by, serve_in_process
 
 HEAVY = ("stevedore", "importlib.metadata", "sglang")
 
@@ -78,3 +78,21 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
     assert wanted in modules
     assert other not in modules
     assert "stevedore" in modules
+
+
+def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglang(
+    site, install_backend
+):
+    """SGLang's general plugins would do nothing: ``serve`` must not pay seconds for them."""
+    from sglang_standin import install_sglang
+
+    install_sglang(site)
+    module = install_backend("omni-runtime", "omni")
+    env = site.environ()
+    env["SGLANG_STANDIN_LOG"] = str(site.path.parent / "events.jsonl")
+    env.pop("SGLANG_PLUGINS", None)
+    loaded, result = imported_by(
+        serve_in_process(["org/model", "--model-type", "omni"]), (module, "sglang"), env
+    )
+    assert result.returncode == 0, result.stderr
+    assert loaded == [module]
