@@ -2,7 +2,8 @@
 
 It provides the parts of SGLang that :mod:`sglang_backends.host` uses, with
 SGLang's names and signatures, and appends one JSON event per call to
-``$SGLANG_STANDIN_LOG``: importing the package, ``load_plugins()`` (and each
+``$SGLANG_STANDIN_LOG``: importing the package, ``suppress_noisy_warnings()``,
+``load_plugins()`` (and each
 general plugin it runs), ``apply_plugin_hooks()``, the detector functions,
 ``prepare_server_args``, ``run_server`` and ``execute_serve_cmd``. Only the
 GPU servers are fakes; the distribution is really installed (dist-info and
@@ -50,6 +51,13 @@ MODULES = {
             _plugins_loaded = True
             for entry_point in entry_points(group="sglang.srt.plugins"):
                 entry_point.load()()
+        """,
+    "sglang/srt/utils/__init__.py": "",
+    "sglang/srt/utils/common.py": """
+        from sglang._record import record
+
+        def suppress_noisy_warnings():
+            record("suppress_noisy_warnings")
         """,
     "sglang/srt/server_args.py": """
         import argparse, sys
