@@ -20,6 +20,10 @@ older release) gets a documented fallback rather than an ImportError:
   ``sglang.srt.plugins`` entry point would be loaded.
 * :func:`help_note`: ``sglang.cli.main.COOKBOOK_EPILOG`` (0.5.21+), printed
   after a help, as ``sglang serve`` does.
+
+Before its first use of SGLang in a process, the module applies SGLang's
+own warning filters (``suppress_noisy_warnings``), as importing
+``sglang serve``'s module does.
 """
 
 from __future__ import annotations
