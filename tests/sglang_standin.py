@@ -38,6 +38,7 @@ MODULES = {
     "sglang/_record.py": _RECORD,
     "sglang/srt/__init__.py": "",
     "sglang/srt/plugins/__init__.py": """
+        import os
         from importlib.metadata import entry_points
         from sglang._record import record
 
@@ -46,6 +47,8 @@ MODULES = {
         def load_plugins():
             global _plugins_loaded
             record("load_plugins")
+            if os.environ.get("SGLANG_STANDIN_PLUGINS_FAIL"):
+                raise RuntimeError("hook target sglang.srt.nowhere not found")
             if _plugins_loaded:
                 return
             _plugins_loaded = True

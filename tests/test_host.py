@@ -191,6 +191,20 @@ def test_general_plugins_run_before_detection_and_the_llm_server(site, sglang_en
     assert events(log)[-1]["server_args"] == {"model_path": "org/model", "tp": 2}
 
 
+def test_failing_general_plugins_are_one_line_and_nothing_runs(site, sglang_env):
+    env, log = sglang_env
+    install_general_plugin(site)
+    env = {**env, "SGLANG_STANDIN_PLUGINS_FAIL": "1"}
+    result = run_serve(["org/model", "--model-type", "light"], env, console_script=True)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.error_lines == [
+        "sglang-backends serve: error: SGLang's general plugins (sglang.srt.plugins) failed "
+        "to load: hook target sglang.srt.nowhere not found"
+    ]
+    assert "run light" not in names(log)
+
+
 def test_run_general_plugins_is_once_per_process(site, sglang_env):
     env, log = sglang_env
     install_general_plugin(site)
