@@ -52,7 +52,10 @@ MODULES = {
             if _plugins_loaded:
                 return
             _plugins_loaded = True
+            allowed = {n.strip() for n in os.environ.get("SGLANG_PLUGINS", "").split(",")}
             for entry_point in entry_points(group="sglang.srt.plugins"):
+                if allowed - {""} and entry_point.name not in allowed:
+                    continue  # SGLang's allow-list
                 entry_point.load()()
         """,
     "sglang/srt/utils/__init__.py": "",

@@ -25,8 +25,10 @@ from sglang_standin import (
 )
 
 from sglang_backends import ServeBackendDetection, ServeRequest
+from sglang_backends.discovery import discover
 from sglang_backends.host import (
     DIFFUSION_INSTALL_HINT,
+    GENERAL_PLUGINS_GROUP,
     default_builtins,
     detect_diffusion_offline,
     diffusion_backend,
@@ -162,6 +164,10 @@ def sglang_env(site, tmp_path):
     env = site.environ()
     env["SGLANG_STANDIN_LOG"] = str(log)
     env.pop("SGLANG_PLUGINS", None)
+    if discover(GENERAL_PLUGINS_GROUP):
+        # General plugins installed in this environment (beside a real
+        # SGLang) are left out: only the tests' own plugin is allowed.
+        env["SGLANG_PLUGINS"] = "hooks"
     return env, log
 
 
