@@ -7,7 +7,8 @@ real SGLang, with its ``sglang serve`` registry, is importable. They compare:
   this process, choose the same backend, and the ``diffusion`` detectors
   give the same verdict, on a battery of model directories and flags;
 * targeted help: ``--model-type llm|diffusion --help`` print the same text,
-  once program names and argparse's choice-set order are normalised;
+  once program names and argparse's choice-set order are normalised; the
+  general ``--help`` (ours is our own) ends with the same note;
 * general plugins: both run SGLang's ``sglang.srt.plugins`` before the
   backend, and neither runs them for ``--help``.
 """
@@ -194,6 +195,15 @@ def test_targeted_help_matches_upstream(backend):
     assert ours.returncode == 0, ours.stderr
     assert normalise_help(ours.stdout) == normalise_help(theirs.stdout)
     assert ours.stdout.rstrip().endswith(theirs.stdout.rstrip().splitlines()[-1])
+
+
+def test_general_help_ends_with_upstreams_note():
+    theirs = _run([*UPSTREAM, "--help"], _environ())
+    ours = _run([*OURS, "--help"], _environ())
+    assert theirs.returncode == 0 and ours.returncode == 0, (theirs.stderr, ours.stderr)
+    note = theirs.stdout.rstrip().splitlines()[-1]
+    assert "cookbook" in note
+    assert ours.stdout.endswith(f"\n\n{note}\n")
 
 
 PROBE = """
