@@ -111,6 +111,17 @@ def _quiet_sglang() -> None:
         suppress()
 
 
+def _absent_in_this_release(exc: BaseException, module: str) -> bool:
+    """Whether *exc* says *module* (or a parent) does not exist: an older SGLang, not a fault."""
+    name = getattr(exc, "name", None)
+    return (
+        isinstance(exc, ModuleNotFoundError)
+        and isinstance(name, str)
+        and (module == name or module.startswith(name + "."))
+        and name.startswith("sglang.")
+    )
+
+
 def _wants_help(request: ServeRequest) -> bool:
     return any(arg in _HELP_OPTIONS for arg in request.argv)
 
@@ -266,7 +277,8 @@ def _sglang_cli_utils() -> ModuleType | None:
     try:
         utils = importlib.import_module("sglang.cli.utils")
     except Exception as exc:  # noqa: BLE001 - a broken SGLang must not break detection
-        LOG.warning(
+        log = LOG.debug if _absent_in_this_release(exc, "sglang.cli.utils") else LOG.warning
+        log(
             "SGLang is installed but sglang.cli.utils failed to import (%s); "
             "diffusion detection uses the offline rule",
             " ".join(str(exc).split()) or type(exc).__name__,
@@ -377,7 +389,9 @@ def run_general_plugins() -> bool:
         try:
             plugins = importlib.import_module("sglang.srt.plugins")
         except ImportError as exc:
-            LOG.warning("SGLang's general plugins were not loaded: %s", exc)
+            # Before 0.5.12 the module does not exist; anything else is a fault.
+            old = _absent_in_this_release(exc, "sglang.srt.plugins")
+            (LOG.debug if old else LOG.warning)("SGLang's general plugins were not loaded: %s", exc)
             return False
         load = getattr(plugins, "load_plugins", None)
         if not callable(load):

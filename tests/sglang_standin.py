@@ -183,12 +183,36 @@ def register():
 """
 
 
-def install_sglang(site: PluginSite, *, diffusion: bool = True) -> None:
-    """Install the stand-in ``sglang`` 0.5.23 on *site* (without diffusion support if asked)."""
+#: What an SGLang 0.5.18 lacks that the host uses: ``load_plugins`` is there
+#: from 0.5.12 but is removed here too, to check every guard at once.
+OLDER_RELEASE = {
+    "sglang/srt/plugins/__init__.py": None,  # before 0.5.12
+    "sglang/multimodal_gen/runtime/platforms/plugins.py": None,  # before 0.5.21
+    "sglang/cli/main.py": "",  # no COOKBOOK_EPILOG before 0.5.21
+    "sglang/cli/utils.py": """
+        import json, os
+        from sglang._record import record
+
+        def get_is_diffusion_model(model_path):
+            record("get_is_diffusion_model", model_path=model_path)
+            return model_path.startswith("hub/") and "diffusion" in model_path
+        """,  # no pipeline check before 0.5.23
+}
+
+
+def install_sglang(site: PluginSite, *, diffusion: bool = True, older: bool = False) -> None:
+    """Install the stand-in ``sglang`` on *site*: 0.5.23, or an older release lacking
+    :data:`OLDER_RELEASE`'s parts; without diffusion support if asked."""
     modules = dict(MODULES)
     if not diffusion:
         modules.update(WITHOUT_DIFFUSION)
-    site.install("sglang", version="0.5.23", modules=modules)
+    if older:
+        for relative, source in OLDER_RELEASE.items():
+            if source is None:
+                del modules[relative]
+            else:
+                modules[relative] = source
+    site.install("sglang", version="0.5.18" if older else "0.5.23", modules=modules)
 
 
 def remove_diffusion_support(site: PluginSite) -> None:

@@ -350,3 +350,28 @@ def test_a_directory_named_sglang_is_not_sglang(tmp_path, monkeypatch):
     if spec is not None and spec.origin is not None:
         pytest.skip("a real sglang package comes first on the path here")
     assert not sglang_installed()
+
+
+def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
+    install_sglang(site, older=True)
+    install_light_plugin(site)
+    install_general_plugin(site)
+    log = tmp_path / "sglang-events.jsonl"
+    env = site.environ()
+    env["SGLANG_STANDIN_LOG"] = str(log)
+    env["SGLANG_PLUGINS"] = "hooks"
+
+    served = serve(["org/model", "--model-type", "light"], env)
+    assert names(log)[-1] == "run light"
+    assert "load_plugins" not in names(log) and "WARNING" not in served.stderr
+
+    assert serve(["--model-type", "light", "--help"], env).stdout == "light backend help\n"
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    serve([str(bare), "--pipeline-class-name", "StandInNativePipeline"], env)
+    assert names(log)[-1] == "run_server"  # no native pipeline check before 0.5.23
+
+    served = serve(["hub/org/stand-in-diffusion"], env)
+    assert names(log)[-1] == "execute_serve_cmd"
+    assert "apply_plugin_hooks" not in names(log) and "WARNING" not in served.stderr
