@@ -441,7 +441,7 @@ def build_registry(
     option and where it was set (*origins*, by default from
     ``settings.source``; see :func:`option_origins`).
 
-    :param builtins: defaults to :func:`sglang_backends.builtins.default_builtins`.
+    :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
     """
     from sglang_backends.registry import ServeBackendRegistry
 

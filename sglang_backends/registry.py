@@ -117,12 +117,12 @@ class ServeBackendRegistry:
     ) -> ServeBackendRegistry:
         """The registry *settings* describe; every entry point builds its registry here.
 
-        :param builtins: defaults to :func:`sglang_backends.builtins.default_builtins`.
+        :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
         :param origins: where the enabled/disabled lists were set, for the
             warning about names not installed; by default ``settings.source``.
         """
         if builtins is None:
-            from sglang_backends.builtins import default_builtins
+            from sglang_backends.host import default_builtins
 
             builtins = default_builtins()
         if origins is None:

@@ -42,6 +42,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
+from sglang_backends import host as sglang_host
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
 from sglang_backends.detection import describe
 from sglang_backends.dispatch import (
@@ -191,15 +192,26 @@ def _failed(description: str, exc: BaseException) -> _Failure:
 
 def _forward_help(
     registry: ServeBackendRegistry, registered: RegisteredServeBackend, request: ServeRequest
-) -> int:
-    """Let the backend print its own help: no model path check, no cleanup."""
+) -> int | None:
+    """Let the backend print its own help: no model path check, no cleanup.
+
+    Returns ``None`` when ``run()`` returned, else the status its
+    :class:`SystemExit` asked for.
+    """
     try:
         registered.backend.run(request)
     except SystemExit as exc:
         return _exit_status(exc)
     except Exception as exc:
         raise _failed(_describe(registry, registered), exc) from exc
-    return 0
+    return None
+
+
+def _print_help_note() -> None:
+    """SGLang's closing note after a help, as ``sglang serve`` prints it; only with SGLang."""
+    note = sglang_host.help_note()
+    if note:
+        print(f"\n{note}")
 
 
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int:
@@ -269,8 +281,10 @@ def _select(
 def _before_dispatch() -> None:
     """What runs in the backend process before a backend is chosen (not for help).
 
-    The one place for host start-up work, such as SGLang's general plugins.
+    SGLang's general (hardware and hook) plugins, as ``sglang serve`` runs
+    them: they apply to every backend.
     """
+    sglang_host.run_general_plugins()
 
 
 #: How a chosen backend is launched: given its description and itself, returns the status.
@@ -303,10 +317,15 @@ def _serve(host: HostOptions) -> int:
             for warning in warnings:
                 LOG.warning("%s", warning)
             sys.stdout.write(text)
-            return 0
-        registry = _registry(settings)
-        registered = _get(registry, model_type, _model_type_origin(host, settings))
-        return _forward_help(registry, registered, request)
+        else:
+            registry = _registry(settings)
+            registered = _get(registry, model_type, _model_type_origin(host, settings))
+            status = _forward_help(registry, registered, request)
+            if status is not None:
+                return status  # the backend exited: SGLang adds no note either
+        # Here rather than in a backend's help, so that it appears exactly once.
+        _print_help_note()
+        return 0
 
     timeout = _stop_timeout(settings)
     from sglang_backends import supervisor

@@ -115,8 +115,8 @@ def metadata_help(settings: Settings) -> tuple[str, list[str]]:
 
     :returns: the help text and the warning lines to log.
     """
-    from sglang_backends.builtins import default_builtins
     from sglang_backends.discovery import discover
+    from sglang_backends.host import default_builtins
     from sglang_backends.selection import inventory
 
     builtin_names = tuple(default_builtins())

@@ -18,12 +18,14 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
 )
-from sglang_backends.builtins import default_builtins
 from sglang_backends.detection import Verdict
+from sglang_backends.host import default_builtins
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
 MATCH = "return ServeBackendDetection.MATCH"
 NO_MATCH = "return ServeBackendDetection.NO_MATCH"
+# A Diffusers pipeline index as SGLang recognises it: a JSON object naming the version.
+DIFFUSERS_INDEX = '{"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.30.0"}'
 
 
 def warnings_of(caplog) -> list[str]:
@@ -83,13 +85,13 @@ def test_single_match_wins(install_backend):
 
 
 def test_builtin_diffusion_detector_matches_a_local_diffusers_model(tmp_path):
-    (tmp_path / "model_index.json").write_text("{}")
+    (tmp_path / "model_index.json").write_text(DIFFUSERS_INDEX)
     request = ServeRequest(argv=(), model_path=str(tmp_path))
     assert ServeBackendRegistry(default_builtins()).auto_detect(request).name == "diffusion"
 
 
 def test_several_matches_are_an_error_listing_them_in_registry_order(install_backend, tmp_path):
-    (tmp_path / "model_index.json").write_text("{}")
+    (tmp_path / "model_index.json").write_text(DIFFUSERS_INDEX)
     install_backend("zed-runtime", "zed", detect=MATCH)
     install_backend("acme-runtime", "acme", detect=MATCH)
     install_backend("no-runtime", "no", detect=NO_MATCH)
@@ -226,7 +228,7 @@ def test_interpreter_exits_promptly_after_a_detector_hangs(site, install_backend
         """
         import json
         from sglang_backends import ServeBackendRegistry, ServeRequest
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
         registry = ServeBackendRegistry(default_builtins(), detect_timeout=0.5)
         report = registry.explain(ServeRequest(argv=(), model_path="m"))
         print(json.dumps([[o.name, o.verdict.value] for o in report.outcomes]))

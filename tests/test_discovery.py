@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from sglang_backends import ServeBackendRegistry, ServeRequest
-from sglang_backends.builtins import default_builtins
 from sglang_backends.discovery import discover, normalize_distribution, split_qualified_name
+from sglang_backends.host import default_builtins
 
 
 def run_python(site, code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -97,7 +97,7 @@ def test_stale_stevedore_cache_does_not_hide_a_rewrite(
         import importlib, json, pathlib, sys
         from stevedore import _cache
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
 
         before = ServeBackendRegistry(default_builtins()).available_names
         warm = [ep.name for ep in _cache.get_group_all("sglang.serve_backends")]
@@ -137,7 +137,7 @@ def test_corrupted_stevedore_cache_does_not_break_the_registry(
         import json, os, sys
         from stevedore import _cache
         from sglang_backends import ServeBackendRegistry, ServeRequest
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
 
         digest, _ = _cache._hash_settings_for_path(tuple(sys.path))
         os.makedirs(_cache._c._dir, exist_ok=True)

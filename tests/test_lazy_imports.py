@@ -25,7 +25,7 @@ def imported_after(
         "from sglang_backends import ServeBackend, ServeRequest, ServeBackendDetection",
         "import sglang_backends.contract",
         "import sglang_backends.errors",
-        "from sglang_backends.builtins import default_builtins; default_builtins()",
+        "from sglang_backends.host import default_builtins; default_builtins()",
     ],
 )
 def test_contract_import_is_lean(code):
@@ -52,7 +52,7 @@ def test_listing_in_a_fresh_interpreter_imports_no_plugin_and_no_sglang(site, in
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
         assert "omni" in ServeBackendRegistry(default_builtins()).available_names
         """,
         (module, "sglang", "stevedore"),
@@ -69,7 +69,7 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
         ServeBackendRegistry(default_builtins()).get("omni")
         """,
         (wanted, other, "stevedore"),
@@ -99,3 +99,55 @@ def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, sta
     loaded, result = imported_by(serve_in_process(args), ("psutil",), clean_environ(site.environ()))
     assert result.returncode == status, result.stderr
     assert loaded == []
+
+
+def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglang(site, tmp_path):
+    """SGLang's general plugins would do nothing: ``serve`` must not pay seconds for them.
+
+    The plugin's ``run()`` records, in the process that serves it, which of
+    SGLang and itself are imported by then.
+    """
+    import json
+    import subprocess
+
+    from clitools import CLI
+    from sglang_standin import install_sglang
+
+    install_sglang(site)
+    record = tmp_path / "modules.json"
+    site.install(
+        "omni-runtime",
+        entry_points={"omni": "omni_recorder:factory"},
+        modules={
+            "omni_recorder.py": f"""
+                import json, sys
+                from sglang_backends import ServeBackend
+
+                def run(request):
+                    watched = ("sglang", "omni_recorder")
+                    loaded = sorted(name for name in watched if name in sys.modules)
+                    with open({str(record)!r}, "w") as out:
+                        json.dump(loaded, out)
+
+                def factory():
+                    return ServeBackend(api_version=1, run=run)
+            """
+        },
+    )
+    env = clean_environ(site.environ())
+    env["SGLANG_STANDIN_LOG"] = str(site.path.parent / "events.jsonl")
+    env.pop("SGLANG_PLUGINS", None)
+    from sglang_backends.discovery import discover
+
+    if discover("sglang.srt.plugins"):  # installed here beside a real SGLang: left out
+        env["SGLANG_PLUGINS"] = "none"
+    result = subprocess.run(
+        [CLI, "serve", "org/model", "--model-type", "omni"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(record.read_text()) == ["omni_recorder"]

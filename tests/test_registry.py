@@ -28,8 +28,9 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
     UnknownBackendError,
+    host,
 )
-from sglang_backends.builtins import default_builtins
+from sglang_backends.host import default_builtins
 from sglang_backends.selection import PluginStatus
 
 # -- listing -------------------------------------------------------------------
@@ -54,7 +55,7 @@ def test_listing_imports_no_plugin_in_a_fresh_interpreter(site, install_backend,
         """
         import sys
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.builtins import default_builtins
+        from sglang_backends.host import default_builtins
         registry = ServeBackendRegistry(default_builtins())
         print(",".join(registry.available_names))
         print(sorted(m for m in sys.modules if "omni" in m))
@@ -126,8 +127,11 @@ def test_get_loads_through_a_stevedore_driver_manager(install_backend, monkeypat
 
 def test_builtins_are_returned_without_distribution():
     builtins = default_builtins()
-    loaded = ServeBackendRegistry(builtins).get("diffusion")
-    assert loaded.backend is builtins["diffusion"]
+    registry = ServeBackendRegistry(builtins)
+    assert registry.get("llm").backend is builtins["llm"]
+    loaded = registry.get("diffusion")  # a lazy built-in: built by its factory, once
+    assert loaded.backend.run is host.run_diffusion
+    assert registry.get("diffusion") is loaded
     assert loaded.distribution is None
 
 

@@ -19,8 +19,8 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
 )
-from sglang_backends.builtins import default_builtins
 from sglang_backends.detection import Verdict
+from sglang_backends.host import default_builtins
 
 STAND_IN = """
 import enum

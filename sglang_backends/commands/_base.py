@@ -200,8 +200,8 @@ class SelectionOptions(SafeDisplay):
 
         Names in the lists that nothing installed provides are warned about.
         """
-        from sglang_backends.builtins import default_builtins
         from sglang_backends.discovery import discover
+        from sglang_backends.host import default_builtins
         from sglang_backends.selection import inventory
 
         selection = self.selection(parsed_args)

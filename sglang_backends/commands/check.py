@@ -215,9 +215,9 @@ def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
-    from sglang_backends.builtins import default_builtins
     from sglang_backends.discovery import normalize_distribution, split_qualified_name
     from sglang_backends.errors import UnknownBackendError
+    from sglang_backends.host import default_builtins
 
     if not names:
         return list(records)

@@ -116,21 +116,17 @@ class ShowBackend(SelectionOptions, ShowOne):
 
     def _warn_without_sglang(self, name: str) -> None:
         """Say so when built-in *name* cannot serve here because SGLang is not installed."""
-        import importlib.util
+        from sglang_backends.host import INSTALL_COMMANDS, sglang_installed
 
-        if name not in _NEEDS_SGLANG or importlib.util.find_spec("sglang") is not None:
+        if name not in INSTALL_COMMANDS or sglang_installed():
             return
         self.app.LOG.warning(
             "Built-in serve backend %r needs SGLang, which is not installed here: serving "
             "with it fails until you run: %s",
             name,
-            _NEEDS_SGLANG[name],
+            INSTALL_COMMANDS[name],
         )
         self.failed = True
-
-
-#: What each built-in needs installed to serve.
-_NEEDS_SGLANG = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ never leaks into the next.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -22,7 +22,11 @@ __all__ = ["ServeBackendsFixture", "serve_backends"]
 class ServeBackendsFixture(PluginSite):
     """A :class:`~sglang_backends.testing.PluginSite` that also builds registries over itself."""
 
-    def registry(self, builtins: Mapping[str, ServeBackend] | None = None, **options: Any) -> Any:
+    def registry(
+        self,
+        builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
+        **options: Any,
+    ) -> Any:
         """A new :class:`~sglang_backends.ServeBackendRegistry` seeing what is installed now.
 
         *builtins* defaults to the package's own (``llm``, ``diffusion``);

@@ -1,0 +1,429 @@
+"""SGLang as the host: the built-in backends, SGLang's general plugins, its help note.
+
+This is the only module that imports ``sglang``, always inside a function,
+each use guarded by what the installed release provides, so that the
+behaviour follows the installed SGLang and a machine without it (or with an
+older release) gets a documented fallback rather than an ImportError:
+
+* ``llm``: SGLang's LLM server. No detector (it is the fallback). Its
+  ``run()`` prints ``prepare_server_args(["--help"])``'s help for
+  ``-h``/``--help``, else runs ``run_server(prepare_server_args(argv))``.
+* ``diffusion``: a *lazy* built-in (:func:`diffusion_backend`). Loading it
+  imports ``sglang.cli.utils`` once, so the detector closes over SGLang's own
+  ``get_is_diffusion_model`` and, from 0.5.23, ``is_registered_native_pipeline(
+  get_pipeline_class_name(argv))``: SGLang's import is loading time, never
+  detection time, and a cold import cannot time a detector out. Without
+  SGLang, or with a release lacking ``get_is_diffusion_model``, the detector
+  is :func:`detect_diffusion_offline`.
+* :func:`run_general_plugins`: ``sglang.srt.plugins.load_plugins()`` (0.5.12+),
+  once per process, skipped without importing SGLang when no
+  ``sglang.srt.plugins`` entry point would be loaded.
+* :func:`help_note`: ``sglang.cli.main.COOKBOOK_EPILOG`` (0.5.21+), printed
+  after a help, as ``sglang serve`` does.
+
+Before its first use of SGLang in a process, the module applies SGLang's
+own warning filters (``suppress_noisy_warnings``), as importing
+``sglang serve``'s module does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from types import ModuleType
+
+from sglang_backends.contract import (
+    ServeBackend,
+    ServeBackendDetection,
+    ServeRequest,
+)
+
+__all__ = [
+    "DIFFUSION_INSTALL_HINT",
+    "GENERAL_PLUGINS_GROUP",
+    "INSTALL_COMMANDS",
+    "default_builtins",
+    "detect_diffusion_offline",
+    "diffusion_backend",
+    "general_plugins_installed",
+    "help_note",
+    "run_diffusion",
+    "run_general_plugins",
+    "run_llm",
+    "sglang_installed",
+]
+
+LOG = logging.getLogger(__name__)
+
+#: Entry-point group of SGLang's general (hardware and hook) plugins.
+GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
+#: What ``sglang serve --model-type diffusion --help`` prints without diffusion support.
+DIFFUSION_INSTALL_HINT = (
+    'Diffusion model support is not available. Install with: pip install "sglang[diffusion]"'
+)
+
+#: What to install for each built-in to serve, by name.
+INSTALL_COMMANDS = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
+
+_PROG = "sglang-backends serve"
+_HELP_OPTIONS = ("-h", "--help")
+_DIFFUSERS_INDEX_FILES = ("model_index.json", "modular_model_index.json")
+_DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
+
+_general_plugins_lock = threading.Lock()
+_general_plugins_done = False
+_quieted = False
+
+
+def sglang_installed() -> bool:
+    """Whether an ``sglang`` package can be found, without importing it.
+
+    A directory named ``sglang`` without ``__init__.py`` on the path (a
+    namespace package, a checkout's subdirectory say) is not SGLang.
+    """
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None
+
+
+def _quiet_sglang() -> None:
+    """Silence the third-party warnings SGLang silences (``suppress_noisy_warnings``), once.
+
+    ``sglang serve`` does so when its module is imported, before any of the
+    uses below; this is called before each of them, and only then, so a
+    serve that never touches SGLang does not import it.
+    """
+    global _quieted
+    if _quieted:
+        return
+    _quieted = True
+    try:
+        common = importlib.import_module("sglang.srt.utils.common")
+    except Exception as exc:  # noqa: BLE001 - the warnings are cosmetic; the use reports errors
+        LOG.debug("SGLang's warning filters were not applied: %s", exc)
+        return
+    suppress = getattr(common, "suppress_noisy_warnings", None)
+    if callable(suppress):
+        suppress()
+
+
+def _absent_in_this_release(exc: BaseException, module: str) -> bool:
+    """Whether *exc* says *module* (or a parent) does not exist: an older SGLang, not a fault."""
+    name = getattr(exc, "name", None)
+    return (
+        isinstance(exc, ModuleNotFoundError)
+        and isinstance(name, str)
+        and (module == name or module.startswith(name + "."))
+        and name.startswith("sglang.")
+    )
+
+
+def _wants_help(request: ServeRequest) -> bool:
+    return any(arg in _HELP_OPTIONS for arg in request.argv)
+
+
+def _missing(what: str, install: str, exc: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"The {what} backend needs SGLang, which is not importable "
+        f"({exc}); install it with: {install}"
+    )
+
+
+# -- llm ------------------------------------------------------------------
+
+
+def run_llm(request: ServeRequest) -> None:
+    """Run SGLang's LLM server with the request's arguments, or print its help.
+
+    With ``-h``/``--help`` anywhere, SGLang's server help is printed (its
+    ``SystemExit`` swallowed) and nothing is launched, as ``sglang serve``.
+
+    :raises RuntimeError: SGLang is not importable; the message says what to install.
+    """
+    if not sglang_installed():
+        raise _missing("'llm'", INSTALL_COMMANDS["llm"], ImportError("No module named 'sglang'"))
+    _quiet_sglang()
+    try:
+        if _wants_help(request):
+            prepare_server_args = importlib.import_module(
+                "sglang.srt.server_args"
+            ).prepare_server_args
+        else:
+            run_server = importlib.import_module("sglang.launch_server").run_server
+            prepare_server_args = importlib.import_module(
+                "sglang.srt.server_args"
+            ).prepare_server_args
+    except (ImportError, AttributeError) as exc:
+        raise _missing("'llm'", INSTALL_COMMANDS["llm"], exc) from exc
+    if _wants_help(request):
+        try:
+            prepare_server_args(["--help"])
+        except SystemExit:
+            pass  # argparse's --help exits; the help is what we wanted
+        return
+    run_server(prepare_server_args(list(request.argv)))
+
+
+# -- diffusion ------------------------------------------------------------
+
+
+def _diffusion_serve_module() -> ModuleType | None:
+    """SGLang's diffusion serve entry point module, or ``None`` without diffusion support."""
+    try:
+        return importlib.import_module(_DIFFUSION_SERVE_MODULE)
+    except ImportError as exc:
+        LOG.debug("SGLang's diffusion support is not importable: %s", exc)
+        return None
+
+
+def _print_diffusion_help() -> None:
+    module = _diffusion_serve_module()
+    add_args = getattr(module, "add_multimodal_gen_serve_args", None)
+    if add_args is None:
+        print(DIFFUSION_INSTALL_HINT)
+        return
+    parser = argparse.ArgumentParser(prog=_PROG, description="SGLang Diffusion Model Serving")
+    add_args(parser)
+    parser.print_help()
+
+
+def _apply_diffusion_plugin_hooks() -> None:
+    """SGLang's diffusion plugin hooks (0.5.21+); nothing on older releases."""
+    try:
+        plugins = importlib.import_module("sglang.multimodal_gen.runtime.platforms.plugins")
+    except ImportError as exc:
+        LOG.debug("No diffusion plugin hooks in this SGLang: %s", exc)
+        return
+    apply = getattr(plugins, "apply_plugin_hooks", None)
+    if callable(apply):
+        apply()
+
+
+def run_diffusion(request: ServeRequest) -> None:
+    """Run SGLang's multimodal (diffusion) server with the request's arguments.
+
+    With ``-h``/``--help``: the server's help, or :data:`DIFFUSION_INSTALL_HINT`
+    on stdout when SGLang's diffusion support is not importable. Otherwise
+    SGLang's diffusion plugin hooks are applied (0.5.21+), the arguments are
+    parsed with ``add_multimodal_gen_serve_args`` (unknown ones passed on), a
+    positional model path is marked as explicitly given
+    (``_sglang_explicit_arg_names``), and ``execute_serve_cmd`` runs.
+
+    :raises RuntimeError: diffusion support is not importable; the message
+        says what to install.
+    """
+    if sglang_installed():
+        _quiet_sglang()
+    if _wants_help(request):
+        _print_diffusion_help()
+        return
+    _apply_diffusion_plugin_hooks()
+    try:
+        module = importlib.import_module(_DIFFUSION_SERVE_MODULE)
+        add_args = module.add_multimodal_gen_serve_args
+        execute = module.execute_serve_cmd
+    except (ImportError, AttributeError) as exc:
+        raise _missing("'diffusion'", INSTALL_COMMANDS["diffusion"], exc) from exc
+    parser = argparse.ArgumentParser(prog=_PROG, description="SGLang Diffusion Model Serving")
+    add_args(parser)
+    parsed, remaining = parser.parse_known_args(list(request.argv))
+    if request.model_path_is_positional:
+        # SGLang tells arguments the user gave from parser defaults by this set.
+        parsed._sglang_explicit_arg_names = {"model_path"}
+    execute(parsed, remaining)
+
+
+def _read_index(path: str) -> object:
+    with open(path, encoding="utf-8") as stream:
+        return json.load(stream)
+
+
+def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
+    """The ``diffusion`` detector without SGLang: a local Diffusers model directory.
+
+    SGLang's rule for a local directory, with no hub access: the first of
+    ``model_index.json`` and ``modular_model_index.json`` present decides; it
+    matches when it is a JSON object naming ``_diffusers_version`` (so ``{}``
+    does not). No model path, a path that is not a local directory (a hub
+    id, a file) or an unreadable index is ``UNKNOWN``. Never raises.
+    """
+    path = request.model_path
+    if not path:
+        return ServeBackendDetection.UNKNOWN
+    try:
+        if not os.path.isdir(path):
+            return ServeBackendDetection.UNKNOWN
+        for name in _DIFFUSERS_INDEX_FILES:
+            index = os.path.join(path, name)
+            if os.path.isfile(index):
+                data = _read_index(index)
+                if isinstance(data, dict) and "_diffusers_version" in data:
+                    return ServeBackendDetection.MATCH
+                return ServeBackendDetection.NO_MATCH
+    except (OSError, ValueError):
+        return ServeBackendDetection.UNKNOWN
+    return ServeBackendDetection.NO_MATCH
+
+
+def _sglang_cli_utils() -> ModuleType | None:
+    """``sglang.cli.utils``, or ``None`` when SGLang is absent or fails to import."""
+    if not sglang_installed():
+        return None
+    _quiet_sglang()
+    try:
+        utils = importlib.import_module("sglang.cli.utils")
+    except Exception as exc:  # noqa: BLE001 - a broken SGLang must not break detection
+        log = LOG.debug if _absent_in_this_release(exc, "sglang.cli.utils") else LOG.warning
+        log(
+            "SGLang is installed but sglang.cli.utils failed to import (%s); "
+            "diffusion detection uses the offline rule",
+            " ".join(str(exc).split()) or type(exc).__name__,
+        )
+        return None
+    return utils
+
+
+def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackendDetection] | None:
+    """The detector of ``sglang serve``, over the functions *utils* provides."""
+    is_diffusion_model = getattr(utils, "get_is_diffusion_model", None)
+    if not callable(is_diffusion_model):
+        return None
+    pipeline_name: Callable[[list[str]], str | None] | None = getattr(
+        utils, "get_pipeline_class_name", None
+    )
+    is_native_pipeline: Callable[[str | None], bool] | None = getattr(
+        utils, "is_registered_native_pipeline", None
+    )
+
+    def detect_diffusion(request: ServeRequest) -> ServeBackendDetection:
+        """SGLang's diffusion detection: its model check, then a named native pipeline."""
+        if request.model_path is None:
+            return ServeBackendDetection.UNKNOWN
+        if is_diffusion_model(request.model_path):
+            return ServeBackendDetection.MATCH
+        # 0.5.23+: a native diffusion pipeline chosen by name (--pipeline,
+        # --pipeline-class-name or a --config naming one) is a diffusion request.
+        if (
+            pipeline_name is not None
+            and is_native_pipeline is not None
+            and is_native_pipeline(pipeline_name(list(request.argv)))
+        ):
+            return ServeBackendDetection.MATCH
+        return ServeBackendDetection.NO_MATCH
+
+    return detect_diffusion
+
+
+def diffusion_backend() -> ServeBackend:
+    """Build the ``diffusion`` built-in (a lazy built-in: called when first used).
+
+    With SGLang installed, ``sglang.cli.utils`` is imported here, at load
+    time, and the detector is SGLang's; otherwise (or on a release without
+    ``get_is_diffusion_model``) it is :func:`detect_diffusion_offline`.
+    """
+    utils = _sglang_cli_utils()
+    detect = _sglang_detector(utils) if utils is not None else None
+    if detect is None:
+        detect = detect_diffusion_offline
+    return ServeBackend(api_version=1, run=run_diffusion, detect=detect)
+
+
+def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
+    """The built-in backends by name: ``llm`` (the fallback) then ``diffusion`` (lazy).
+
+    Imports nothing: ``diffusion`` is its factory, :func:`diffusion_backend`.
+    """
+    return {
+        "llm": ServeBackend(api_version=1, run=run_llm),
+        "diffusion": diffusion_backend,
+    }
+
+
+# -- general plugins and the help note -------------------------------------
+
+
+def general_plugins_installed() -> bool:
+    """Whether SGLang would load any general plugin, read from metadata only.
+
+    True when an entry point of :data:`GENERAL_PLUGINS_GROUP` is installed
+    and, when ``$SGLANG_PLUGINS`` (SGLang's comma-separated allow-list) is
+    set, named in it. Imports no plugin and not SGLang.
+    """
+    from sglang_backends.discovery import discover
+
+    names = set(discover(GENERAL_PLUGINS_GROUP))
+    allowed = os.environ.get("SGLANG_PLUGINS", "")
+    if allowed:
+        names &= {name.strip() for name in allowed.split(",") if name.strip()}
+    return bool(names)
+
+
+def run_general_plugins() -> bool:
+    """Run SGLang's general plugins (``sglang.srt.plugins.load_plugins()``), once per process.
+
+    Called before a backend is chosen, as ``sglang serve`` does, so hardware
+    and hook plugins apply to every backend. Skipped, without importing
+    SGLang, when :func:`general_plugins_installed` is false (SGLang's call
+    would do nothing), when SGLang is not installed, or when its release has
+    no ``load_plugins`` (before 0.5.12). Later calls do nothing.
+
+    :returns: whether SGLang's loader ran in this call.
+    :raises RuntimeError: SGLang's loader raised.
+    """
+    global _general_plugins_done
+    with _general_plugins_lock:
+        if _general_plugins_done:
+            return False
+        _general_plugins_done = True
+        if not general_plugins_installed():
+            LOG.debug("No SGLang general plugin to load")
+            return False
+        if not sglang_installed():
+            LOG.debug("General plugins are installed, but SGLang, which loads them, is not")
+            return False
+        _quiet_sglang()
+        try:
+            plugins = importlib.import_module("sglang.srt.plugins")
+        except ImportError as exc:
+            # Before 0.5.12 the module does not exist; anything else is a fault.
+            old = _absent_in_this_release(exc, "sglang.srt.plugins")
+            (LOG.debug if old else LOG.warning)("SGLang's general plugins were not loaded: %s", exc)
+            return False
+        load = getattr(plugins, "load_plugins", None)
+        if not callable(load):
+            LOG.debug("This SGLang release has no sglang.srt.plugins.load_plugins")
+            return False
+        try:
+            load()
+        except Exception as exc:
+            raise RuntimeError(
+                f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load: "
+                f"{' '.join(str(exc).split()) or type(exc).__name__}"
+            ) from exc
+        return True
+
+
+def help_note() -> str | None:
+    """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``.
+
+    ``None`` without SGLang, before 0.5.21, or when ``sglang.cli.main`` does
+    not import; SGLang is imported only when it is installed.
+    """
+    if not sglang_installed():
+        return None
+    _quiet_sglang()
+    try:
+        main = importlib.import_module("sglang.cli.main")
+    except Exception as exc:  # noqa: BLE001 - a note is never worth a failure
+        LOG.debug("No help note: sglang.cli.main failed to import: %s", exc)
+        return None
+    note = getattr(main, "COOKBOOK_EPILOG", None)
+    return note if isinstance(note, str) and note else None

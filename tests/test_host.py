@@ -1,0 +1,377 @@
+"""SGLang as the host: the built-ins, SGLang's general plugins and help note.
+
+Without SGLang, and with a stand-in ``sglang`` distribution really installed
+(``sglang_standin``) that records each call, run through the real console
+script. Differential tests against real SGLang are in ``tests/differential/``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from servetools import run_serve
+from sglang_standin import (
+    NOTE,
+    events,
+    install_general_plugin,
+    install_light_plugin,
+    install_sglang,
+    names,
+    remove_diffusion_support,
+)
+
+from sglang_backends import ServeBackendDetection, ServeRequest
+from sglang_backends.discovery import discover
+from sglang_backends.host import (
+    DIFFUSION_INSTALL_HINT,
+    GENERAL_PLUGINS_GROUP,
+    default_builtins,
+    detect_diffusion_offline,
+    diffusion_backend,
+    run_diffusion,
+    run_llm,
+    sglang_installed,
+)
+
+# What the host does first when it uses SGLang, as sglang serve does on import.
+QUIET = ["import sglang", "suppress_noisy_warnings"]
+DIFFUSERS_INDEX = {"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.30.0"}
+
+
+def _model_dir(root, name="tiny-diffusion", files=(("model_index.json", DIFFUSERS_INDEX),)):
+    model = root / name
+    model.mkdir()
+    for filename, content in files:
+        text = content if isinstance(content, str) else json.dumps(content)
+        (model / filename).write_text(text)
+    return model
+
+
+def test_default_builtins_import_nothing_and_diffusion_is_lazy():
+    builtins = default_builtins()
+    assert list(builtins) == ["llm", "diffusion"]
+    assert builtins["llm"].run is run_llm and builtins["llm"].detect is None
+    assert builtins["diffusion"] is diffusion_backend
+
+
+def test_without_sglang_diffusion_detects_offline():
+    if sglang_installed():
+        pytest.skip("SGLang is installed here")
+    backend = diffusion_backend()
+    assert backend.run is run_diffusion and backend.detect is detect_diffusion_offline
+    assert backend.api_version == 1 and backend.requires_model_path
+
+
+def test_offline_diffusion_detector_follows_sglangs_local_rule(tmp_path):
+    modular = {"_class_name": "ModularPipeline", "_diffusers_version": "0.35.0"}
+    cases = {
+        _model_dir(tmp_path): ServeBackendDetection.MATCH,
+        _model_dir(tmp_path, "modular", [("modular_model_index.json", modular)]): (
+            ServeBackendDetection.MATCH
+        ),
+        _model_dir(tmp_path, "empty-index", [("model_index.json", {})]): (
+            ServeBackendDetection.NO_MATCH
+        ),
+        # The first index present decides, as in SGLang.
+        _model_dir(
+            tmp_path,
+            "both",
+            [("model_index.json", {"_class_name": "X"}), ("modular_model_index.json", modular)],
+        ): ServeBackendDetection.NO_MATCH,
+        _model_dir(tmp_path, "list-index", [("model_index.json", ["_diffusers_version"])]): (
+            ServeBackendDetection.NO_MATCH
+        ),
+        _model_dir(tmp_path, "broken", [("model_index.json", "{not json")]): (
+            ServeBackendDetection.UNKNOWN
+        ),
+        _model_dir(tmp_path, "llama", [("config.json", {"model_type": "llama"})]): (
+            ServeBackendDetection.NO_MATCH
+        ),
+        tmp_path / "tiny-diffusion" / "model_index.json": ServeBackendDetection.UNKNOWN,
+        "stabilityai/sdxl-turbo": ServeBackendDetection.UNKNOWN,
+        "": ServeBackendDetection.UNKNOWN,
+        None: ServeBackendDetection.UNKNOWN,
+        "x" * 5000: ServeBackendDetection.UNKNOWN,
+        "bad\0path": ServeBackendDetection.UNKNOWN,
+    }
+    for path, verdict in cases.items():
+        request = ServeRequest(argv=(), model_path=None if path is None else str(path))
+        assert detect_diffusion_offline(request) is verdict, path
+
+
+# -- without SGLang ----------------------------------------------------------
+
+
+@pytest.fixture
+def without_sglang(site):
+    if sglang_installed():
+        pytest.skip("SGLang is installed here")
+    return site.environ()
+
+
+@pytest.mark.parametrize(
+    ("args", "backend", "install"),
+    [
+        (["org/model"], "'llm'", "pip install sglang"),
+        (["--model-type", "llm", "--help"], "'llm'", "pip install sglang"),
+        (
+            ["org/model", "--model-type", "diffusion"],
+            "'diffusion'",
+            'pip install "sglang[diffusion]"',
+        ),
+    ],
+)
+def test_without_sglang_says_what_to_install(without_sglang, args, backend, install):
+    result = run_serve(args, without_sglang, console_script=True)
+    assert result.returncode == 1
+    assert len(result.error_lines) == 1 and "Traceback" not in result.stderr
+    line = result.error_lines[0]
+    assert f"The {backend} backend needs SGLang" in line and line.endswith(install)
+
+
+def test_without_sglang_diffusion_help_is_the_install_hint_and_no_note(without_sglang):
+    result = run_serve(["--model-type", "diffusion", "--help"], without_sglang, console_script=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == DIFFUSION_INSTALL_HINT + "\n"
+
+
+def test_without_sglang_general_help_has_no_note(without_sglang):
+    result = run_serve(["--help"], without_sglang, console_script=True)
+    assert result.returncode == 0, result.stderr
+    assert "cookbook" not in result.stdout.lower()
+
+
+def test_without_sglang_auto_detects_a_local_diffusers_model(without_sglang, tmp_path):
+    result = run_serve([str(_model_dir(tmp_path))], without_sglang, console_script=True)
+    assert result.returncode == 1
+    assert "Selected serve backend 'diffusion' (built-in)" in result.stderr
+    assert 'pip install "sglang[diffusion]"' in result.error_lines[0]
+
+
+# -- with the stand-in SGLang -------------------------------------------------
+
+
+@pytest.fixture
+def sglang_env(site, tmp_path):
+    """The stand-in SGLang and a light plugin installed; returns (environment, event log)."""
+    install_sglang(site)
+    install_light_plugin(site)
+    log = tmp_path / "sglang-events.jsonl"
+    env = site.environ()
+    env["SGLANG_STANDIN_LOG"] = str(log)
+    env.pop("SGLANG_PLUGINS", None)
+    if discover(GENERAL_PLUGINS_GROUP):
+        # General plugins installed in this environment (beside a real
+        # SGLang) are left out: only the tests' own plugin is allowed.
+        env["SGLANG_PLUGINS"] = "hooks"
+    return env, log
+
+
+def serve(args, env, **kwargs):
+    result = run_serve(args, env, console_script=True, **kwargs)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_general_plugins_run_once_before_a_plugin_backend(site, sglang_env):
+    env, log = sglang_env
+    install_general_plugin(site)
+    serve(["org/model", "--model-type", "light", "--tp", "2"], env)
+    assert names(log) == [*QUIET, "load_plugins", "general plugin", "run light"]
+
+
+def test_general_plugins_run_before_detection_and_the_llm_server(site, sglang_env):
+    env, log = sglang_env
+    install_general_plugin(site)
+    serve(["org/model", "--tp", "2"], env)
+    recorded = names(log)
+    assert recorded[:4] == [*QUIET, "load_plugins", "general plugin"]
+    assert recorded.count("load_plugins") == 1
+    assert recorded.count("suppress_noisy_warnings") == 1  # once, however often SGLang is used
+    assert recorded.index("get_is_diffusion_model") > recorded.index("general plugin")
+    assert recorded[-2:] == ["prepare_server_args", "run_server"]
+    assert events(log)[-1]["server_args"] == {"model_path": "org/model", "tp": 2}
+
+
+def test_failing_general_plugins_are_one_line_and_nothing_runs(site, sglang_env):
+    env, log = sglang_env
+    install_general_plugin(site)
+    env = {**env, "SGLANG_STANDIN_PLUGINS_FAIL": "1"}
+    result = run_serve(["org/model", "--model-type", "light"], env, console_script=True)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.error_lines == [
+        "sglang-backends serve: error: SGLang's general plugins (sglang.srt.plugins) failed "
+        "to load: hook target sglang.srt.nowhere not found"
+    ]
+    assert "run light" not in names(log)
+
+
+def test_run_general_plugins_is_once_per_process(site, sglang_env):
+    env, log = sglang_env
+    install_general_plugin(site)
+    code = (
+        "from sglang_backends import host\n"
+        "print(host.run_general_plugins(), host.run_general_plugins())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False"]
+    assert names(log).count("load_plugins") == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--model-type", "light", "--help"],
+        ["--model-type", "llm", "-h"],
+        ["--model-type", "diffusion", "--help"],
+    ],
+)
+def test_help_runs_no_general_plugin(site, sglang_env, args):
+    env, log = sglang_env
+    install_general_plugin(site)
+    serve(args, env)
+    assert "load_plugins" not in names(log)
+    assert "general plugin" not in names(log)
+
+
+def test_without_a_general_plugin_sglang_is_not_imported(sglang_env):
+    env, log = sglang_env
+    serve(["org/model", "--model-type", "light"], env)
+    assert names(log) == ["run light"]
+
+
+def test_a_general_plugin_outside_sglang_plugins_allow_list_is_skipped(site, sglang_env):
+    env, log = sglang_env
+    install_general_plugin(site, "hooks")
+    serve(["org/model", "--model-type", "light"], {**env, "SGLANG_PLUGINS": "other, more"})
+    assert names(log) == ["run light"]
+    log.unlink()
+    serve(["org/model", "--model-type", "light"], {**env, "SGLANG_PLUGINS": "other,hooks"})
+    assert names(log) == [*QUIET, "load_plugins", "general plugin", "run light"]
+
+
+def test_targeted_help_ends_with_sglangs_note(sglang_env):
+    env, _ = sglang_env
+    result = serve(["--model-type", "light", "--help"], env)
+    assert result.stdout == f"light backend help\n\n{NOTE}\n"
+
+
+def test_llm_help_is_sglangs_server_help_then_the_note(sglang_env):
+    env, log = sglang_env
+    result = serve(["--model-type", "llm", "--help"], env)
+    assert result.stdout.startswith("usage: sglang serve")
+    assert result.stdout.endswith(f"\n\n{NOTE}\n")
+    assert "run_server" not in names(log)
+
+
+def test_diffusion_help_is_its_parser_help_then_the_note(sglang_env):
+    env, _ = sglang_env
+    result = serve(["--model-type", "diffusion", "--help"], env)
+    assert result.stdout.startswith("usage: sglang-backends serve [-h] [--model-path MODEL_PATH]")
+    assert "SGLang Diffusion Model Serving" in result.stdout
+    assert result.stdout.endswith(f"\n\n{NOTE}\n")
+
+
+def test_diffusion_help_without_diffusion_support_is_the_hint_then_the_note(site, sglang_env):
+    env, _ = sglang_env
+    remove_diffusion_support(site)
+    result = serve(["--model-type", "diffusion", "--help"], env)
+    assert result.stdout == f"{DIFFUSION_INSTALL_HINT}\n\n{NOTE}\n"
+
+
+def test_general_help_ends_with_the_note(sglang_env):
+    env, _ = sglang_env
+    result = serve(["--help"], env)
+    assert result.stdout.endswith(f"  sglang-backends serve --model-type NAME --help\n\n{NOTE}\n")
+
+
+def test_a_help_that_exits_gets_no_note(sglang_env):
+    env, _ = sglang_env
+    result = serve(["--model-type", "exiting", "--help"], env)
+    assert result.stdout.startswith("usage: exiting")
+    assert NOTE not in result.stdout
+
+
+def test_diffusion_detection_is_sglangs(sglang_env, tmp_path):
+    env, log = sglang_env
+    serve(["hub/org/stand-in-diffusion", "--num-gpus", "2"], env)
+    assert events(log)[-1] == {
+        "event": "execute_serve_cmd",
+        "model_path": "hub/org/stand-in-diffusion",
+        "num_gpus": 2,
+        "rest": [],
+        "explicit": ["model_path"],
+    }
+    assert names(log)[-2:] == ["apply_plugin_hooks", "execute_serve_cmd"]
+
+
+def test_a_registered_native_pipeline_selects_diffusion(sglang_env, tmp_path):
+    env, log = sglang_env
+    weights = tmp_path / "flux3"
+    weights.mkdir()
+    serve(["--model-path", str(weights), "--pipeline-class-name", "StandInNativePipeline"], env)
+    last = events(log)[-1]
+    assert last["event"] == "execute_serve_cmd"
+    assert last["explicit"] == []  # --model-path given as an option, not positionally
+    assert last["rest"] == ["--pipeline-class-name", "StandInNativePipeline"]
+
+
+def test_an_empty_index_is_not_a_diffusion_model(sglang_env, tmp_path):
+    env, log = sglang_env
+    serve([str(_model_dir(tmp_path, files=[("model_index.json", {})]))], env)
+    assert names(log)[-1] == "run_server"
+
+
+def test_sglangs_import_is_loading_not_detection_time(sglang_env, tmp_path):
+    env, log = sglang_env
+    conf = tmp_path / "serve.conf"
+    conf.write_text("[serve_backends]\ndetect_timeout = 1\n")
+    env = {**env, "SGLANG_STANDIN_IMPORT_DELAY": "3"}
+    model = _model_dir(tmp_path)
+    result = run_serve([str(model), "--config-file", str(conf)], env, console_script=True)
+    assert result.returncode == 0, result.stderr
+    assert "Selected serve backend 'diffusion' (built-in)" in result.stderr
+    assert names(log)[-1] == "execute_serve_cmd"
+
+
+def test_a_directory_named_sglang_is_not_sglang(tmp_path, monkeypatch):
+    (tmp_path / "sglang").mkdir()  # a namespace package: no __init__.py
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.find_spec("sglang")
+    if spec is not None and spec.origin is not None:
+        pytest.skip("a real sglang package comes first on the path here")
+    assert not sglang_installed()
+
+
+def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
+    install_sglang(site, older=True)
+    install_light_plugin(site)
+    install_general_plugin(site)
+    log = tmp_path / "sglang-events.jsonl"
+    env = site.environ()
+    env["SGLANG_STANDIN_LOG"] = str(log)
+    env["SGLANG_PLUGINS"] = "hooks"
+
+    served = serve(["org/model", "--model-type", "light"], env)
+    assert names(log)[-1] == "run light"
+    assert "load_plugins" not in names(log) and "WARNING" not in served.stderr
+
+    assert serve(["--model-type", "light", "--help"], env).stdout == "light backend help\n"
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    serve([str(bare), "--pipeline-class-name", "StandInNativePipeline"], env)
+    assert names(log)[-1] == "run_server"  # no native pipeline check before 0.5.23
+
+    served = serve(["hub/org/stand-in-diffusion"], env)
+    assert names(log)[-1] == "execute_serve_cmd"
+    assert "apply_plugin_hooks" not in names(log) and "WARNING" not in served.stderr
