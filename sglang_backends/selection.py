@@ -216,22 +216,33 @@ def warn_unknown_selection(
     disabled: Collection[str],
     origins: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Warn about names in the enabled/disabled lists that nothing installed provides.
+    """Warn about names in the enabled/disabled lists that select no installed plugin.
 
-    A typo in a list must not pass silently. Each warning goes to this
-    module's logger and, when *origins* maps ``"enabled"`` or
-    ``"disabled"`` to where that list was set (an option in a file, a
-    command-line flag), says so.
+    A typo in a list must not pass silently, nor a built-in's name, which
+    changes nothing (the lists apply to plugins; built-ins are always
+    available) unless a plugin claims that name. Each warning goes to this
+    module's logger and, when *origins* maps ``"enabled"`` or ``"disabled"``
+    to where that list was set (an option in a file, a command-line flag),
+    says so.
 
-    :returns: the unknown names, in warning order.
+    :returns: the names warned about, in warning order.
     """
     unknown = []
     for label, names in (("enabled", enabled or ()), ("disabled", disabled)):
+        origin = (origins or {}).get(label)
         for name in sorted(names):
-            if name in installed or name in builtin_names:
+            if name in installed:
                 continue
             unknown.append(name)
-            origin = (origins or {}).get(label)
+            if name in builtin_names:
+                LOG.warning(
+                    "Built-in %r in the %s list changes nothing: the lists apply to plugins "
+                    "only and built-ins are always available; remove it%s",
+                    name,
+                    label,
+                    f" ({origin})" if origin else "",
+                )
+                continue
             LOG.warning(
                 "Serve backend %r in the %s list is not installed; installed plugins: %s%s",
                 name,

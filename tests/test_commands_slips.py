@@ -133,6 +133,14 @@ def test_a_built_in_in_a_list_is_a_warning(omni):
     assert "changes nothing" in line and "--disable on the command line" in line
 
 
+def test_a_built_in_in_a_configured_list_is_a_warning_in_serve_too(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = llm\n")
+    served = run_serve(["--config-file", str(path), "m", "--model-type", "omni"], omni.environ())
+    assert served.returncode == 0, served.stderr
+    [line] = [line for line in served.stderr.splitlines() if "'llm'" in line]
+    assert "changes nothing" in line and str(path) in line
+
+
 # -- commands ------------------------------------------------------------------
 
 

@@ -248,33 +248,16 @@ class SelectionOptions(SafeDisplay):
 def warn_not_installed(
     selection: Selection, installed: Collection[str], builtins: Collection[str]
 ) -> None:
-    """Warn about list names that match nothing installed, naming the option that set them.
-
-    A built-in's name in a list is a slip too, unless a plugin claims that
-    name: the lists apply to plugins only, so it changes nothing.
-    """
-    import logging
-
+    """Warn about list names that select no installed plugin, naming the option that set them."""
     from sglang_backends.selection import warn_unknown_selection
 
-    settings = selection.settings
     warn_unknown_selection(
         installed,
         builtins,
-        enabled=settings.enabled,
-        disabled=settings.disabled,
+        enabled=selection.settings.enabled,
+        disabled=selection.settings.disabled,
         origins=selection.origins,
     )
-    log = logging.getLogger("sglang_backends.registry")
-    for label, names in (("enabled", settings.enabled or ()), ("disabled", settings.disabled)):
-        for name in sorted(set(names) & set(builtins) - set(installed)):
-            log.warning(
-                "Built-in %r in the %s list changes nothing: the lists apply to plugins "
-                "only and built-ins are always available; remove it (%s)",
-                name,
-                label,
-                selection.origins.get(label, "the list"),
-            )
 
 
 def model_type_problem(
