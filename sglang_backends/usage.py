@@ -19,14 +19,12 @@ from typing import Any
 
 from sglang_backends.detection import FALLBACK_BACKEND
 from sglang_backends.dispatch import AUTO
-from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
 
 __all__ = [
     "PROG",
     "conflict_warnings",
-    "general_help",
     "metadata_help",
     "printable",
     "usage_line",
@@ -84,11 +82,6 @@ def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]
     rows = [(printable(label), printable(note)) for label, note in rows]
     width = max(len(label) for label, _ in rows)
     return [f"  {label.ljust(width)}  {note}" for label, note in rows]
-
-
-def general_help(registry: ServeBackendRegistry) -> str:
-    """The help text for ``serve --help`` with automatic selection, from a registry."""
-    return _render(registry.available_names, registry.builtin_names, registry.plugins)
 
 
 def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
