@@ -18,7 +18,10 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sglang_backends.contract import RegisteredServeBackend
 
 __all__ = ["main", "run_job"]
 
@@ -51,6 +54,11 @@ def _load(job: dict[str, Any]) -> dict[str, Any]:
     registry = _registry(job)
     started = time.perf_counter()
     registered = registry.get(job["name"])
+    return _loaded(registered, started)
+
+
+def _loaded(registered: RegisteredServeBackend, started: float) -> dict[str, Any]:
+    """What a loaded backend declares, and the seconds since *started*."""
     backend = registered.backend
     return {
         "ok": True,
@@ -111,14 +119,8 @@ def _contract(job: dict[str, Any]) -> dict[str, Any]:
             "error": f"{exc} (provided by {provider})",
             "distribution": registered.distribution,
         }
-    backend = report.backend
     return {
-        "ok": True,
-        "seconds": time.perf_counter() - started,
-        "distribution": registered.distribution,
-        "api_version": backend.api_version,
-        "has_detector": backend.detect is not None,
-        "requires_model_path": backend.requires_model_path,
+        **_loaded(registered, started),
         "help_seconds": report.help_seconds,
         "detections": len(report.detections),
     }
