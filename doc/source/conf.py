@@ -34,6 +34,7 @@ smartquotes = False
 # _generated/ holds the command-line help written at build time (below):
 # included by reference/cli.rst, not documents of their own.
 exclude_patterns = ["_build", "_generated"]
+
 # The operator commands (reference/cli.rst) are documented by cliff's
 # autoprogram-cliff directive from their parsers: their descriptions, epilogs
 # and option help are written as reStructuredText that also reads well in a
