@@ -16,6 +16,7 @@ extensions = [
     "sphinx.ext.intersphinx",
     "sphinx.ext.viewcode",
     "stevedore.sphinxext",
+    "cliff.sphinxext",
     "oslo_config.sphinxext",
 ]
 
@@ -33,6 +34,15 @@ smartquotes = False
 # _generated/ holds the command-line help written at build time (below):
 # included by reference/cli.rst, not documents of their own.
 exclude_patterns = ["_build", "_generated"]
+
+# The operator commands (reference/cli.rst) are documented by cliff's
+# autoprogram-cliff directive from their parsers: their descriptions, epilogs
+# and option help are written as reStructuredText that also reads well in a
+# terminal. The commands ship with the application, so cliff's "provided by
+# the ... plugin" sentence does not apply.
+autoprogram_cliff_application = "sglang-backends"
+autoprogram_cliff_app_dist_name = "sglang-backends"
+
 html_theme = "alabaster"
 html_title = "sglang-backends"
 
@@ -70,30 +80,15 @@ def _cli_help(*args: str) -> str:
 
 
 def write_command_help(app: Sphinx) -> None:
-    """Write the commands' help exactly as the terminal shows it.
+    """Write the help of what cliff's directive cannot document, as the terminal shows it.
 
-    It is plain text laid out for a terminal, not reStructuredText, so
-    reference/cli.rst shows it as literal text: what a reader copies from
-    the page is what the command accepts. ``serve --help`` lists the
-    backends installed here. The operator commands get one section each,
-    for every command registered in the ``sglang_backends.commands`` group,
-    in ``_generated/commands.rst``.
+    ``serve`` is not a cliff command; its general help lists the backends
+    installed here. The global options are the cliff application's. Both
+    are plain text laid out for a terminal, so reference/cli.rst shows them
+    as literal text.
     """
-    from cliff.commandmanager import CommandManager
-
-    from sglang_backends.commands.app import COMMAND_NAMESPACE
-
     _write("serve-help.txt", _cli_help("serve", "--help"))
     _write("global-help.txt", _cli_help("--help"))
-    sections = []
-    for name in sorted(CommandManager(COMMAND_NAMESPACE).get_command_names()):
-        _write(f"{name}-help.txt", _cli_help("help", name))
-        title = f"sglang-backends {name}"
-        sections.append(
-            f"{title}\n{'-' * len(title)}\n\n"
-            f".. literalinclude:: /_generated/{name}-help.txt\n   :language: text\n"
-        )
-    _write("commands.rst", "\n".join(sections))
 
 
 def setup(app: Sphinx) -> None:

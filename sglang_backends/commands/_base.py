@@ -161,7 +161,7 @@ class SelectionOptions(SafeDisplay):
             metavar="DIR",
             action="append",
             default=[],
-            help="also read every *.conf file in DIR, in name order, after the --config-file "
+            help="also read every .conf file in DIR, in name order, after the --config-file "
             "files; repeatable",
         )
         group.add_argument(

@@ -47,27 +47,33 @@ class CheckBackends(SelectionOptions, Lister):
     runs (registry.get(NAME), with serve's module search path): import, call
     the factory, check it returned a ServeBackend of API version 1.
 
-    --contract also runs the plugin-author kit's checks in that process
+    With --contract, that process also runs the plugin-author kit's checks
     (sglang_backends.testing.assert_backend_contract): run(--help) returns
     promptly without starting a server or processes, and the detector
     answers awkward requests without raising. A breach is an error whose
     Detail says what the plugin does wrong.
 
     Result column:
-      ok        loads and honours the contract (built-ins are not loaded)
-      error     import failed, factory raised, wrong type, wrong API version,
-                duplicate name or conflict with a built-in; Detail says which
-                and names the distribution
-      timeout   still loading after --timeout seconds; the process tree was killed
-      crashed   the interpreter died while loading (abort, os._exit, segfault)
-      skipped   disabled by configuration or --enable/--disable; not loaded
+      ok
+          loads and honours the contract (built-ins are not loaded)
+      error
+          import failed, factory raised, wrong type, wrong API version,
+          duplicate name or conflict with a built-in; Detail says which and
+          names the distribution
+      timeout
+          still loading after --timeout seconds; the process tree was killed
+      crashed
+          the interpreter died while loading (abort, os._exit, segfault)
+      skipped
+          disabled by configuration or --enable/--disable; not loaded
 
     Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
 
     A NAME that no installed plugin provides ends the command with one line
     on stderr and exit status 1.
 
-    Examples:
+    Examples::
+
       sglang-backends check
       sglang-backends check omni --contract
       sglang-backends check --timeout 10 --jobs 2 -f json

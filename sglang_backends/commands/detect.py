@@ -110,17 +110,27 @@ class DetectBackend(SelectionOptions, Lister):
     """Explain which backend "serve MODEL --model-type auto" would choose, and why.
 
     Runs every enabled backend's detector on the request, as serve does, and
-    shows each verdict and its time, then a final row with the selection:
+    shows each verdict and its time, then a final row with the selection.
 
-      match        the detector claims the request
-      no_match     the detector declines it
-      unknown      the detector cannot tell (claims nothing)
-      no detector  the backend is selectable only by name
-      error        loading the plugin or its detector failed (Detail says why)
-      timeout      the detector did not answer within detect_timeout
-      selected     final row: the one backend that matched
-      fallback     final row: nothing matched, so llm is used
-      ambiguous    final row: several matched; serve would refuse (exit 1)
+    Verdict column:
+      match
+          the detector claims the request
+      no_match
+          the detector declines it
+      unknown
+          the detector cannot tell (claims nothing)
+      no detector
+          the backend is selectable only by name
+      error
+          loading the plugin or its detector failed (Detail says why)
+      timeout
+          the detector did not answer within detect_timeout
+      selected
+          final row: the one backend that matched
+      fallback
+          final row: nothing matched, so llm is used
+      ambiguous
+          final row: several matched; serve would refuse (exit 1)
 
     The request is what you would pass to serve: a positional MODEL becomes
     --model-path MODEL, and --model-path/--model are read; --model-type is
@@ -129,7 +139,8 @@ class DetectBackend(SelectionOptions, Lister):
     separate process bounded by --timeout, so a plugin that hangs or crashes
     at import cannot hang detect.
 
-    Examples:
+    Examples::
+
       sglang-backends detect /models/sd-turbo
       sglang-backends detect -f json --model-path org/model --tp 2
       sglang-backends detect --detect-timeout 2 -- org/model --trust-remote-code
@@ -165,9 +176,10 @@ class DetectBackend(SelectionOptions, Lister):
         )
         parser.add_argument(
             "request",
-            metavar="[MODEL] [ARGS ...]",
+            metavar="REQUEST",
             nargs=argparse.REMAINDER,
-            help="the serve command line: a model path or hub id and serve's arguments",
+            help="[MODEL] [ARGS ...]: the serve command line, a model path or hub id and "
+            "serve's arguments",
         )
         return parser
 

@@ -22,18 +22,25 @@ class ListBackends(SelectionOptions, Lister):
     works even when a plugin is broken or conflicts with a built-in.
 
     Columns:
-      Name          the --model-type value
-      Origin        built-in or plugin
-      Distribution  the installed distribution providing it
-      Version       that distribution's version
-      Target        the entry point (module:factory), or the built-in's run function
-      Status        enabled; disabled (by enabled_backends/disabled_backends or
-                    --enable/--disable); duplicate (several distributions register
-                    the name: select one as DIST:NAME); conflicts with a built-in
-                    (a plugin may not take a built-in or reserved name: serving
-                    fails until it is uninstalled or disabled)
+      Name
+          the --model-type value
+      Origin
+          built-in or plugin
+      Distribution
+          the installed distribution providing it
+      Version
+          that distribution's version
+      Target
+          the entry point (module:factory), or the built-in's run function
+      Status
+          enabled; disabled (by enabled_backends/disabled_backends or
+          --enable/--disable); duplicate (several distributions register the
+          name: select one as DIST:NAME); conflicts with a built-in (a plugin
+          may not take a built-in or reserved name: serving fails until it is
+          uninstalled or disabled)
 
-    Examples:
+    Examples::
+
       sglang-backends list
       sglang-backends list -f json
       sglang-backends list --config-file /etc/sglang-backends/sglang-backends.conf

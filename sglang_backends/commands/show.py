@@ -39,11 +39,16 @@ class ShowBackend(SelectionOptions, ShowOne):
     output stays clean.
 
     Fields:
-      API version          the contract version the backend declares (must be 1)
-      Has detector         whether it takes part in --model-type auto
-      Requires model path  whether serve insists on --model-path
-      Summary              first line of the factory's docstring
-      Load seconds         time to import the plugin and call its factory
+      API version
+          the contract version the backend declares (must be 1)
+      Has detector
+          whether it takes part in --model-type auto
+      Requires model path
+          whether serve insists on --model-path
+      Summary
+          first line of the factory's docstring
+      Load seconds
+          time to import the plugin and call its factory
 
     An unknown, disabled or duplicate name, or a plugin that fails to load,
     gives one line on stderr and exit status 1 (2 for bad configuration).
@@ -51,7 +56,8 @@ class ShowBackend(SelectionOptions, ShowOne):
     warning that serving with it fails until SGLang is installed, and exit
     status 1.
 
-    Examples:
+    Examples::
+
       sglang-backends show omni
       sglang-backends show omni-runtime:omni -f json
       sglang-backends show diffusion -c "Has detector" -f value
