@@ -124,3 +124,23 @@ def test_bad_model_type_in_the_request_is_a_usage_error_as_in_serve(detectors):
     assert result.returncode != 0
     assert "is not a backend name" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_default_bound_follows_the_load_and_detect_timeouts(detectors, tmp_path):
+    """Without --timeout, detect waits load_timeout + detect_timeout + a margin, no less.
+
+    A plugin that stops its whole interpreter (SIGSTOP) cannot be bounded from
+    inside; the outer bound then ends the process and names the plugin.
+    """
+    detectors.install(
+        "frozen-runtime",
+        entry_points={"frozen": "frozen_plugin:factory"},
+        modules={"frozen_plugin.py": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n"},
+    )
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\nload_timeout = 0.5\ndetect_timeout = 0.5\n")
+    result = run_cli(detectors, "detect", "--config-file", str(conf), "/m/omni")
+    assert result.returncode == 1, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "did not complete" in line]
+    assert "did not finish within 11 s" in line
+    assert "'frozen'" in line and "'omni'" not in line

@@ -54,6 +54,10 @@ def _own_option(parser: argparse.ArgumentParser, name: str) -> argparse.Action |
     return table.get(name)
 
 
+#: Seconds the detecting process gets beyond ``load_timeout + detect_timeout``
+#: (the bounds automatic detection keeps by itself) by default: its start-up.
+WORKER_MARGIN = 10.0
+
 #: Seconds each plugin gets when loaded alone to find why detection did not finish:
 #: at least this, so that a plugin merely slower than a short --timeout is not blamed.
 CULPRIT_TIMEOUT = 10.0
@@ -170,9 +174,9 @@ class DetectBackend(SelectionOptions, Lister):
             "--timeout",
             metavar="SECONDS",
             type=_positive,
-            default=60.0,
             help="seconds loading every plugin and detecting may take in all before detect "
-            "gives up (default: 60)",
+            "gives up (default: load_timeout + detect_timeout + 10, so that it never cuts "
+            "short a load or a detector serve would still wait for)",
         )
         parser.add_argument(
             "request",
@@ -222,11 +226,14 @@ class DetectBackend(SelectionOptions, Lister):
             "detect_timeout": settings.detect_timeout,
             "load_timeout": settings.load_timeout,
         }
-        worker = run_isolated(job, timeout=parsed_args.timeout)
+        timeout = parsed_args.timeout
+        if timeout is None:
+            timeout = settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
+        worker = run_isolated(job, timeout=timeout)
         if worker.failure is not None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
-                f"{_culprits(job, survey.records, parsed_args.timeout)}"
+                f"{_culprits(job, survey.records, timeout)}"
             )
         result = worker.result or {}
         if not result.get("ok"):
