@@ -27,7 +27,7 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_detection,
 )
-from sglang_backends.errors import AmbiguousDetectionError
+from sglang_backends.errors import AmbiguousDetectionError, describe
 
 __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
@@ -36,7 +36,6 @@ __all__ = [
     "DetectionOutcome",
     "DetectionReport",
     "Verdict",
-    "describe",
     "report",
     "run_detectors",
     "skipped",
@@ -137,11 +136,6 @@ class _Slot:
         self.result: object = None
         self.detail: str | None = None
         self.seconds = 0.0
-
-
-def describe(exc: BaseException) -> str:
-    """*exc*'s message on one line, or its type name when it has none."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _skip(name: str, cause: str) -> None:

@@ -6,7 +6,8 @@ SGLang raises in the same situation (``ValueError``, ``RuntimeError`` or
 Every error carries the backend ``name`` and, where known, the
 ``distribution`` that provides it, and pickles with those attributes (every
 argument after the message has a default), so errors can cross process
-boundaries.
+boundaries. :func:`describe` puts any exception's cause on one line, as
+every refusal does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "ReservedNameError",
     "ServeBackendError",
     "UnknownBackendError",
+    "describe",
 ]
 
 
@@ -109,3 +111,8 @@ class AmbiguousDetectionError(ServeBackendError, RuntimeError):
 
 class ConfigurationError(ServeBackendError, ValueError):
     """Configuration is missing, unreadable or invalid; the message names the file and option."""
+
+
+def describe(exc: BaseException) -> str:
+    """*exc*'s message on one line, or its type name when it has none."""
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -43,6 +43,8 @@ from sglang_backends.contract import (
     ServeBackendDetection,
     ServeRequest,
 )
+from sglang_backends.dispatch import wants_help
+from sglang_backends.errors import describe
 
 __all__ = [
     "DIFFUSION_INSTALL_HINT",
@@ -72,7 +74,6 @@ DIFFUSION_INSTALL_HINT = (
 INSTALL_COMMANDS = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
 
 _PROG = "sglang-backends serve"
-_HELP_OPTIONS = ("-h", "--help")
 _DIFFUSERS_INDEX_FILES = ("model_index.json", "modular_model_index.json")
 _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 
@@ -126,10 +127,6 @@ def _absent_in_this_release(exc: BaseException, module: str) -> bool:
     )
 
 
-def _wants_help(request: ServeRequest) -> bool:
-    return any(arg in _HELP_OPTIONS for arg in request.argv)
-
-
 def _missing(what: str, install: str, exc: Exception) -> RuntimeError:
     return RuntimeError(
         f"The {what} backend needs SGLang, which is not importable "
@@ -152,7 +149,7 @@ def run_llm(request: ServeRequest) -> None:
         raise _missing("'llm'", INSTALL_COMMANDS["llm"], ImportError("No module named 'sglang'"))
     _quiet_sglang()
     try:
-        if _wants_help(request):
+        if wants_help(request.argv):
             prepare_server_args = importlib.import_module(
                 "sglang.srt.server_args"
             ).prepare_server_args
@@ -163,7 +160,7 @@ def run_llm(request: ServeRequest) -> None:
             ).prepare_server_args
     except (ImportError, AttributeError) as exc:
         raise _missing("'llm'", INSTALL_COMMANDS["llm"], exc) from exc
-    if _wants_help(request):
+    if wants_help(request.argv):
         try:
             prepare_server_args(["--help"])
         except SystemExit:
@@ -222,7 +219,7 @@ def run_diffusion(request: ServeRequest) -> None:
     """
     if sglang_installed():
         _quiet_sglang()
-    if _wants_help(request):
+    if wants_help(request.argv):
         _print_diffusion_help()
         return
     _apply_diffusion_plugin_hooks()
@@ -285,7 +282,7 @@ def _sglang_cli_utils() -> ModuleType | None:
         log(
             "SGLang is installed but sglang.cli.utils failed to import (%s); "
             "diffusion detection uses the offline rule",
-            " ".join(str(exc).split()) or type(exc).__name__,
+            describe(exc),
         )
         return None
     return utils
@@ -406,7 +403,7 @@ def run_general_plugins() -> bool:
         except Exception as exc:
             raise RuntimeError(
                 f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load: "
-                f"{' '.join(str(exc).split()) or type(exc).__name__}"
+                f"{describe(exc)}"
             ) from exc
         return True
 

@@ -29,7 +29,6 @@ from sglang_backends.detection import (
     DEFAULT_LOAD_TIMEOUT,
     FALLBACK_BACKEND,
     DetectionReport,
-    describe,
     report,
 )
 from sglang_backends.discovery import PluginEntryPoint, discover
@@ -217,7 +216,7 @@ class ServeBackendRegistry:
             obj = call_plugin_code(factory) if callable(factory) else factory
         except Exception as exc:
             raise errors.BackendLoadError(
-                f"Failed to load {kind} {name!r}{origin}: {describe(exc)}",
+                f"Failed to load {kind} {name!r}{origin}: {errors.describe(exc)}",
                 name=name,
                 distribution=dist,
             ) from exc

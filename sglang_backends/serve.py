@@ -44,7 +44,6 @@ from collections.abc import Callable, Sequence
 
 from sglang_backends import host as sglang_host
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.detection import describe
 from sglang_backends.dispatch import (
     AUTO,
     HostOptions,
@@ -58,6 +57,7 @@ from sglang_backends.errors import (
     DisabledBackendError,
     ServeBackendError,
     UnknownBackendError,
+    describe,
 )
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import (
