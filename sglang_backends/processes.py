@@ -1,7 +1,7 @@
 """Process helpers on psutil: stop a process tree, stop descendants, stop signals.
 
 :mod:`sglang_backends.supervisor` owns ``serve``'s process model on Linux
-and uses :func:`terminate_processes`; the operator commands use
+and uses :func:`become_subreaper` and :func:`running`; the operator commands use
 :func:`kill_tree` and :func:`kill_processes` on their isolated workers.
 Elsewhere ``serve`` runs the backend in its own process with
 :class:`StopSignals` and :func:`terminate_descendants`, as SGLang does.
@@ -17,44 +17,25 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
 
 import psutil
 
-from sglang_backends.settings import (
-    DEFAULT_STOP_TIMEOUT,
-    STOP_TIMEOUT_ENV,
-    stop_timeout_override,
-)
+from sglang_backends.settings import DEFAULT_STOP_TIMEOUT
 
 __all__ = [
-    "DEFAULT_STOP_TIMEOUT",
-    "STOP_TIMEOUT_ENV",
     "StopSignals",
     "become_subreaper",
     "kill_processes",
     "kill_tree",
     "running",
-    "stop_timeout",
     "terminate_descendants",
 ]
 
 LOG = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-def stop_timeout(
-    environ: Mapping[str, str] | None = None, *, default: float = DEFAULT_STOP_TIMEOUT
-) -> float:
-    """The SIGTERM-to-SIGKILL grace period: :data:`STOP_TIMEOUT_ENV` when set, else *default*.
-
-    :raises ValueError: the variable is set to something other than a
-        number of seconds, 0 or more (the message names it).
-    """
-    override = stop_timeout_override(environ)
-    return default if override is None else override
 
 
 def become_subreaper() -> bool:

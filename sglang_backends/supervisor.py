@@ -75,7 +75,6 @@ Announce = Callable[[str], None]
 BackendWork = Callable[[Announce], int]
 
 _PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 # siginfo's si_code for a signal the kernel sent, such as the terminal's Ctrl+C.
 _SI_KERNEL = 0x80
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -245,7 +244,9 @@ def _supervisor_process(
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
-        if not _prctl(_PR_SET_CHILD_SUBREAPER, 1):
+        from sglang_backends.processes import become_subreaper
+
+        if not become_subreaper():
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
         me = os.getpid()
         reader, writer = os.pipe()
