@@ -38,12 +38,10 @@ if TYPE_CHECKING:
 __all__ = [
     "GROUP",
     "OPTS",
-    "build_registry",
     "describe_origin",
     "list_opts",
     "load_settings",
     "make_conf",
-    "option_origins",
     "register_opts",
     "registry_from_conf",
     "select_backend",
@@ -299,9 +297,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     for name in ("enabled_backends", "disabled_backends"):
         if any(not item for item in values[name]):
             raise _invalid(conf, name, "the list holds an empty backend name")
-    origins = {
-        name: _where(conf, name) for name in _OPT_NAMES if _where(conf, name) != "the default"
-    }
+    origins = {name: where for name in _OPT_NAMES if (where := _where(conf, name)) != "the default"}
     return Settings(
         model_type=model_type,
         enabled=tuple(values["enabled_backends"]) or None,
@@ -411,47 +407,6 @@ def describe_origin(settings: Settings, option: str) -> str:
 # -- registries --------------------------------------------------------------
 
 
-def option_origins(source: str) -> dict[str, str]:
-    """Describe where the two list options were set, for the registry's warnings."""
-    return {
-        "enabled": f"[{GROUP}] enabled_backends, set in {source}",
-        "disabled": f"[{GROUP}] disabled_backends, set in {source}",
-    }
-
-
-def _list_origins(settings: Settings) -> dict[str, str]:
-    """Where the two lists were set: each option's own origin when known."""
-    if not settings.origins:
-        return option_origins(settings.source)
-    return {
-        "enabled": describe_origin(settings, "enabled_backends"),
-        "disabled": describe_origin(settings, "disabled_backends"),
-    }
-
-
-def build_registry(
-    settings: Settings,
-    builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
-    *,
-    origins: Mapping[str, str] | None = None,
-) -> ServeBackendRegistry:
-    """Build a registry honouring *settings*' lists and timeout.
-
-    A list name that is not installed is logged as a WARNING naming the
-    option and where it was set (*origins*, by default from
-    ``settings.source``; see :func:`option_origins`).
-
-    :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
-    """
-    from sglang_backends.registry import ServeBackendRegistry
-
-    return ServeBackendRegistry.from_settings(
-        settings,
-        builtins,
-        origins=origins if origins is not None else _list_origins(settings),
-    )
-
-
 def registry_from_conf(
     conf: cfg.ConfigOpts,
     builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
@@ -465,12 +420,9 @@ def registry_from_conf(
 
     :raises ConfigurationError: an option has an invalid value.
     """
-    settings = settings_from_conf(conf)
-    origins = {
-        "enabled": f"[{GROUP}] enabled_backends, set in {_where(conf, 'enabled_backends')}",
-        "disabled": f"[{GROUP}] disabled_backends, set in {_where(conf, 'disabled_backends')}",
-    }
-    return build_registry(settings, builtins, origins=origins)
+    from sglang_backends.registry import ServeBackendRegistry
+
+    return ServeBackendRegistry.from_settings(settings_from_conf(conf), builtins)
 
 
 def select_backend(

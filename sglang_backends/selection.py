@@ -195,11 +195,24 @@ def choose(
     return candidates[0]
 
 
-def list_origins(source: str) -> dict[str, str]:
-    """Where the two lists were set when both came from *source*, for the warnings.
+def list_origins(source: str, where: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Where the two lists were set, for the warnings about names they select nothing with.
 
-    ``"defaults"`` gives no origins: the default lists are empty.
+    :param source: where the settings as a whole came from; ``"defaults"``
+        gives no origins (the default lists are empty).
+    :param where: where each option was set, by option name, when known
+        (configuration knows it per option); it wins over *source*.
     """
+    if where:
+        return {
+            label: f"[serve_backends] {option}, set in {where[option]}"
+            if option in where
+            else f"[serve_backends] {option} (the default)"
+            for label, option in (
+                ("enabled", "enabled_backends"),
+                ("disabled", "disabled_backends"),
+            )
+        }
     if source == "defaults":
         return {}
     return {

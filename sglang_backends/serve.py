@@ -129,19 +129,6 @@ def _settings(host: HostOptions) -> Settings:
     return settings
 
 
-def _registry(settings: Settings) -> ServeBackendRegistry:
-    """The registry *settings* describe (reads package metadata, imports no plugin).
-
-    Settings read from configuration know where each list was set, and the
-    warnings about names not installed say so (this imports oslo.config).
-    """
-    if not settings.origins:
-        return ServeBackendRegistry.from_settings(settings)
-    from sglang_backends.config import build_registry
-
-    return build_registry(settings)
-
-
 def _get(
     registry: ServeBackendRegistry, model_type: str, origin: str | None
 ) -> RegisteredServeBackend:
@@ -296,7 +283,7 @@ def _backend(
 ) -> int:
     """Choose and load the backend, check the request, then *launch* it."""
     _before_dispatch()
-    registry = _registry(settings)
+    registry = ServeBackendRegistry.from_settings(settings)
     registered = _select(registry, model_type, request, _model_type_origin(host, settings))
     description = _describe(registry, registered)
     if registered.backend.requires_model_path and request.model_path is None:
@@ -318,7 +305,7 @@ def _serve(host: HostOptions) -> int:
                 LOG.warning("%s", warning)
             sys.stdout.write(text)
         else:
-            registry = _registry(settings)
+            registry = ServeBackendRegistry.from_settings(settings)
             registered = _get(registry, model_type, _model_type_origin(host, settings))
             status = _forward_help(registry, registered, request)
             if status is not None:

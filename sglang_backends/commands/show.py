@@ -74,10 +74,10 @@ class ShowBackend(SelectionOptions, ShowOne):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
-        from sglang_backends.config import build_registry
+        from sglang_backends.registry import ServeBackendRegistry
 
         selection = self.selection(parsed_args)
-        registry = build_registry(selection.settings, origins=selection.origins)
+        registry = ServeBackendRegistry.from_settings(selection.settings, origins=selection.origins)
         started = time.perf_counter()
         with _output_to_stderr():
             registered = registry.get(parsed_args.name)
