@@ -5,7 +5,8 @@ Out-of-tree runtimes register a zero-argument factory returning a
 name becomes a ``--model-type`` value. The contract (``ServeBackend``,
 ``ServeRequest``, ``ServeBackendDetection`` and the constants) is importable
 from here without importing stevedore or :mod:`importlib.metadata`: the
-registry and the errors are loaded on first use.
+registry and the errors are loaded on first use. :func:`portable_backend` builds a
+backend that both hosts accept, ``sglang serve`` and ``sglang-backends serve``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from sglang_backends.contract import (
     ServeBackend,
     ServeBackendDetection,
     ServeRequest,
+    host_contract,
+    portable_backend,
 )
 
 TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
@@ -69,6 +72,8 @@ __all__ = [
     "ServeBackendRegistry",
     "ServeRequest",
     "UnknownBackendError",
+    "host_contract",
+    "portable_backend",
 ]
 
 _LAZY = {

@@ -22,6 +22,7 @@ will need after it is abandoned. A factory runs once per registry.
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ __all__ = [
     "ServeRequest",
     "coerce_backend",
     "coerce_detection",
+    "host_contract",
+    "portable_backend",
 ]
 
 #: Entry-point group in which plugins register their zero-argument factory.
@@ -45,6 +48,8 @@ SERVE_BACKENDS_GROUP = "sglang.serve_backends"
 SERVE_BACKEND_API_VERSION = 1
 #: Names no backend may take: ``auto`` means "choose for me".
 RESERVED_SERVE_BACKEND_NAMES = frozenset({"auto"})
+#: SGLang's contract module: ``sglang serve`` imports it before it loads a plugin.
+SGLANG_CONTRACT_MODULE = "sglang.cli.serve_backends"
 
 
 class ServeBackendDetection(str, enum.Enum):
@@ -150,3 +155,74 @@ def coerce_detection(value: object) -> ServeBackendDetection | None:
         return ServeBackendDetection(value.value)
     except ValueError:
         return None
+
+
+# -- one plugin source for both hosts ---------------------------------------
+
+
+def host_contract() -> tuple[type[ServeBackend], type[ServeBackendDetection]]:
+    """The calling host's ``(ServeBackend, ServeBackendDetection)`` classes.
+
+    A host imports its own contract module before it calls a factory or a
+    detector. When SGLang's (:data:`SGLANG_CONTRACT_MODULE`) is among the
+    imported modules, its classes are returned: ``sglang serve`` accepts
+    only those (it checks ``isinstance`` and ``is MATCH``), and this
+    package's host accepts them too (:func:`coerce_backend`,
+    :func:`coerce_detection`). Otherwise this module's classes are returned.
+    Nothing is imported: a plugin running under ``sglang-backends serve``
+    never pays for SGLang. Call it when the host calls you (in the factory,
+    in the detector), not at import time.
+    """
+    module = sys.modules.get(SGLANG_CONTRACT_MODULE)
+    if module is not None:
+        backend = getattr(module, "ServeBackend", None)
+        detection = getattr(module, "ServeBackendDetection", None)
+        if isinstance(backend, type) and isinstance(detection, type):
+            return backend, detection
+    return ServeBackend, ServeBackendDetection
+
+
+def portable_backend(
+    api_version: int,
+    run: ServeBackendRunner,
+    detect: ServeBackendDetector | None = None,
+    requires_model_path: bool = True,
+) -> ServeBackend:
+    """Build a backend that whichever host called the factory accepts: THE way to return one.
+
+    Takes :class:`ServeBackend`'s fields and returns the calling host's
+    ``ServeBackend`` (see :func:`host_contract`). Under SGLang's host the
+    detector is wrapped so that its answer, this package's
+    :class:`ServeBackendDetection` (or SGLang's), reaches SGLang as SGLang's
+    member of the same value; any other answer is passed on unchanged, for
+    the host to report. Declare *api_version* as a literal (``1``).
+    """
+    backend_class, detection_class = host_contract()
+    if detect is not None and detection_class is not ServeBackendDetection:
+        detect = _answering_in(detection_class, detect)
+    return backend_class(
+        api_version=api_version,
+        run=run,
+        detect=detect,
+        requires_model_path=requires_model_path,
+    )
+
+
+def _answering_in(
+    detection_class: type[ServeBackendDetection], detect: ServeBackendDetector
+) -> ServeBackendDetector:
+    """*detect*, its answers given as members of *detection_class* (matched by value)."""
+
+    def host_detect(request: ServeRequest) -> ServeBackendDetection:
+        answer = detect(request)
+        known = coerce_detection(answer)
+        return answer if known is None else detection_class(known.value)
+
+    # What functools.wraps would copy, without importing functools for it.
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(host_detect, attribute, getattr(detect, attribute))
+        except (AttributeError, TypeError):
+            pass
+    host_detect.__wrapped__ = detect  # type: ignore[attr-defined]
+    return host_detect

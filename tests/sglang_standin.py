@@ -5,7 +5,9 @@ SGLang's names and signatures, and appends one JSON event per call to
 ``$SGLANG_STANDIN_LOG``: importing the package, ``suppress_noisy_warnings()``,
 ``load_plugins()`` (and each
 general plugin it runs), ``apply_plugin_hooks()``, the detector functions,
-``prepare_server_args``, ``run_server`` and ``execute_serve_cmd``. Only the
+``prepare_server_args``, ``run_server`` and ``execute_serve_cmd``. Its
+``sglang.cli.serve_backends`` behaves as upstream's registry: it accepts only
+its own ``ServeBackend`` and ``ServeBackendDetection``. Only the
 GPU servers are fakes; the distribution is really installed (dist-info and
 modules) on a test's plugin site.
 """
@@ -86,6 +88,131 @@ MODULES = {
     "sglang/cli/__init__.py": "",
     "sglang/cli/main.py": f"""
         COOKBOOK_EPILOG = {NOTE!r}
+        """,
+    "sglang/cli/serve_backends.py": """
+        # SGLang 0.5.23's contract and registry, as upstream behaves: its own
+        # classes only (isinstance), detections compared with `is MATCH`.
+        import enum, logging
+        from dataclasses import dataclass
+        from importlib.metadata import entry_points
+
+        SERVE_BACKENDS_GROUP = "sglang.serve_backends"
+        SERVE_BACKEND_API_VERSION = 1
+        RESERVED_SERVE_BACKEND_NAMES = frozenset({"auto"})
+        LOG = logging.getLogger(__name__)
+
+        class ServeBackendDetection(str, enum.Enum):
+            MATCH = "match"
+            NO_MATCH = "no_match"
+            UNKNOWN = "unknown"
+
+        @dataclass(frozen=True)
+        class ServeRequest:
+            argv: tuple
+            model_path: object
+            model_path_is_positional: bool = False
+
+        @dataclass(frozen=True)
+        class ServeBackend:
+            api_version: int
+            run: object
+            detect: object = None
+            requires_model_path: bool = True
+
+        @dataclass(frozen=True)
+        class RegisteredServeBackend:
+            name: str
+            backend: ServeBackend
+            distribution: object = None
+
+        class ServeBackendRegistry:
+            def __init__(self, builtins):
+                if set(builtins) & RESERVED_SERVE_BACKEND_NAMES:
+                    raise ValueError("Reserved serve backend names cannot be used")
+                self._builtins = dict(builtins)
+                self._found = {}
+                for point in entry_points(group=SERVE_BACKENDS_GROUP):
+                    self._found.setdefault(point.name, []).append(point)
+                clash = (set(self._builtins) | RESERVED_SERVE_BACKEND_NAMES) & set(self._found)
+                if clash:
+                    raise RuntimeError(
+                        "Out-of-tree serve backends cannot replace reserved or built-in "
+                        "backends: " + ", ".join(sorted(clash))
+                    )
+                self._cache = {
+                    name: RegisteredServeBackend(name, backend)
+                    for name, backend in self._builtins.items()
+                }
+
+            @property
+            def available_names(self):
+                return (*self._builtins, *sorted(set(self._found) - set(self._builtins)))
+
+            @staticmethod
+            def _provider(point):
+                dist = getattr(point, "dist", None)
+                return getattr(dist, "name", None) or point.value
+
+            def get(self, name):
+                if name in self._cache:
+                    return self._cache[name]
+                points = self._found.get(name, [])
+                if not points:
+                    raise ValueError(f"Unknown serve backend {name!r}.")
+                if len(points) > 1:
+                    providers = ", ".join(sorted(self._provider(p) for p in points))
+                    raise RuntimeError(
+                        f"Multiple distributions register serve backend {name!r}: {providers}."
+                    )
+                try:
+                    factory = points[0].load()
+                    if not callable(factory):
+                        raise TypeError("the entry point must resolve to a callable factory")
+                    backend = factory()
+                except Exception as exc:
+                    raise RuntimeError(
+                        f"Failed to load serve backend {name!r} from "
+                        f"{self._provider(points[0])}: {exc}"
+                    ) from exc
+                if not isinstance(backend, ServeBackend):
+                    raise TypeError(
+                        f"Serve backend {name!r} factory returned {type(backend).__name__}; "
+                        "expected sglang.cli.serve_backends.ServeBackend."
+                    )
+                if backend.api_version != SERVE_BACKEND_API_VERSION:
+                    raise RuntimeError(
+                        f"Serve backend {name!r} uses API version {backend.api_version}; "
+                        f"this SGLang release requires version {SERVE_BACKEND_API_VERSION}."
+                    )
+                dist = getattr(points[0], "dist", None)
+                registered = RegisteredServeBackend(name, backend, getattr(dist, "name", None))
+                self._cache[name] = registered
+                return registered
+
+            def auto_detect(self, request):
+                matches = []
+                for name in self.available_names:
+                    if name == "llm":
+                        continue
+                    try:
+                        registered = self.get(name)
+                        if registered.backend.detect is None:
+                            continue
+                        answer = registered.backend.detect(request)
+                        if not isinstance(answer, ServeBackendDetection):
+                            raise TypeError(
+                                "detector must return ServeBackendDetection, got "
+                                + type(answer).__name__
+                            )
+                        if answer is ServeBackendDetection.MATCH:
+                            matches.append(registered)
+                    except Exception as exc:
+                        LOG.warning("Skipping automatic detection for serve backend %r: %s",
+                                    name, exc)
+                if len(matches) > 1:
+                    names = ", ".join(match.name for match in matches)
+                    raise RuntimeError(f"Multiple serve backends matched this request: {names}.")
+                return matches[0] if matches else self.get("llm")
         """,
     "sglang/cli/utils.py": """
         import json, os, time

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from sglang_standin import MODULES
 
 from sglang_backends import (
     BackendAPIVersionError,
@@ -22,29 +23,8 @@ from sglang_backends import (
 from sglang_backends.detection import Verdict
 from sglang_backends.host import default_builtins
 
-STAND_IN = """
-import enum
-from dataclasses import dataclass
-from typing import Callable, Optional
-
-class ServeBackendDetection(str, enum.Enum):
-    MATCH = "match"
-    NO_MATCH = "no_match"
-    UNKNOWN = "unknown"
-
-@dataclass(frozen=True)
-class ServeRequest:
-    argv: tuple
-    model_path: Optional[str]
-    model_path_is_positional: bool = False
-
-@dataclass(frozen=True)
-class ServeBackend:
-    api_version: int
-    run: Callable
-    detect: Optional[Callable] = None
-    requires_model_path: bool = True
-"""
+#: SGLang's contract module, as the stand-in SGLang distribution provides it.
+STAND_IN = MODULES["sglang/cli/serve_backends.py"]
 
 UPSTREAM_PLUGIN = """
 from sglang.cli.serve_backends import ServeBackend, ServeBackendDetection

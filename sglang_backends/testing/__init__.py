@@ -2,7 +2,9 @@
 
 - :class:`PluginSite` / :func:`write_distribution` write real ``*.dist-info``
   directories that :mod:`importlib.metadata` finds like any installed package.
-- :func:`assert_backend_contract` checks a factory or an installed backend.
+- :func:`assert_backend_contract` checks a factory or an installed backend,
+  and where SGLang is installed that SGLang's own host accepts it too
+  (:func:`assert_sglang_accepts`).
 - The ``serve_backends`` pytest fixture (this package's ``pytest11`` plugin)
   combines both for a test.
 
@@ -14,6 +16,7 @@ from sglang_backends.testing.conformance import (
     ContractReport,
     ContractViolation,
     assert_backend_contract,
+    assert_sglang_accepts,
     awkward_requests,
 )
 from sglang_backends.testing.distributions import PluginSite, write_distribution
@@ -23,6 +26,7 @@ __all__ = [
     "ContractViolation",
     "PluginSite",
     "assert_backend_contract",
+    "assert_sglang_accepts",
     "awkward_requests",
     "write_distribution",
 ]

@@ -5,12 +5,16 @@ backend and checks what the host relies on: the factory returns a
 ``ServeBackend`` with a literal, supported ``api_version``; ``run()`` honours
 ``--help`` promptly, without listening on a socket or starting processes;
 the detector, if any, answers a spread of awkward requests with a
-``ServeBackendDetection`` and never raises.
+``ServeBackendDetection`` and never raises. Where SGLang is installed it also
+checks portability: SGLang's own registry (``sglang.cli.serve_backends``)
+loads the backend and accepts the detector's answers, as ``sglang serve``
+would.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import os
 import tempfile
@@ -19,17 +23,25 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import cast
 
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
+    SGLANG_CONTRACT_MODULE,
     ServeBackend,
     ServeRequest,
     coerce_backend,
     coerce_detection,
 )
 
-__all__ = ["ContractReport", "ContractViolation", "assert_backend_contract", "awkward_requests"]
+__all__ = [
+    "ContractReport",
+    "ContractViolation",
+    "assert_backend_contract",
+    "assert_sglang_accepts",
+    "awkward_requests",
+]
 
 
 class ContractViolation(AssertionError):
@@ -43,6 +55,8 @@ class ContractReport:
     backend: ServeBackend
     help_seconds: float
     detections: dict[str, str] = field(default_factory=dict)
+    #: Whether SGLang's own registry loaded the backend and accepted its answers.
+    sglang_checked: bool = False
 
 
 def awkward_requests(directory: str) -> dict[str, ServeRequest]:
@@ -75,7 +89,7 @@ def _literal_api_version(factory: Callable[..., object]) -> str | None:
             continue
         func = node.func
         callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if callee != "ServeBackend":
+        if callee not in ("ServeBackend", "portable_backend"):
             continue
         value = next((k.value for k in node.keywords if k.arg == "api_version"), None)
         if value is None and node.args:
@@ -162,16 +176,22 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
 
 
 def _check_detector(
-    backend: ServeBackend, name: str, requests: Iterable[tuple[str, ServeRequest]], timeout: float
+    backend: ServeBackend,
+    name: str,
+    requests: Iterable[tuple[str, object]],
+    timeout: float,
+    accept: Callable[[object], object | None] = coerce_detection,
+    expected: str = "a ServeBackendDetection",
 ) -> dict[str, str]:
-    detector = backend.detect
+    """Call the detector on each request in a thread; *accept* gives the answer or ``None``."""
+    detector = cast("Callable[[object], object] | None", backend.detect)
     if detector is None:
         return {}
     results: dict[str, str] = {}
     for label, request in requests:
         box: dict[str, object] = {}
 
-        def call(request: ServeRequest = request, box: dict[str, object] = box) -> None:
+        def call(request: object = request, box: dict[str, object] = box) -> None:
             try:
                 box["value"] = detector(request)
             except BaseException as exc:  # noqa: BLE001 - reported below
@@ -191,13 +211,13 @@ def _check_detector(
                 f"Serve backend {name!r}: detect() raised {type(error).__name__} for a request "
                 f"with {label}: {error}; detectors must return UNKNOWN instead of raising"
             ) from error
-        detection = coerce_detection(box.get("value"))
+        detection = accept(box.get("value"))
         if detection is None:
             raise ContractViolation(
                 f"Serve backend {name!r}: detect() returned {type(box.get('value')).__name__} "
-                f"for a request with {label}; expected a ServeBackendDetection"
+                f"for a request with {label}; expected {expected}"
             )
-        results[label] = detection.value
+        results[label] = str(getattr(detection, "value", detection))
     return results
 
 
@@ -207,6 +227,7 @@ def assert_backend_contract(
     registry: object | None = None,
     requests: Iterable[tuple[str, ServeRequest]] | None = None,
     timeout: float = 10.0,
+    sglang: bool | None = None,
 ) -> ContractReport:
     """Check a backend against the serve-backend contract; raise on the first breach.
 
@@ -217,6 +238,9 @@ def assert_backend_contract(
         :func:`awkward_requests` (no model path, a local directory, a hub id,
         garbage, a very long string, ...).
     :param timeout: seconds ``run(--help)`` and each ``detect()`` may take.
+    :param sglang: also check that SGLang's own host accepts the backend
+        (see :func:`assert_sglang_accepts`): ``None`` (the default) does so
+        where SGLang is installed, ``True`` requires SGLang, ``False`` skips it.
     :raises ContractViolation: an ``AssertionError`` explaining the breach.
     :returns: what was checked.
     """
@@ -234,7 +258,7 @@ def assert_backend_contract(
         factory = _installed_factory(registry, name)
     else:
         factory = factory_or_name
-        name = getattr(factory, "__qualname__", repr(factory))
+        name = _factory_name(factory)
         if not callable(factory):
             raise ContractViolation(f"{name!r} is not callable; a factory takes no arguments")
         try:
@@ -269,7 +293,137 @@ def assert_backend_contract(
             list(requests) if requests is not None else list(awkward_requests(directory).items())
         )
         detections = _check_detector(backend, name, spread, timeout)
-    return ContractReport(backend=backend, help_seconds=help_seconds, detections=detections)
+        checked = False
+        if sglang is not False:
+            upstream = _sglang_contract(required=bool(sglang))
+            if upstream is not None:
+                _check_sglang(upstream, factory_or_name, name, spread, timeout)
+                checked = True
+    return ContractReport(
+        backend=backend, help_seconds=help_seconds, detections=detections, sglang_checked=checked
+    )
+
+
+def assert_sglang_accepts(
+    factory_or_name: Callable[[], object] | str,
+    *,
+    requests: Iterable[tuple[str, ServeRequest]] | None = None,
+    timeout: float = 10.0,
+) -> None:
+    """Check that SGLang's own ``sglang serve`` host accepts the backend; SGLang must be installed.
+
+    An installed backend *name* is loaded through SGLang's registry
+    (``sglang.cli.serve_backends.ServeBackendRegistry``), which refuses any
+    ``ServeBackend`` but its own; a factory is called with SGLang's contract
+    module imported, as ``sglang serve`` would call it. The detector's
+    answers to *requests* (by default :func:`awkward_requests`), given
+    SGLang's ``ServeRequest``, must be SGLang's ``ServeBackendDetection``
+    members. :func:`assert_backend_contract` runs this wherever SGLang is
+    installed. A backend built with :func:`sglang_backends.portable_backend`
+    passes.
+
+    :raises ContractViolation: SGLang is not installed, or refuses the backend
+        or an answer.
+    """
+    upstream = _sglang_contract(required=True)
+    assert upstream is not None
+    name = factory_or_name if isinstance(factory_or_name, str) else _factory_name(factory_or_name)
+    with tempfile.TemporaryDirectory(prefix="sglang-backends-contract-") as directory:
+        spread = (
+            list(requests) if requests is not None else list(awkward_requests(directory).items())
+        )
+        _check_sglang(upstream, factory_or_name, name, spread, timeout)
+
+
+def _factory_name(factory: object) -> str:
+    return str(getattr(factory, "__qualname__", repr(factory)))
+
+
+def _sglang_contract(*, required: bool) -> ModuleType | None:
+    """SGLang's contract module, imported; ``None`` when SGLang (or the module) is absent.
+
+    :raises ContractViolation: it is absent and *required*, or it fails to import.
+    """
+    try:
+        return importlib.import_module(SGLANG_CONTRACT_MODULE)
+    except ModuleNotFoundError as exc:
+        parents = ("sglang", "sglang.cli", SGLANG_CONTRACT_MODULE)
+        if exc.name not in parents:
+            raise ContractViolation(
+                f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {exc}"
+            ) from exc
+        if required:
+            raise ContractViolation(
+                f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
+                f" (SGLang 0.5.23 or later), which is not importable: {exc}"
+            ) from exc
+        return None
+    except Exception as exc:
+        raise ContractViolation(
+            f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+_PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that both hosts accept it"
+
+
+def _check_sglang(
+    upstream: ModuleType,
+    factory_or_name: Callable[[], object] | str,
+    name: str,
+    requests: Iterable[tuple[str, ServeRequest]],
+    timeout: float,
+) -> None:
+    """Load the backend as ``sglang serve`` would and ask its detector as SGLang does."""
+    if isinstance(factory_or_name, str):
+        try:
+            backend = upstream.ServeBackendRegistry({}).get(factory_or_name).backend
+        except Exception as exc:
+            raise ContractViolation(
+                f"SGLang's registry refuses serve backend {name!r}: {exc}"
+                + (f"; {_PORTABLE_HINT}" if isinstance(exc, TypeError) else "")
+            ) from exc
+    else:
+        try:
+            backend = factory_or_name()
+        except Exception as exc:
+            raise ContractViolation(
+                f"Factory {name!r} raised {type(exc).__name__} when called with SGLang's "
+                f"contract loaded: {exc}"
+            ) from exc
+        if not isinstance(backend, upstream.ServeBackend):
+            raise ContractViolation(
+                f"SGLang refuses factory {name!r}: it returned {type(backend).__name__} from "
+                f"{type(backend).__module__}; expected {SGLANG_CONTRACT_MODULE}.ServeBackend; "
+                + _PORTABLE_HINT
+            )
+    detection_class = upstream.ServeBackendDetection
+    their_requests = [
+        (
+            label,
+            upstream.ServeRequest(
+                argv=request.argv,
+                model_path=request.model_path,
+                model_path_is_positional=request.model_path_is_positional,
+            ),
+        )
+        for label, request in requests
+    ]
+
+    def accept(value: object) -> object | None:
+        # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own members count.
+        return value if isinstance(value, detection_class) else None
+
+    _check_detector(
+        backend,
+        name,
+        their_requests,
+        timeout,
+        accept=accept,
+        expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
+        + _PORTABLE_HINT,
+    )
 
 
 def _installed_factory(registry: object, name: str) -> Callable[..., object] | None:

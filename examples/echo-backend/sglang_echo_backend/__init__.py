@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from sglang_backends import ServeBackend, ServeBackendDetection, ServeRequest
+from sglang_backends import ServeBackend, ServeBackendDetection, ServeRequest, portable_backend
 
 __all__ = ["MARKER", "detect", "make_backend", "run"]
 
@@ -50,4 +50,5 @@ def make_backend() -> ServeBackend:
     ``/health`` with ``200`` once its worker processes are ready, and stops
     quietly on Ctrl+C or SIGTERM.
     """
-    return ServeBackend(api_version=1, run=run, detect=detect)
+    # portable_backend, not ServeBackend: SGLang's own `sglang serve` accepts it too.
+    return portable_backend(api_version=1, run=run, detect=detect)
