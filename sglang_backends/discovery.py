@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import re
+import stat
 from dataclasses import dataclass
 
 from sglang_backends.contract import SERVE_BACKENDS_GROUP
@@ -23,7 +25,11 @@ from sglang_backends.contract import SERVE_BACKENDS_GROUP
 __all__ = [
     "PluginEntryPoint",
     "discover",
+    "has_metadata",
+    "is_regular_file",
+    "metadata_directory",
     "normalize_distribution",
+    "read_metadata",
     "split_qualified_name",
 ]
 
@@ -37,9 +43,13 @@ class PluginEntryPoint:
 
     :param name: the backend name (the entry point's name).
     :param target: the entry point's value, ``module:attr``.
-    :param distribution: the providing distribution's name, if known.
+    :param distribution: the providing distribution's name, if known; read
+        from its ``METADATA``, or from its ``*.dist-info`` directory's name
+        when that cannot be read (see *problem*).
     :param version: that distribution's version, if known.
     :param entry_point: the entry point itself, handed to stevedore to load.
+    :param problem: why the distribution's metadata was not read
+        (``metadata unreadable: PATH``), or ``None``.
     """
 
     name: str
@@ -47,19 +57,83 @@ class PluginEntryPoint:
     distribution: str | None
     version: str | None
     entry_point: importlib.metadata.EntryPoint
+    problem: str | None = None
+
+    @property
+    def distribution_label(self) -> str | None:
+        """The distribution as shown to people: its name, with *problem* if any."""
+        if self.distribution and self.problem:
+            return f"{self.distribution} ({self.problem})"
+        return self.distribution
 
     @property
     def provider(self) -> str:
-        """The distribution name, or the target when there is none."""
-        return self.distribution or self.target
+        """:attr:`distribution_label`, or the target when the distribution is unknown."""
+        return self.distribution_label or self.target
 
 
-def _readable(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
+def metadata_directory(dist: object) -> str | None:
+    """The directory holding *dist*'s metadata (``NAME-VERSION.dist-info``), if it has one.
+
+    :mod:`importlib.metadata` has no public attribute for it;
+    :class:`~importlib.metadata.PathDistribution` keeps it in ``_path``. It
+    is needed to stat a metadata file before opening it (a FIFO there would
+    block the read), to name a distribution whose ``METADATA`` cannot be
+    read, and to word warnings. Other distributions give ``None``.
+    """
+    path = getattr(dist, "_path", None)
+    return None if path is None else str(path)
+
+
+def is_regular_file(path: str) -> bool:
+    """Whether *path* is a regular file; ``False`` if it is missing, a FIFO, a device, ...
+
+    Checked before a metadata file is opened: opening a FIFO for reading
+    blocks until a writer comes, and a device may never end.
+    """
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool | None:
+    """Whether *dist* has metadata file *filename*, checked without opening it.
+
+    ``None`` when *dist* keeps no metadata directory (it cannot be checked).
+
+    :raises OSError: it exists but is not a regular file (a FIFO, a device).
+    """
+    directory = metadata_directory(dist)
+    if directory is None:
+        return None
+    path = os.path.join(directory, filename)
+    if not os.path.lexists(path):
+        return False
+    if not is_regular_file(path):
+        raise OSError(f"{path} is not a regular file")
+    return True
+
+
+def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str | None:
+    """*dist*'s metadata file *filename*, or ``None`` when it has none.
+
+    The file is opened only if it is a regular file (see :func:`has_metadata`).
+
+    :raises OSError: it exists but is not a regular file, or cannot be read.
+    :raises UnicodeDecodeError: it is not UTF-8.
+    """
+    if has_metadata(dist, filename) is False:
+        return None
+    return dist.read_text(filename)
+
+
+def _identity(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
     """*dist*'s name and version; raises when its ``METADATA`` is missing or unreadable."""
     # Only the two header fields are needed: read them from the header block
     # rather than parse the whole file (a long description included) with
     # the email parser, as ``dist.metadata`` would, for every plugin listed.
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
     if text is None:
         raise ValueError("it has no METADATA")
     fields: dict[str, str] = {}
@@ -74,24 +148,29 @@ def _readable(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
     return fields["Name"], fields.get("Version")
 
 
-def _location(dist: object) -> str:
-    """Where *dist*'s metadata lives, for warnings.
+def _directory_name(directory: str | None) -> str | None:
+    """The distribution name a ``NAME-VERSION.dist-info`` (or ``.egg-info``) directory bears."""
+    if directory is None:
+        return None
+    stem = os.path.basename(directory.rstrip(os.sep))
+    for suffix in (".dist-info", ".egg-info"):
+        stem = stem.removesuffix(suffix)
+    return stem.partition("-")[0] or None
 
-    :mod:`importlib.metadata` has no public attribute for a distribution's
-    metadata directory; :class:`~importlib.metadata.PathDistribution` keeps
-    it in ``_path``. Used only to word a warning, with a fallback.
-    """
-    path = getattr(dist, "_path", None)
-    return str(path) if path is not None else repr(dist)
+
+_warned: set[tuple[object, ...]] = set()
 
 
-def _warn_unreadable(dist: object, exc: BaseException) -> None:
-    LOG.warning(
-        "Ignoring the distribution at %s: its metadata is unreadable (%s: %s)",
-        _location(dist),
-        type(exc).__name__,
-        " ".join(str(exc).split()),
-    )
+def _warn_once(message: str, *args: object) -> None:
+    """Log a WARNING about a distribution once per process, however many groups are read."""
+    if (message, *args) in _warned:
+        return
+    _warned.add((message, *args))
+    LOG.warning(message, *args)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPoint, ...]]:
@@ -99,9 +178,15 @@ def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPo
 
     Several distributions registering one name all appear, sorted by
     provider, whether or not their targets differ. Reads what is installed
-    now; nothing is imported. A distribution whose metadata cannot be read
-    (not UTF-8, no ``METADATA``, a malformed ``entry_points.txt``) is
-    skipped with one WARNING naming its path; the others are still found.
+    now; nothing is imported, and no metadata file is opened unless it is
+    a regular file. Every entry point :func:`importlib.metadata.entry_points`
+    would give is found, with the same shadowing (the first distribution of
+    a name on ``sys.path`` wins). A distribution whose ``METADATA`` is
+    missing, unreadable, not UTF-8 or names no distribution still
+    contributes its entry points, under the name of its ``*.dist-info``
+    directory (see :attr:`PluginEntryPoint.problem`); one WARNING names its
+    path. One whose ``entry_points.txt`` cannot be read or parsed is skipped
+    with one WARNING; the others are still found.
     """
     found: dict[str, list[PluginEntryPoint]] = {}
     for plugin in _plugins(group):
@@ -112,55 +197,61 @@ def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPo
 
 
 def _plugins(group: str) -> list[PluginEntryPoint]:
-    """The entry points of *group* with their distributions, past unreadable metadata.
+    """The entry points of *group*, distribution by distribution, as ``entry_points()`` orders them.
 
-    :func:`importlib.metadata.entry_points` is the fast path; it fails as a
-    whole when any installed distribution has a malformed
-    ``entry_points.txt``, and only then are distributions read one by one.
+    Read here rather than by :func:`importlib.metadata.entry_points`, which
+    opens every ``entry_points.txt`` without looking (a FIFO blocks it) and
+    fails as a whole on one malformed file. Reading each file once, the
+    cost stays that of ``entry_points()``: linear in what is installed.
     """
-    try:
-        entry_points = list(importlib.metadata.entry_points(group=group))
-    except Exception:  # noqa: BLE001 - fall back to reading each distribution
-        return _plugins_one_by_one(group)
-    plugins: list[PluginEntryPoint] = []
-    identity: dict[int, tuple[str, str | None] | None] = {}  # id(dist) -> (name, version)
-    for entry_point in entry_points:
-        dist = entry_point.dist
-        if dist is None:
-            plugins.append(_plugin(entry_point, None, None))
-            continue
-        if id(dist) not in identity:
-            try:
-                identity[id(dist)] = _readable(dist)
-            except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
-                identity[id(dist)] = None
-                _warn_unreadable(dist, exc)
-        known = identity[id(dist)]
-        if known is not None:
-            plugins.append(_plugin(entry_point, *known))
-    return plugins
-
-
-def _plugins_one_by_one(group: str) -> list[PluginEntryPoint]:
     plugins: list[PluginEntryPoint] = []
     seen: set[str] = set()
     for dist in importlib.metadata.distributions():
-        try:
-            name, version = _readable(dist)
-            key = normalize_distribution(name)
-            if key in seen:  # shadowed by an earlier sys.path entry, as entry_points() does
+        directory = metadata_directory(dist)
+        stem_name = _directory_name(directory)
+        if stem_name is not None:
+            # Shadowed by an earlier sys.path entry, as entry_points() decides (by directory name).
+            key = normalize_distribution(stem_name).replace("-", "_")
+            if key in seen:
                 continue
             seen.add(key)
-            plugins.extend(
-                _plugin(ep, name, version) for ep in dist.entry_points.select(group=group)
-            )
+        try:
+            if has_metadata(dist, "entry_points.txt") is False:
+                continue
+            selected = list(dist.entry_points.select(group=group))
         except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
-            _warn_unreadable(dist, exc)
+            _warn_once(
+                "Ignoring the distribution at %s: its metadata is unreadable (%s)",
+                directory or repr(dist),
+                _describe(exc),
+            )
+            continue
+        if not selected:
+            continue
+        problem = None
+        name: str | None
+        try:
+            name, version = _identity(dist)
+        except Exception as exc:  # noqa: BLE001 - its entry points are still served
+            # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
+            name, version = stem_name, None
+            problem = f"metadata unreadable: {directory}" if directory else None
+            _warn_once(
+                "Using the entry points of the distribution at %s under the name %r: "
+                "its METADATA is unreadable (%s)",
+                directory or repr(dist),
+                name,
+                _describe(exc),
+            )
+        plugins.extend(_plugin(ep, name, version, problem) for ep in selected)
     return plugins
 
 
 def _plugin(
-    entry_point: importlib.metadata.EntryPoint, distribution: str | None, version: str | None
+    entry_point: importlib.metadata.EntryPoint,
+    distribution: str | None,
+    version: str | None,
+    problem: str | None = None,
 ) -> PluginEntryPoint:
     return PluginEntryPoint(
         name=entry_point.name,
@@ -168,6 +259,7 @@ def _plugin(
         distribution=distribution,
         version=version,
         entry_point=entry_point,
+        problem=problem,
     )
 
 

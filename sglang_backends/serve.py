@@ -149,11 +149,22 @@ def _get(
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
     """``'name' (from dist)``, or ``'name' (built-in)`` for a built-in only.
 
-    Discovery skips a distribution whose metadata names none, so a plugin
-    always has one; a registry built by other code may still hold one without.
+    A distribution whose metadata is unreadable is named after its
+    ``*.dist-info`` directory, with the problem (``from nometa (metadata
+    unreadable: PATH)``); a registry built by other code may still hold a
+    plugin without one.
     """
     if registered.distribution:
-        return f"{registered.name!r} (from {registered.distribution})"
+        label = next(
+            (
+                record.plugin.distribution_label
+                for record in registry.plugins
+                if (record.plugin.name, record.plugin.distribution)
+                == (registered.name, registered.distribution)
+            ),
+            registered.distribution,
+        )
+        return f"{registered.name!r} (from {label})"
     if registered.name in registry.builtin_names:
         return f"{registered.name!r} (built-in)"
     return f"{registered.name!r} (from an entry point without distribution metadata)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -203,17 +204,52 @@ def _break_metadata(info, how: str) -> None:
         (info / "METADATA").write_bytes(b"Metadata-Version: 2.1\nName: caf\xe9\nVersion: 1.0\n")
     elif how == "no-metadata":
         (info / "METADATA").unlink()
+    elif how == "no-name":
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
+    elif how == "metadata-fifo":
+        (info / "METADATA").unlink()
+        os.mkfifo(info / "METADATA")
+    elif how == "entry-points-fifo":
+        (info / "entry_points.txt").unlink()
+        os.mkfifo(info / "entry_points.txt")
     else:
         (info / "entry_points.txt").write_bytes(b"[sglang.serve_backends]\n\xff\xfe = x:y\n")
 
 
-@pytest.mark.parametrize("how", ["not-utf8", "no-metadata", "entry-points-not-utf8"])
-def test_unreadable_metadata_is_skipped_with_one_warning_naming_its_path(
+@pytest.mark.parametrize("how", ["not-utf8", "no-metadata", "no-name"])
+def test_a_distribution_whose_metadata_is_unreadable_still_serves_its_entry_points(
     site, install_backend, registry_warnings, preinstalled, how
+):
+    """As upstream, which finds entry points by the dist-info directory, not its METADATA."""
+    install_backend("omni-runtime", "omni")
+    install_backend("cafe-runtime", "cafe")
+    broken = site.path / "cafe_runtime-1.0.dist-info"
+    _break_metadata(broken, how)
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.available_names == (
+        "llm",
+        "diffusion",
+        *sorted({"cafe", "omni", *preinstalled}),
+    )
+    assert registry.get("cafe").distribution == "cafe_runtime"  # loadable by name
+    messages = [r.getMessage() for r in registry_warnings.records]
+    (plugin,) = discover()["cafe"]
+    assert plugin.provider == f"cafe_runtime (metadata unreadable: {broken})"
+    assert plugin.version is None
+    about = [m for m in messages if str(broken) in m]
+    assert len(about) == 1, messages
+    assert about[0].startswith(
+        f"Using the entry points of the distribution at {broken} under the name 'cafe_runtime': "
+        "its METADATA is unreadable ("
+    )
+
+
+def test_a_distribution_whose_entry_points_are_unreadable_is_skipped_with_one_warning(
+    site, install_backend, registry_warnings, preinstalled
 ):
     install_backend("omni-runtime", "omni")
     broken = site.install("cafe-runtime", entry_points={"cafe": "cafe:factory"})
-    _break_metadata(broken, how)
+    _break_metadata(broken, "entry-points-not-utf8")
     install_backend("zed-runtime", "zed")
     registry = ServeBackendRegistry(default_builtins())
     assert registry.available_names == (
@@ -226,6 +262,54 @@ def test_unreadable_metadata_is_skipped_with_one_warning_naming_its_path(
     about = [m for m in messages if str(broken) in m]
     assert len(about) == 1, messages
     assert about[0].startswith(f"Ignoring the distribution at {broken}: its metadata is unreadable")
+
+
+COMMANDS_OVER_A_FIFO = [
+    ("list", "-f", "value", "-c", "Name", "-c", "Distribution"),
+    ("serve", "--help"),
+    ("serve", "org/model", "--model-type", "good"),
+    ("detect", "org/model"),
+]
+
+
+@pytest.mark.parametrize("how", ["metadata-fifo", "entry-points-fifo"])
+@pytest.mark.parametrize("args", COMMANDS_OVER_A_FIFO, ids=lambda args: " ".join(args[:2]))
+def test_a_fifo_in_a_dist_info_blocks_no_command(site, install_backend, how, args):
+    """Opening a FIFO for reading waits for a writer: it is never opened (stat first)."""
+    from clitools import run_cli
+
+    install_backend("good-runtime", "good")
+    install_backend("cafe-runtime", "cafe")
+    broken = site.path / "cafe_runtime-1.0.dist-info"
+    _break_metadata(broken, how)
+    result = run_cli(site, *args, timeout=60)  # a blocked read would time out
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert len([line for line in result.stderr.splitlines() if str(broken) in line]) == 1
+    if args[0] == "list":
+        listed = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+        assert listed["good"] == "good-runtime"
+        if how == "metadata-fifo":
+            assert listed["cafe"] == f"cafe_runtime (metadata unreadable: {broken})"
+        else:
+            assert "cafe" not in listed
+
+
+def test_a_plugin_whose_metadata_is_unreadable_is_served_and_named_by_its_directory(
+    site, install_backend
+):
+    from clitools import run_cli
+
+    install_backend("cafe-runtime", "cafe")
+    broken = site.path / "cafe_runtime-1.0.dist-info"
+    _break_metadata(broken, "metadata-fifo")
+    result = run_cli(site, "serve", "org/model", "--model-type", "cafe", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert f"'cafe' (from cafe_runtime (metadata unreadable: {broken}))" in result.stderr
+    assert "built-in" not in result.stderr
+    helped = run_cli(site, "serve", "--help", timeout=60)
+    rows = [" ".join(line.split()) for line in helped.stdout.splitlines()]
+    assert f"cafe from cafe_runtime (metadata unreadable: {broken})" in rows
 
 
 def test_list_and_serve_work_past_a_distribution_whose_metadata_is_not_utf8(site, install_backend):

@@ -62,7 +62,7 @@ class ListBackends(SelectionOptions, Lister):
                 (
                     plugin.name,
                     "plugin",
-                    plugin.distribution,
+                    plugin.distribution_label,
                     plugin.version,
                     plugin.target,
                     record.status.value,

@@ -100,7 +100,7 @@ class ShowBackend(SelectionOptions, ShowOne):
             target, summary = builtin_target(backend), summary_line(backend.run)
             self._warn_without_sglang(registered.name)
         else:
-            origin, distribution, version = "plugin", plugin.distribution, plugin.version
+            origin, distribution, version = "plugin", plugin.distribution_label, plugin.version
             # Already imported by registry.get(): this is a lookup, not a second import.
             with _output_to_stderr():
                 factory = plugin.entry_point.load()
