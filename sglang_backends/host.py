@@ -19,7 +19,8 @@ older release) gets a documented fallback rather than an ImportError:
   once per process, skipped without importing SGLang when no
   ``sglang.srt.plugins`` entry point would be loaded.
 * :func:`help_note`: ``sglang.cli.main.COOKBOOK_EPILOG`` (0.5.21+), printed
-  after a help, as ``sglang serve`` does.
+  after a help, as ``sglang serve`` does; read from the installed file
+  without importing SGLang whenever it is a literal.
 
 Before its first use of SGLang in a process, the module applies SGLang's
 own warning filters (``suppress_noisy_warnings``), as importing
@@ -408,19 +409,137 @@ def run_general_plugins() -> bool:
         return True
 
 
+#: Where SGLang keeps its help note, relative to the distribution's root.
+_NOTE_FILE = "sglang/cli/main.py"
+_NOTE_NAME = "COOKBOOK_EPILOG"
+
+
+class _NotStatic(Exception):
+    """The note cannot be read without executing SGLang's code; the message says why."""
+
+
 def help_note() -> str | None:
     """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``.
 
-    ``None`` without SGLang, before 0.5.21, or when ``sglang.cli.main`` does
-    not import; SGLang is imported only when it is installed.
+    Read without importing SGLang (which costs seconds): ``sglang/cli/main.py``
+    is located through the ``sglang`` distribution's metadata and the
+    assignment evaluated statically (:func:`_static_note`). Only when that
+    fails (an editable install, a note built at run time) is
+    ``sglang.cli.main`` imported, and that is logged at DEBUG. ``None``
+    without SGLang, before 0.5.21, or when the module does not import.
     """
-    if not sglang_installed():
-        return None
+    try:
+        return _static_note()
+    except _NotStatic as exc:
+        if not sglang_installed():
+            return None
+        LOG.debug("Importing sglang.cli.main for its help note: %s", exc)
     _quiet_sglang()
     try:
         main = importlib.import_module("sglang.cli.main")
     except Exception as exc:  # noqa: BLE001 - a note is never worth a failure
         LOG.debug("No help note: sglang.cli.main failed to import: %s", exc)
         return None
-    note = getattr(main, "COOKBOOK_EPILOG", None)
+    note = getattr(main, _NOTE_NAME, None)
     return note if isinstance(note, str) and note else None
+
+
+def _static_note() -> str | None:
+    """``COOKBOOK_EPILOG`` read from the installed file without executing it.
+
+    The file is the ``sglang`` distribution's ``sglang/cli/main.py``
+    (:meth:`~importlib.metadata.Distribution.locate_file`, else its
+    ``files``), never found with ``find_spec``, which imports the parent
+    package. It is opened only if it is a regular file, and parsed with
+    :mod:`ast`. ``None`` means the note is empty; a failure raises.
+
+    :raises _NotStatic: no such distribution or file, or the value is not
+        built from string literals (see :func:`_static_string`).
+    """
+    import ast
+    import importlib.metadata
+
+    from sglang_backends.discovery import has_metadata, is_regular_file
+
+    try:
+        dist = importlib.metadata.distribution("sglang")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise _NotStatic("no sglang distribution is installed") from exc
+    path = str(dist.locate_file(_NOTE_FILE))
+    if os.path.lexists(path) and not is_regular_file(path):
+        # A FIFO or a device: reading it, or importing it, could block forever.
+        LOG.debug("No help note: %s is not a regular file", path)
+        return None
+    if not is_regular_file(path):
+        # Not where the distribution's root says: ask its RECORD (read only now: it is long).
+        try:
+            files = dist.files if has_metadata(dist, "RECORD") is not False else None
+        except OSError as exc:
+            raise _NotStatic(str(exc)) from exc
+        listed = [str(f.locate()) for f in files or () if f.as_posix() == _NOTE_FILE]
+        if not listed or not is_regular_file(listed[0]):
+            raise _NotStatic(f"no regular file {_NOTE_FILE} in the sglang distribution")
+        path = listed[0]
+    try:
+        with open(path, "rb") as stream:
+            tree = ast.parse(stream.read(), filename=path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise _NotStatic(f"{path} could not be read: {exc}") from exc
+    note = _static_string(tree, _NOTE_NAME)
+    return note or None
+
+
+def _static_string(tree: object, name: str) -> str:
+    """The value of module-level *name* in *tree*, evaluated without executing anything.
+
+    Understood: string literals (implicit concatenation included), ``+``
+    between strings, and f-strings whose fields are module-level names
+    bound once to such values (``f"... {COOKBOOK_URL} ..."``, no format
+    spec, no ``!r``/``!a``), as setuptools' ``attr:`` reads a version
+    before falling back to an import.
+
+    :raises _NotStatic: *name* is unbound or bound more than once at module
+        level, or its value is anything else.
+    """
+    import ast
+
+    assert isinstance(tree, ast.Module)
+    bound: dict[str, list[ast.expr]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign):
+            targets, value = statement.targets, statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            targets, value = [statement.target], statement.value
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(value)
+
+    def lookup(variable: str, seen: frozenset[str]) -> str:
+        values = bound.get(variable, [])
+        if len(values) != 1:
+            how = "not bound" if not values else "bound more than once"
+            raise _NotStatic(f"{variable} is {how} at module level")
+        if variable in seen:
+            raise _NotStatic(f"{variable} refers to itself")
+        return evaluate(values[0], seen | {variable})
+
+    def evaluate(node: ast.expr, seen: frozenset[str]) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return lookup(node.id, seen)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return evaluate(node.left, seen) + evaluate(node.right, seen)
+        if isinstance(node, ast.JoinedStr):
+            return "".join(evaluate(part, seen) for part in node.values)
+        if (
+            isinstance(node, ast.FormattedValue)
+            and node.conversion in (-1, ord("s"))
+            and node.format_spec is None
+        ):
+            return evaluate(node.value, seen)
+        raise _NotStatic(f"{ast.unparse(node)[:80]!r} is not a string literal")
+
+    return lookup(name, frozenset())

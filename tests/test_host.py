@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import os
 import subprocess
 import sys
 
@@ -375,3 +377,75 @@ def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
     served = serve(["hub/org/stand-in-diffusion"], env)
     assert names(log)[-1] == "execute_serve_cmd"
     assert "apply_plugin_hooks" not in names(log) and "WARNING" not in served.stderr
+
+
+# -- the help note, read without importing SGLang -----------------------------
+
+NOTE_SOURCES = {
+    "constant": ('COOKBOOK_EPILOG = "See the cookbook."\n', "See the cookbook.", False),
+    "f-string": (
+        'COOKBOOK_URL = "https://example.org/cookbook"\n'
+        "COOKBOOK_EPILOG = (\n"
+        '    f"Its page at {COOKBOOK_URL} carries the "\n'
+        '    "recommended command."\n'
+        ")\n",
+        "Its page at https://example.org/cookbook carries the recommended command.",
+        False,
+    ),
+    # Not evaluable statically: SGLang is imported, and its value used.
+    "missing name": (
+        'from sglang.cli.urls import COOKBOOK_URL\nCOOKBOOK_EPILOG = f"See {COOKBOOK_URL}."\n',
+        "See https://example.org/imported.",
+        True,
+    ),
+    "non-literal": (
+        'COOKBOOK_EPILOG = "see the cookbook.".capitalize()\n',
+        "See the cookbook.",
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NOTE_SOURCES))
+def test_the_help_note_is_read_without_importing_sglang_when_it_is_literal(
+    site, tmp_path, monkeypatch, caplog, case
+):
+    from sglang_backends.host import help_note
+
+    source, expected, imports = NOTE_SOURCES[case]
+    monkeypatch.setenv("SGLANG_STANDIN_LOG", str(tmp_path / "events.jsonl"))
+    install_sglang(site)
+    (site.path / "sglang" / "cli" / "main.py").write_text(source)
+    (site.path / "sglang" / "cli" / "urls.py").write_text(
+        'COOKBOOK_URL = "https://example.org/imported"\n'
+    )
+    caplog.set_level(logging.DEBUG, logger="sglang_backends.host")
+    assert help_note() == expected
+    assert ("sglang" in sys.modules) is imports
+    fallback = [r for r in caplog.records if "Importing sglang.cli.main" in r.getMessage()]
+    assert [r.levelno for r in fallback] == ([logging.DEBUG] if imports else [])
+
+
+def test_a_help_note_file_that_is_not_regular_is_never_opened(site, tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_STANDIN_LOG", str(tmp_path / "events.jsonl"))
+    install_sglang(site)
+    main = site.path / "sglang" / "cli" / "main.py"
+    main.unlink()
+    os.mkfifo(main)
+    # Neither read nor imported (an import would block as well): no note, no hang.
+    result = subprocess.run(
+        [sys.executable, "-c", "from sglang_backends.host import help_note; print(help_note())"],
+        env=site.environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (0, "None\n"), result.stderr
+
+
+def test_without_sglang_there_is_no_note_and_nothing_is_imported(site):
+    from sglang_backends.host import help_note
+
+    assert help_note() is None
+    assert "sglang" not in sys.modules

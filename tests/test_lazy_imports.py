@@ -94,13 +94,8 @@ def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, sta
     """Help and errors cost no psutil; in serve's own process it is never imported.
 
     On Linux the supervisor imports it, in its own process, once something runs.
-    Beside a real SGLang, a help imports SGLang for its closing note, as
-    ``sglang serve`` does, and SGLang imports psutil itself.
+    Beside SGLang too: a help reads SGLang's closing note without importing it.
     """
-    from sglang_backends.host import sglang_installed
-
-    if "--help" in args and sglang_installed():
-        pytest.skip("SGLang is installed: its help note imports SGLang, which imports psutil")
     install_backend("omni-runtime", "omni")
     loaded, result = imported_by(serve_in_process(args), ("psutil",), clean_environ(site.environ()))
     assert result.returncode == status, result.stderr
@@ -157,3 +152,18 @@ def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglan
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(record.read_text()) == ["omni_recorder"]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--model-type", "omni", "--help"]])
+def test_a_help_beside_sglang_prints_its_note_without_importing_it(site, install_backend, args):
+    """``sglang serve`` imports SGLang (seconds) for the note; its file is read instead."""
+    from sglang_standin import NOTE, install_sglang
+
+    install_sglang(site)
+    install_backend("omni-runtime", "omni")
+    env = clean_environ(site.environ())
+    env["SGLANG_STANDIN_LOG"] = str(site.path.parent / "events.jsonl")
+    loaded, result = imported_by(serve_in_process(args), ("sglang",), env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(f"\n{NOTE}\n")
+    assert loaded == []
