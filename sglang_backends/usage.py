@@ -59,6 +59,22 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's raw-description formatter, never breaking a line at a hyphen.
+
+    argparse wraps option help with :func:`textwrap.wrap`, which breaks
+    hyphenated words, so ``--model-path`` could be printed as
+    ``--model-`` and ``path`` on two lines: copied from the terminal, it
+    becomes a wrong option. argparse offers no public way to change how it
+    wraps; ``_split_lines`` is the one method to override (its signature has
+    been stable since Python 3.2), and tests/test_usage.py checks the
+    result at every width.
+    """
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def usage_line() -> str:
     """The one-line usage SGLang prints when a model path is missing."""
     return (
@@ -140,6 +156,7 @@ def _render(
             "to the backend verbatim, in order, which parses it; a MODEL given "
             "first is passed as --model-path MODEL.",
             width=78,
+            break_on_hyphens=False,  # never "--model-" then "path"
         ),
         epilog="\n".join(
             [
@@ -150,7 +167,7 @@ def _render(
                 f"  {PROG} --model-type NAME --help",
             ]
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_UnbrokenOptionsFormatter,
         add_help=False,
     )
     parser.add_argument("MODEL", nargs="?", help="model path or hub id (same as --model-path)")
