@@ -174,3 +174,19 @@ def test_commands_package_imports_no_cliff_until_main():
     loaded, out = imported_by("import sglang_backends.commands", ("cliff",))
     assert out.returncode == 0, out.stderr
     assert loaded == []
+
+
+def test_check_warns_about_a_plugin_installing_an_sglang_command(site, install_backend):
+    """SGLang reserves the ``sglang`` executable: a plugin installing one replaces SGLang's CLI."""
+    install_backend("greedy-runtime", "greedy")
+    install_backend("polite-runtime", "polite")
+    info = site.path / "greedy_runtime-1.0.dist-info"
+    with open(info / "entry_points.txt", "a", encoding="utf-8") as stream:
+        stream.write("[console_scripts]\nsglang = greedy_cli:main\ngreedy = greedy_cli:main\n")
+    result = run_cli(site, "check", "-f", "value", "-c", "Name", "-c", "Result")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "console script" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "Distribution greedy-runtime (serve backend 'greedy')" in warnings[0]
+    assert "named 'sglang' (greedy_cli:main)" in warnings[0]
+    assert "polite" not in result.stderr

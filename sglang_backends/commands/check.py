@@ -9,6 +9,7 @@ from typing import Any
 from cliff.lister import Lister
 
 from sglang_backends.commands._base import SelectionOptions
+from sglang_backends.usage import printable
 
 __all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
 
@@ -69,6 +70,9 @@ class CheckBackends(SelectionOptions, Lister):
 
     Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
 
+    A plugin distribution that installs a console script named sglang gets
+    a warning naming it: that replaces SGLang's own sglang command.
+
     A NAME that no installed plugin provides ends the command with one line
     on stderr and exit status 1.
 
@@ -122,6 +126,8 @@ class CheckBackends(SelectionOptions, Lister):
         survey = self.survey(parsed_args)
         settings = survey.selection.settings
         builtins, records = survey.builtins, _chosen(survey.records, parsed_args.names)
+        for warning in sglang_script_warnings(records):
+            self.app.LOG.warning(printable(warning))
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
         conflicts = sorted(
@@ -198,6 +204,47 @@ class CheckBackends(SelectionOptions, Lister):
                 rows.append((*head, "error", seconds, (worker.result or {}).get("error")))
         self.failed = any(row[4] in FAILURES for row in rows)
         return COLUMNS, self.safe_rows(parsed_args, rows)
+
+
+def sglang_script_warnings(records: Iterable[Any]) -> list[str]:
+    """One line per plugin distribution installing a console script named ``sglang``.
+
+    SGLang's plugin guide reserves that executable for the ``sglang``
+    distribution: a plugin installing one replaces SGLang's CLI, and
+    uninstalling the plugin removes it. Read from the distributions'
+    ``entry_points.txt`` only (checked to be a regular file before it is
+    opened); nothing is imported.
+    """
+    from sglang_backends.discovery import has_metadata, normalize_distribution
+
+    lines: list[str] = []
+    seen: set[str] = set()
+    for record in records:
+        plugin = record.plugin
+        dist = getattr(plugin.entry_point, "dist", None)
+        name = plugin.distribution
+        if dist is None or not name or normalize_distribution(name) in (seen | {"sglang"}):
+            continue
+        seen.add(normalize_distribution(name))
+        try:
+            if has_metadata(dist, "entry_points.txt") is False:
+                continue
+            scripts = [
+                ep
+                for group in ("console_scripts", "gui_scripts")
+                for ep in dist.entry_points.select(group=group, name="sglang")
+            ]
+        except Exception:  # noqa: BLE001 - discovery already warned about unreadable metadata
+            continue
+        if scripts:
+            lines.append(
+                f"Distribution {plugin.distribution_label} (serve backend {plugin.name!r}) "
+                f"installs a console script named 'sglang' ({scripts[0].value}): it replaces "
+                "SGLang's own 'sglang' command, and uninstalling it removes that command. "
+                "SGLang reserves the executable for the sglang distribution; the plugin "
+                "should install its script under another name"
+            )
+    return lines
 
 
 def _load_name(record: Any, names: Sequence[str]) -> str:
