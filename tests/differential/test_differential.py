@@ -10,7 +10,11 @@ real SGLang, with its ``sglang serve`` registry, is importable. They compare:
   once program names and argparse's choice-set order are normalised; the
   general ``--help`` (ours is our own) ends with the same note;
 * general plugins: both run SGLang's ``sglang.srt.plugins`` before the
-  backend, and neither runs them for ``--help``.
+  backend, and neither runs them for ``--help``;
+* one plugin, both hosts: both CLIs serve the echo example (built with
+  ``portable_backend``) by name and by auto-detection, answer a completion
+  and stop on Ctrl+C; the kit checks it against SGLang's own registry; the
+  help note is read from SGLang's file without importing SGLang.
 """
 
 from __future__ import annotations
@@ -19,11 +23,17 @@ import importlib.util
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import warnings
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sglang_backends.contract import ServeRequest
@@ -258,3 +268,128 @@ def test_general_plugins_run_first_as_upstream(probe_site, tmp_path, args):
         assert logs["ours"] == ["run --help"]  # the backend's help, no general plugin
     else:
         assert logs["ours"] == ["general plugin", "run --model-path org/model --tp 2"]
+
+
+# -- one plugin, both hosts: the echo example under both CLIs ------------------
+
+ECHO_MODEL = Path(__file__).resolve().parents[2] / "examples" / "echo-backend" / "models"
+ECHO_MODEL = ECHO_MODEL / "echo-tiny"
+
+
+def _echo_installed() -> None:
+    if importlib.util.find_spec("sglang_echo_backend") is None:
+        pytest.fail("the echo example is not installed: pip install ./examples/echo-backend")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _http(url: str, body: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+@pytest.mark.parametrize("by", ["name", "detection"])
+@pytest.mark.parametrize("cli", ["upstream", "ours"])
+def test_both_clis_serve_the_echo_example_until_ctrl_c(tmp_path, cli, by):
+    """``sglang serve`` accepts the example (portable_backend) as ``sglang-backends serve`` does."""
+    _echo_installed()
+    port = _free_port()
+    command = UPSTREAM if cli == "upstream" else OURS
+    chosen = ["--model-type", "echo"] if by == "name" else []
+    log = tmp_path / "stderr"
+    with log.open("w+") as err:
+        proc = subprocess.Popen(
+            [*command, str(ECHO_MODEL), *chosen, "--port", str(port)],
+            env=_environ(),
+            stdout=err,
+            stderr=err,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 300  # upstream imports torch first: slow when loaded
+            status = 0
+            while status != 200:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                try:
+                    status, _ = _http(f"{base}/health")
+                except OSError:
+                    status = 0
+                time.sleep(0.2)
+            code, body = _http(f"{base}/v1/completions", {"prompt": "hello both hosts"})
+            assert code == 200, body
+            assert body["choices"][0]["text"] == "hello both hosts"  # type: ignore[index]
+            children = psutil.Process(proc.pid).children(recursive=True)
+            proc.send_signal(signal.SIGINT)  # Ctrl+C
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        for leftover in alive:
+            leftover.kill()
+    output = log.read_text()
+    if cli == "ours":
+        assert proc.returncode == 130, output
+        assert "Traceback" not in output
+    else:
+        # Upstream lets the KeyboardInterrupt that the example re-raises end it: exit 1.
+        assert proc.returncode == 1, output
+        assert output.rstrip().endswith("KeyboardInterrupt"), output
+    assert alive == [], output
+    assert "factory returned" not in output and "Skipping automatic detection" not in output
+
+
+def test_the_kit_checks_the_echo_example_against_sglangs_own_registry(upstream):
+    from sglang_backends.testing import assert_backend_contract
+    from sglang_backends.testing.conformance import assert_sglang_accepts
+
+    _echo_installed()
+    assert_sglang_accepts("echo")
+    assert assert_backend_contract("echo").sglang_checked
+
+
+def test_the_kit_refuses_a_backend_sglang_would_refuse(upstream, tmp_path):
+    from sglang_backends.testing import ContractViolation, PluginSite
+    from sglang_backends.testing.conformance import assert_sglang_accepts
+
+    site = PluginSite(tmp_path / "site")
+    site.install(
+        "ours-only",
+        entry_points={"oursonly": "ours_only:factory"},
+        modules={
+            "ours_only.py": """
+                from sglang_backends import ServeBackend
+
+                def factory():
+                    return ServeBackend(api_version=1, run=lambda request: None)
+            """
+        },
+    )
+    with site.activated(), pytest.raises(ContractViolation, match="portable_backend"):
+        assert_sglang_accepts("oursonly")
+
+
+def test_the_help_note_is_read_from_sglangs_file_without_importing_it(upstream):
+    import sglang.cli.main
+
+    code = (
+        "import json, sys\n"
+        "from sglang_backends.host import help_note\n"
+        "print(json.dumps([help_note(), 'sglang' in sys.modules]))\n"
+    )
+    result = _run([sys.executable, "-c", code], _environ())
+    assert result.returncode == 0, result.stderr
+    note, imported = json.loads(result.stdout)
+    assert note == sglang.cli.main.COOKBOOK_EPILOG
+    assert imported is False
