@@ -428,11 +428,11 @@ def help_note() -> str | None:
     ``sglang.cli.main`` imported, and that is logged at DEBUG. ``None``
     without SGLang, before 0.5.21, or when the module does not import.
     """
+    if not sglang_installed():  # cheap: no package, no metadata lookup
+        return None
     try:
         return _static_note()
     except _NotStatic as exc:
-        if not sglang_installed():
-            return None
         LOG.debug("Importing sglang.cli.main for its help note: %s", exc)
     _quiet_sglang()
     try:
@@ -456,7 +456,6 @@ def _static_note() -> str | None:
     :raises _NotStatic: no such distribution or file, or the value is not
         built from string literals (see :func:`_static_string`).
     """
-    import ast
     import importlib.metadata
 
     from sglang_backends.discovery import has_metadata, is_regular_file
@@ -465,6 +464,7 @@ def _static_note() -> str | None:
         dist = importlib.metadata.distribution("sglang")
     except importlib.metadata.PackageNotFoundError as exc:
         raise _NotStatic("no sglang distribution is installed") from exc
+    import ast  # only with SGLang installed
     path = str(dist.locate_file(_NOTE_FILE))
     if os.path.lexists(path) and not is_regular_file(path):
         # A FIFO or a device: reading it, or importing it, could block forever.
