@@ -465,6 +465,7 @@ def _static_note() -> str | None:
     except importlib.metadata.PackageNotFoundError as exc:
         raise _NotStatic("no sglang distribution is installed") from exc
     import ast  # only with SGLang installed
+
     path = str(dist.locate_file(_NOTE_FILE))
     if os.path.lexists(path) and not is_regular_file(path):
         # A FIFO or a device: reading it, or importing it, could block forever.
