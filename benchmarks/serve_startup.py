@@ -55,6 +55,10 @@ def detect(request):
 def factory():
     # The calling host's classes (SGLang's under `sglang serve`), without importing SGLang.
     return portable_backend(api_version=1, run=run, detect=detect)
+
+def omni():
+    # No detector: auto-detection must still find exactly one claimant.
+    return portable_backend(api_version=1, run=run)
 """
 
 #: The floor of a general help: a bare interpreter listing the plugins.
@@ -70,7 +74,7 @@ def _site(directory: Path) -> Path:
         # "omni" too: a light stand-in for sglang-omni where it is not installed.
         entry_points={
             "bench_backend": "bench_backend_plugin:factory",
-            "omni": "bench_backend_plugin:factory",
+            "omni": "bench_backend_plugin:omni",
         },
         modules={"bench_backend_plugin.py": STAND_IN},
     )
