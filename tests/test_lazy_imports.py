@@ -23,6 +23,7 @@ def imported_after(
     "code",
     [
         "from sglang_backends import ServeBackend, ServeRequest, ServeBackendDetection",
+        "from sglang_backends import portable_backend; portable_backend(1, print, print)",
         "import sglang_backends.contract",
         "import sglang_backends.errors",
         "from sglang_backends.host import default_builtins; default_builtins()",
