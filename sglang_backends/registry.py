@@ -89,6 +89,9 @@ class ServeBackendRegistry:
         self._records = selection.inventory(
             self._discovered, self._builtins, enabled=self._enabled, disabled=self._disabled
         )
+        usable = (selection.PluginStatus.ENABLED, selection.PluginStatus.DUPLICATE)
+        plugins = sorted({r.plugin.name for r in self._records if r.status in usable})
+        self._available = (*self._builtins, *plugins)
         self._loads = Loads()  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
@@ -140,11 +143,10 @@ class ServeBackendRegistry:
     def available_names(self) -> tuple[str, ...]:
         """Built-in names in their given order, then usable plugin names sorted.
 
-        Reads metadata only; no plugin is imported.
+        Reads metadata only; no plugin is imported. Computed once, with the
+        records: resolving each of N names must not rebuild it (O(N²)).
         """
-        usable = (selection.PluginStatus.ENABLED, selection.PluginStatus.DUPLICATE)
-        plugins = sorted({r.plugin.name for r in self._records if r.status in usable})
-        return (*self._builtins, *plugins)
+        return self._available
 
     @property
     def builtin_names(self) -> tuple[str, ...]:
