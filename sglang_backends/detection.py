@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
     "DEFAULT_LOAD_TIMEOUT",
     "FALLBACK_BACKEND",
+    "MAX_TIMEOUT",
     "DetectionOutcome",
     "DetectionReport",
     "Verdict",
@@ -66,6 +67,13 @@ DEFAULT_DETECT_TIMEOUT = 10.0
 #: system); 300 s is five to ten times the slowest healthy import seen, and
 #: still ends a hung one.
 DEFAULT_LOAD_TIMEOUT = 300.0
+
+
+#: The longest timeout any setting may hold, in seconds: a billion (31 years),
+#: or a quarter of the longest wait the platform's threads accept
+#: (:data:`threading.TIMEOUT_MAX`) where that is less. A quarter, so that a
+#: sum of two timeouts or a doubled one is still a wait the platform takes.
+MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
 
 
 class Verdict(str, enum.Enum):
