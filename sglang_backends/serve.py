@@ -65,7 +65,7 @@ from sglang_backends.settings import (
     configuration_in_environment,
     stop_timeout_override,
 )
-from sglang_backends.usage import PROG, metadata_help, printable, usage_line
+from sglang_backends.usage import PROG, PrintableRecords, metadata_help, printable, usage_line
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -92,6 +92,7 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     saved = (logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(PrintableRecords())  # messages quote package metadata
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
@@ -151,9 +152,11 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
 
     Discovery skips a distribution whose metadata names none, so a plugin
     always has one; a registry built by other code may still hold one without.
+    Escaped (:func:`~sglang_backends.usage.printable`): the supervisor prints it.
     """
     if registered.distribution:
-        return f"{registered.name!r} (from {registered.distribution})"
+        described: str = printable(f"{registered.name!r} (from {registered.distribution})")
+        return described
     if registered.name in registry.builtin_names:
         return f"{registered.name!r} (built-in)"
     return f"{registered.name!r} (from an entry point without distribution metadata)"

@@ -12,6 +12,7 @@ Internal module: its names may change between releases without notice.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import textwrap
 from collections.abc import Collection, Sequence
@@ -24,6 +25,7 @@ from sglang_backends.settings import Settings
 
 __all__ = [
     "PROG",
+    "PrintableRecords",
     "conflict_warnings",
     "metadata_help",
     "printable",
@@ -57,6 +59,19 @@ def printable(value: Any) -> Any:
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class PrintableRecords(logging.Filter):
+    """A logging filter passing each message through :func:`printable`.
+
+    Log lines quote package metadata (a distribution's name, an entry point's
+    name or target, a version) and what plugins raised: whatever a handler
+    writes to a terminal goes through it. Tracebacks are left as they are.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = printable(record.getMessage()), None
+        return True
 
 
 def usage_line() -> str:

@@ -12,6 +12,7 @@ from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
 from sglang_backends.commands._base import SafeCommand, option_action
+from sglang_backends.usage import PrintableRecords
 
 __all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
 
@@ -38,7 +39,7 @@ def _commands() -> dict[str, type[Command]]:
 COMMANDS = ("list", "show", "check", "detect")
 
 
-class _ConsoleFilter(logging.Filter):
+class _ConsoleFilter(PrintableRecords):
     """Escape control characters in messages (never tracebacks); show each message once.
 
     Package metadata is read more than once per command (cliff's formatters,
@@ -51,9 +52,7 @@ class _ConsoleFilter(logging.Filter):
         self._seen: set[tuple[int, str]] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from sglang_backends.commands._base import printable
-
-        record.msg, record.args = printable(record.getMessage()), None
+        super().filter(record)
         key = (record.levelno, record.msg)
         if key in self._seen:
             return False
