@@ -9,7 +9,9 @@ oslo.config's environment source), the configuration files, then the
 defaults.
 
 Every function works on a private :class:`~oslo_config.cfg.ConfigOpts`
-(never the global ``CONF``), so loading is re-entrant. Bad configuration
+(never the global ``CONF``), so loading is re-entrant. :func:`load_settings`
+reads each file once (a pipe too), refuses one it cannot read rather than
+skip it, and hands oslo.config a private copy of what it read. Bad configuration
 becomes a one-line :class:`~sglang_backends.errors.ConfigurationError`
 naming the file (or variable) and the option. Importing this module imports
 oslo.config and nothing heavier; ``serve`` imports it only when
