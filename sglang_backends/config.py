@@ -491,15 +491,15 @@ def load_settings(
     each, naming the file or variable and the closest known name; see
     :func:`unknown_names`.
 
-    :param config_files: files read in order; later ones win.
-    :param config_dirs: directories whose ``*.conf`` files are read after them.
-    :returns: validated :class:`Settings`; ``enabled`` is ``None`` when the
-        list is empty (every plugin allowed).
     Each file is read once (a pipe or FIFO given as ``--config-file`` too),
     and messages quote what was read. A file or directory that cannot be
     read is an error, never skipped: a ``disabled_backends`` that was not
     read must not let its plugins run.
 
+    :param config_files: files read in order; later ones win.
+    :param config_dirs: directories whose ``*.conf`` files are read after them.
+    :returns: validated :class:`Settings`; ``enabled`` is ``None`` when the
+        list is empty (every plugin allowed).
     :raises ConfigurationError: a file or directory is missing, unreadable
         or malformed, or a value is invalid; the message names the file and
         option.
