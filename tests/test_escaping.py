@@ -82,10 +82,9 @@ def test_serve_and_its_supervisor_escape_plugin_metadata(evil, args, status, phr
         ("detect", "claim-me"),
     ],
 )
-@pytest.mark.parametrize("form", ["table", "value"])
-def test_the_commands_escape_plugin_metadata(evil, command, form):
+def test_the_commands_escape_plugin_metadata(evil, command):
     name, *rest = command
-    result = run_cli(evil, name, "-f", form, *rest, timeout=60)
+    result = run_cli(evil, name, "-f", "table", *rest, timeout=60)
     assert result.returncode in (0, 1), result.stderr
     assert_escaped(result.stdout)
     assert not [c for c in RAW if c in result.stdout + result.stderr]
