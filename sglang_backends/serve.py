@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 
 from sglang_backends import host as sglang_host
@@ -65,7 +64,14 @@ from sglang_backends.settings import (
     configuration_in_environment,
     stop_timeout_override,
 )
-from sglang_backends.usage import PROG, PrintableRecords, metadata_help, printable, usage_line
+from sglang_backends.usage import (
+    PROG,
+    PrintableRecords,
+    metadata_help,
+    printable,
+    printable_traceback,
+    usage_line,
+)
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -383,7 +389,7 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
         # Interrupted while choosing a backend: nothing was started yet.
         return 128 + signal.SIGINT
     if debug:
-        traceback.print_exception(failure)
+        sys.stderr.write(printable_traceback(failure))
     print(f"{PROG}: error: {printable(' '.join(str(failure).split()))}", file=sys.stderr)
     return status
 

@@ -15,6 +15,7 @@ import argparse
 import logging
 import re
 import textwrap
+import traceback
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "conflict_warnings",
     "metadata_help",
     "printable",
+    "printable_traceback",
     "usage_line",
 ]
 
@@ -66,12 +68,24 @@ class PrintableRecords(logging.Filter):
 
     Log lines quote package metadata (a distribution's name, an entry point's
     name or target, a version) and what plugins raised: whatever a handler
-    writes to a terminal goes through it. Tracebacks are left as they are.
+    writes to a terminal goes through it. A traceback keeps its lines, each
+    escaped (see :func:`printable_traceback`).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg, record.args = printable(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = printable_traceback(record.exc_info[1]).rstrip("\n")
         return True
+
+
+def printable_traceback(exc: BaseException | None) -> str:
+    """*exc*'s traceback as :func:`traceback.print_exception` writes it, each line escaped.
+
+    Its messages quote package metadata too; the lines stay lines.
+    """
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    return "".join(f"{printable(line)}\n" for line in lines)
 
 
 def usage_line() -> str:

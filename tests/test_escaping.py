@@ -62,8 +62,9 @@ def assert_escaped(text: str) -> None:
         (["claim-me"], 0, "Selected serve backend 'evil'"),
         (["claim-me"], 0, "Skipping automatic detection for serve backend 'broken\\x1b[2J'"),
         (["die", "--model-type", "evil"], 137, "was killed by SIGKILL"),
+        (["--debug", "m", "--model-type", "broken\x1b[2J"], 1, "BackendLoadError: Failed"),
     ],
-    ids=["using", "selected", "skipping", "supervisor-error"],
+    ids=["using", "selected", "skipping", "supervisor-error", "debug-traceback"],
 )
 def test_serve_and_its_supervisor_escape_plugin_metadata(evil, args, status, phrase):
     result = run_serve(args, evil.environ(), timeout=60)
