@@ -9,7 +9,9 @@ oslo.config's environment source), the configuration files, then the
 defaults.
 
 Every function works on a private :class:`~oslo_config.cfg.ConfigOpts`
-(never the global ``CONF``), so loading is re-entrant. Bad configuration
+(never the global ``CONF``), so loading is re-entrant. :func:`load_settings`
+reads each file once (a pipe too), refuses one it cannot read rather than
+skip it, and hands oslo.config a private copy of what it read. Bad configuration
 becomes a one-line :class:`~sglang_backends.errors.ConfigurationError`
 naming the file (or variable) and the option. Importing this module imports
 oslo.config and nothing heavier; ``serve`` imports it only when
@@ -22,12 +24,15 @@ import difflib
 import glob
 import logging
 import os
+import stat
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg
 
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
 from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, ENVIRONMENT_PREFIX, Settings
 
@@ -92,18 +97,22 @@ OPTS = [
     cfg.FloatOpt(
         "detect_timeout",
         default=DEFAULT_DETECT_TIMEOUT,
+        max=MAX_TIMEOUT,
         help="Seconds each backend's detector may take during automatic "
         "detection (model_type = auto) before it counts as inconclusive; "
-        "a number greater than 0. Detectors run concurrently. The default is "
+        f"a number greater than 0, at most {MAX_TIMEOUT:g}. Detectors run "
+        "concurrently. The default is "
         "generous because a detector may query a model hub (SGLang's diffusion "
         "detector asks the Hugging Face Hub); offline checks take milliseconds.",
     ),
     cfg.FloatOpt(
         "load_timeout",
         default=DEFAULT_LOAD_TIMEOUT,
+        max=MAX_TIMEOUT,
         help="Seconds each backend's load (its import and factory call) may "
         "take during automatic detection (model_type = auto) before it is "
-        "skipped with a warning; a number greater than 0. A load still running "
+        f"skipped with a warning; a number greater than 0, at most {MAX_TIMEOUT:g}. "
+        "A load still running "
         "after a few seconds is logged. The default is generous so a healthy "
         "but heavy plugin (a cold import of a torch-based runtime takes tens of "
         "seconds) is never given up on; it only ends a hung import.",
@@ -111,9 +120,11 @@ OPTS = [
     cfg.FloatOpt(
         "stop_timeout",
         default=DEFAULT_STOP_TIMEOUT,
+        max=MAX_TIMEOUT,
         help="Seconds the serve command gives its processes between SIGTERM and "
         "SIGKILL when it stops them: the backend after a stop signal, then every "
-        "process the backend left behind; 0 kills at once. The environment "
+        f"process the backend left behind; 0 kills at once; at most {MAX_TIMEOUT:g}. "
+        "The environment "
         "variable SGLANG_BACKENDS_STOP_TIMEOUT, when set, overrides it.",
     ),
 ]
@@ -217,16 +228,151 @@ def _check_readable(config_files: Sequence[str], config_dirs: Sequence[str]) -> 
             )
 
 
-def _where(conf: cfg.ConfigOpts, name: str) -> str:
-    """Where option *name*'s value comes from: a file, a variable or the default."""
+#: Bytes a configuration file may hold; more is not configuration (``/dev/zero``, say).
+_MAX_FILE_BYTES = 1 << 20
+
+#: A parsed file: ``{section: {option: [values, in order]}}``, as oslo.config parses it.
+_Sections = dict[str, dict[str, list[str]]]
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One configuration file as it was read, once.
+
+    :param path: the file, as messages name it (absolute).
+    :param copy: the private copy oslo.config reads in its place.
+    :param sections: what it held, parsed once.
+    """
+
+    path: str
+    copy: str
+    sections: _Sections
+
+
+def _fail_reading(path: str, exc: OSError, what: str = "file") -> ConfigurationError:
+    if isinstance(exc, FileNotFoundError):
+        return ConfigurationError(f"Configuration {what} not found: {path}")
+    if isinstance(exc, IsADirectoryError):
+        return ConfigurationError(
+            f"Configuration file {path} is a directory; pass directories with --config-dir"
+        )
+    if isinstance(exc, NotADirectoryError) and what == "directory":
+        return ConfigurationError(
+            f"Configuration directory {path} is not a directory; pass files with --config-file"
+        )
+    return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
+
+
+def _dir_files(directory: str) -> list[str]:
+    """The ``*.conf`` files of *directory* in name order, as oslo.config's ``--config-dir``.
+
+    :raises ConfigurationError: it is missing, not a directory or not readable:
+        a directory that was not read must not pass for an empty one.
+    """
+    path = os.path.abspath(directory)
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        raise _fail_reading(path, exc, "directory") from None
+    return [
+        os.path.join(path, name)
+        for name in sorted(names)
+        if name.endswith(".conf") and not name.startswith(".")
+    ]
+
+
+def _read_file(path: str, *, in_directory: bool) -> bytes:
+    """The bytes of configuration file *path*, read once.
+
+    A file named on the command line may be a pipe (``--config-file <(...)``);
+    one found in a directory must be a regular file, so that a FIFO dropped
+    there cannot make every command wait for a writer.
+
+    :raises ConfigurationError: missing, unreadable, not a regular file in a
+        directory, or larger than 1 MiB.
+    """
+    try:
+        if in_directory and not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigurationError(f"Configuration file {path} is not a regular file")
+        with open(path, "rb") as stream:
+            data = stream.read(_MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise _fail_reading(path, exc) from None
+    if len(data) > _MAX_FILE_BYTES:
+        raise ConfigurationError(f"Configuration file {path} is larger than 1 MiB")
+    return data
+
+
+def _read_sources(
+    config_files: Sequence[str], config_dirs: Sequence[str], private: str
+) -> list[_Source]:
+    """Read every configuration file once, in oslo.config's order; copy each into *private*.
+
+    Files first, then each directory's ``*.conf`` files in name order. Each
+    is read once and parsed from what was read; oslo.config reads the copy,
+    so what it uses and what messages quote are the same bytes, and a pipe
+    or FIFO is read only once.
+
+    :raises ConfigurationError: naming the file or directory that could not
+        be read, decoded or parsed.
+    """
+    named = [(os.path.abspath(os.fspath(path)), False) for path in config_files]
+    for directory in config_dirs:
+        named += [(path, True) for path in _dir_files(os.fspath(directory))]
+    sources = []
+    for index, (path, in_directory) in enumerate(named):
+        data = _read_file(path, in_directory=in_directory)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(
+                f"Cannot read configuration file {path}: it is not UTF-8 text "
+                f"({exc.reason} at byte {exc.start})"
+            ) from None
+        copy = os.path.join(private, f"{index}.conf")
+        with open(copy, "wb") as stream:
+            stream.write(data)
+        sections: _Sections = {}
+        try:
+            cfg.ConfigParser(copy, sections).parse()
+        except cfg.ParseError as exc:
+            raise ConfigurationError(
+                f"Cannot parse configuration file {path}: at line {exc.lineno}, "
+                f"{exc.msg}: {exc.line!r}"
+            ) from None
+        sources.append(_Source(path, copy, sections))
+    return sources
+
+
+def _where(conf: cfg.ConfigOpts, name: str, sources: Sequence[_Source] = ()) -> str:
+    """Where option *name*'s value comes from: a file, a variable or the default.
+
+    :param sources: the files as read, to name a copy by its original.
+    """
     location = conf.get_location(name, GROUP)
     if location is None or location.location is cfg.Locations.opt_default:
         return "the default"
     if location.location is cfg.Locations.environment:
         return f"environment variable {location.detail}"
+    originals = {source.copy: source.path for source in sources}
     if location.location is cfg.Locations.user:
-        return str(location.detail)
+        return originals.get(str(location.detail), str(location.detail))
     return str(location.detail or location.location.name)
+
+
+def _raw(name: str, sources: Sequence[_Source]) -> tuple[str, str] | None:
+    """Option *name*'s text and where it was set, from what was read; ``None`` if unset.
+
+    The environment beats every file, and a later file an earlier one, as in oslo.config.
+    """
+    variable = ENVIRONMENT_PREFIX + name.upper()
+    if variable in os.environ:
+        return os.environ[variable], f"environment variable {variable}"
+    for source in reversed(sources):
+        for section, options in source.sections.items():
+            if section.lower() == GROUP and options.get(name):
+                return options[name][-1], source.path
+    return None
 
 
 def _config_option(conf: cfg.ConfigOpts, name: str) -> list[str]:
@@ -240,8 +386,21 @@ def _config_option(conf: cfg.ConfigOpts, name: str) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _invalid(conf: cfg.ConfigOpts, name: str, cause: object) -> ConfigurationError:
-    """A one-line error for option *name*, read again as raw text to say where it was set."""
+def _invalid(
+    conf: cfg.ConfigOpts, name: str, cause: object, sources: Sequence[_Source] | None = None
+) -> ConfigurationError:
+    """A one-line error for option *name*, quoting its text and saying where it was set.
+
+    :param sources: the files as read; without them (a service's own
+        ``ConfigOpts``) its files are read again as raw text.
+    """
+    if sources is not None:
+        found = _raw(name, sources)
+        if found is None:
+            return ConfigurationError(f"Invalid value for option [{GROUP}] {name}: {cause}")
+        return ConfigurationError(
+            f"Invalid value {found[0]!r} for option [{GROUP}] {name} in {found[1]}: {cause}"
+        )
     raw = make_conf(
         config_files=_config_option(conf, "config_file"),
         config_dirs=_config_option(conf, "config_dir"),
@@ -260,9 +419,9 @@ def _files_read(conf: cfg.ConfigOpts) -> list[str]:
     return _files_named(_config_option(conf, "config_file"), _config_option(conf, "config_dir"))
 
 
-def _describe_sources(conf: cfg.ConfigOpts) -> str:
+def _describe_sources(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None = None) -> str:
     """The files and variables the values came from, for messages."""
-    parts = _files_read(conf)
+    parts = _files_read(conf) if sources is None else [source.path for source in sources]
     for name in _OPT_NAMES:
         location = conf.get_location(name, GROUP)
         if location is not None and location.location is cfg.Locations.environment:
@@ -279,25 +438,35 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     :raises ConfigurationError: an option has an invalid value; the message
         names the option and the file or variable that set it.
     """
+    return _settings(conf, None)
+
+
+def _settings(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None) -> Settings:
+    """:func:`settings_from_conf`; *sources* are the files as read, when this module read them."""
     values: dict[str, Any] = {}
     for name in _OPT_NAMES:
         try:
             values[name] = conf[GROUP][name]
         except ValueError as exc:  # oslo's ConfigSourceValueError and kin
-            raise _invalid(conf, name, str(exc).rpartition(" is not valid: ")[2]) from None
+            cause = str(exc).rpartition(" is not valid: ")[2]
+            raise _invalid(conf, name, cause, sources) from None
     model_type = (values["model_type"] or "").strip()
     if not model_type:
-        raise _invalid(conf, "model_type", "give 'auto' or a backend name")
+        raise _invalid(conf, "model_type", "give 'auto' or a backend name", sources)
     for name in ("detect_timeout", "load_timeout"):
-        if not 0 < values[name] < float("inf"):
-            raise _invalid(conf, name, "must be a number of seconds greater than 0")
+        if not 0 < values[name] <= MAX_TIMEOUT:
+            raise _invalid(conf, name, "must be a number of seconds greater than 0", sources)
     stop = values["stop_timeout"]
-    if not 0 <= stop < float("inf"):
-        raise _invalid(conf, "stop_timeout", "must be a number of seconds, 0 or more")
+    if not 0 <= stop <= MAX_TIMEOUT:
+        raise _invalid(conf, "stop_timeout", "must be a number of seconds, 0 or more", sources)
     for name in ("enabled_backends", "disabled_backends"):
         if any(not item for item in values[name]):
-            raise _invalid(conf, name, "the list holds an empty backend name")
-    origins = {name: where for name in _OPT_NAMES if (where := _where(conf, name)) != "the default"}
+            raise _invalid(conf, name, "the list holds an empty backend name", sources)
+    origins = {
+        name: where
+        for name in _OPT_NAMES
+        if (where := _where(conf, name, sources or ())) != "the default"
+    }
     return Settings(
         model_type=model_type,
         enabled=tuple(values["enabled_backends"]) or None,
@@ -305,7 +474,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
         detect_timeout=float(values["detect_timeout"]),
         load_timeout=float(values["load_timeout"]),
         stop_timeout=float(stop),
-        source=_describe_sources(conf),
+        source=_describe_sources(conf, sources),
         origins=origins,
     )
 
@@ -322,17 +491,26 @@ def load_settings(
     each, naming the file or variable and the closest known name; see
     :func:`unknown_names`.
 
+    Each file is read once (a pipe or FIFO given as ``--config-file`` too),
+    and messages quote what was read. A file or directory that cannot be
+    read is an error, never skipped: a ``disabled_backends`` that was not
+    read must not let its plugins run.
+
     :param config_files: files read in order; later ones win.
     :param config_dirs: directories whose ``*.conf`` files are read after them.
     :returns: validated :class:`Settings`; ``enabled`` is ``None`` when the
         list is empty (every plugin allowed).
-    :raises ConfigurationError: a file is missing, unreadable or malformed,
-        or a value is invalid; the message names the file and option.
+    :raises ConfigurationError: a file or directory is missing, unreadable
+        or malformed, or a value is invalid; the message names the file and
+        option.
     """
-    conf = make_conf(config_files=config_files, config_dirs=config_dirs)
-    for problem in unknown_names(_files_named(config_files, config_dirs), os.environ):
-        LOG.warning("%s", problem)
-    return settings_from_conf(conf)
+    with tempfile.TemporaryDirectory(prefix="sglang-backends-conf-") as private:
+        sources = _read_sources(config_files, config_dirs, private)
+        conf = make_conf(config_files=[source.copy for source in sources])
+        parsed = [(source.path, source.sections) for source in sources]
+        for problem in _unknown(parsed, os.environ):
+            LOG.warning("%s", problem)
+        return _settings(conf, sources)
 
 
 def _suggest(name: str, known: Sequence[str]) -> str:
@@ -356,14 +534,22 @@ def unknown_names(files: Sequence[str], environ: Mapping[str, str]) -> list[str]
     :param environ: the environment.
     :returns: one message per unknown name, in file then variable order.
     """
-    known = list(_OPT_NAMES)
-    problems: list[str] = []
+    parsed = []
     for path in files:
-        sections: dict[str, dict[str, Any]] = {}
+        sections: _Sections = {}
         try:
             cfg.ConfigParser(path, sections).parse()
         except (OSError, ValueError, cfg.Error):  # already reported by make_conf
             continue
+        parsed.append((path, sections))
+    return _unknown(parsed, environ)
+
+
+def _unknown(parsed: Sequence[tuple[str, _Sections]], environ: Mapping[str, str]) -> list[str]:
+    """:func:`unknown_names` over files already parsed: ``(path, sections)`` in order."""
+    known = list(_OPT_NAMES)
+    problems: list[str] = []
+    for path, sections in parsed:
         for section, options in sections.items():
             if section.lower() == GROUP:  # oslo.config folds group names to lower case
                 for option in options:

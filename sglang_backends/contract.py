@@ -94,7 +94,9 @@ class ServeBackend:
         ``--model-type auto``. Without one the backend is only selectable by
         name. It should return ``UNKNOWN`` rather than raise. It may run in
         a worker thread, concurrently with other detectors, and may be
-        abandoned after ``detect_timeout`` seconds: make it thread-safe.
+        abandoned after ``detect_timeout`` seconds: make it thread-safe. It
+        is handed its own copy of the request: whatever it does to that copy
+        reaches neither the other detectors nor the chosen backend's ``run``.
     :param requires_model_path: ``False`` for runtimes configured without a
         model path.
     """

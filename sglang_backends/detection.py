@@ -1,9 +1,11 @@
 """Detection: run backends' detectors concurrently, each bounded in time.
 
-Every detector runs in its own daemon thread, all started together, and the
-caller waits at most ``timeout`` seconds for the lot: a detector that
-overruns counts as ``timeout`` (claims nothing) and, being a daemon thread,
-cannot keep the process alive. Outcomes are reported in the order the
+Every detector runs in a daemon thread, all at once (:func:`start_each`:
+a thread whose detector returned takes another, so quick detectors share a
+few threads and a hung one holds only its own), on its own copy of the
+request, and the caller waits at most ``timeout`` seconds for the lot: a
+detector that overruns counts as ``timeout`` (claims nothing) and, being in
+a daemon thread, cannot keep the process alive. Outcomes are reported in the order the
 backends were given, so the result never depends on which thread finished
 first. :func:`report` turns loaded candidates and their detectors'
 outcomes into the :class:`DetectionReport` automatic detection acts on.
@@ -15,12 +17,15 @@ contract (:mod:`sglang_backends.contract`) tells plugin authors so.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import enum
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sglang_backends.contract import (
     RegisteredServeBackend,
@@ -33,12 +38,14 @@ __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
     "DEFAULT_LOAD_TIMEOUT",
     "FALLBACK_BACKEND",
+    "MAX_TIMEOUT",
     "DetectionOutcome",
     "DetectionReport",
     "Verdict",
     "report",
     "run_detectors",
     "skipped",
+    "start_each",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -60,6 +67,13 @@ DEFAULT_DETECT_TIMEOUT = 10.0
 #: system); 300 s is five to ten times the slowest healthy import seen, and
 #: still ends a hung one.
 DEFAULT_LOAD_TIMEOUT = 300.0
+
+
+#: The longest timeout any setting may hold, in seconds: a billion (31 years),
+#: or a quarter of the longest wait the platform's threads accept
+#: (:data:`threading.TIMEOUT_MAX`) where that is less. A quarter, so that a
+#: sum of two timeouts or a doubled one is still a wait the platform takes.
+MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
 
 
 class Verdict(str, enum.Enum):
@@ -124,6 +138,37 @@ class DetectionReport:
                 matches=self.matches,
             )
         return self.selected
+
+
+_T = TypeVar("_T")
+
+
+def start_each(
+    items: Iterable[_T], work: Callable[[_T], object], *, name: Callable[[_T], str]
+) -> None:
+    """Start ``work(item)`` for every item in daemon threads, without a thread each.
+
+    A thread that has finished its item takes the next one nobody has taken,
+    and a new thread is started only while items remain untaken. So an item
+    that hangs holds one thread and never delays another by more than one
+    thread start, while N quick items need a handful of threads, not N:
+    starting a thread waits for it to take the GIL, which costs up to a
+    millisecond on a busy machine, seconds for thousands of entry points.
+    Returns once every item has been taken; its thread is named *name(item)*.
+    """
+    queue = collections.deque(items)
+
+    def worker() -> None:
+        while True:
+            try:
+                item = queue.popleft()  # atomic: each item is taken once
+            except IndexError:
+                return
+            threading.current_thread().name = name(item)
+            work(item)
+
+    while queue:
+        threading.Thread(target=worker, daemon=True).start()
 
 
 class _Slot:
@@ -202,35 +247,35 @@ def run_detectors(
     """
     condition = threading.Condition()
     slots: dict[int, _Slot] = {}
+    running = [0]  # detectors not yet returned: each end costs O(1), not a scan
 
-    def work(slot: _Slot, detector: object) -> None:
+    def work(index: int) -> None:
+        slot, detector = slots[index], backends[index].backend.detect
+        # Each detector gets its own copy: one that mutates its request (with
+        # object.__setattr__, say) changes neither the others' nor the backend's.
+        own = dataclasses.replace(request, argv=tuple(request.argv))
         started = time.perf_counter()
         try:
-            slot.result = detector(request)  # type: ignore[operator]
+            slot.result = detector(own)  # type: ignore[misc]
         except BaseException as exc:  # noqa: BLE001 - a detector must not escape
             slot.detail = f"detector raised {type(exc).__name__}: {describe(exc)}"
         slot.seconds = time.perf_counter() - started
         with condition:
             slot.done = True
-            condition.notify_all()
+            running[0] -= 1
+            if not running[0]:
+                condition.notify_all()
 
     started = time.perf_counter()
     for index, registered in enumerate(backends):
-        detector = registered.backend.detect
-        if detector is None:
-            continue
-        slot = slots[index] = _Slot()
-        thread = threading.Thread(
-            target=work,
-            args=(slot, detector),
-            name=f"detect-{registered.name}",
-            daemon=True,
-        )
-        thread.start()
+        if registered.backend.detect is not None:
+            slots[index] = _Slot()
+    running[0] = len(slots)
+    start_each(slots, work, name=lambda index: f"detect-{backends[index].name}")
 
     deadline = started + timeout
     with condition:
-        while not all(slot.done for slot in slots.values()):
+        while running[0]:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 break

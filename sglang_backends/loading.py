@@ -11,7 +11,7 @@ before importing, and anything the plugin raises, ``BaseException``
 subclasses included, becomes an ordinary :class:`Exception`.
 
 During automatic detection each candidate's load (its import, then its
-factory) runs in its own daemon thread, all started together, and is
+factory) runs in a daemon thread, all started together, and is
 waited for at most ``load_timeout`` seconds from its own start; the wrapper's
 ``load()`` hands the manager what that thread imported. A load still running
 after :data:`SLOW_LOAD_NOTICE` seconds is logged at INFO, naming the
@@ -28,13 +28,13 @@ import importlib.metadata
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from sglang_backends.contract import SERVE_BACKENDS_GROUP, RegisteredServeBackend
-from sglang_backends.detection import DetectionOutcome, Verdict, skipped
+from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_each
 from sglang_backends.discovery import PluginEntryPoint
 from sglang_backends.errors import BackendLoadError, ServeBackendError
 
@@ -148,6 +148,21 @@ def _as_entry_points(guarded: Sequence[_GuardedEntryPoint]) -> list[importlib.me
     return cast(list[importlib.metadata.EntryPoint], list(guarded))
 
 
+class _Names(list[str]):
+    """The names handed to a ``NamedExtensionManager``: a list whose ``in`` is a set's.
+
+    The manager asks ``name in names`` for every entry point it is handed;
+    with a plain list that is O(N²) over thousands of entry points.
+    """
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__(names)
+        self._set = frozenset(self)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._set
+
+
 @functools.cache
 def _managers() -> tuple[type[Any], type[Any]]:
     """stevedore's ``DriverManager`` and ``NamedExtensionManager``, over given entry points.
@@ -167,7 +182,7 @@ def _managers() -> tuple[type[Any], type[Any]]:
     class Several(NamedExtensionManager):  # type: ignore[type-arg]
         def __init__(self, entry_points: Sequence[_GuardedEntryPoint], **kwargs: Any) -> None:
             self._chosen = _as_entry_points(entry_points)
-            super().__init__(SERVE_BACKENDS_GROUP, [ep.name for ep in entry_points], **kwargs)
+            super().__init__(SERVE_BACKENDS_GROUP, _Names(ep.name for ep in entry_points), **kwargs)
 
         def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
             return list(self._chosen)
@@ -292,12 +307,19 @@ class _Imported:
 
 
 class _Watch:
-    """Waits for loads until their deadlines, saying which are slow."""
+    """Waits for loads until their deadlines, saying which are slow.
+
+    Every wait looks for slow loads, but the loads are scanned at most once
+    a second, and not before the first could be due: waiting for each of N
+    loads costs O(N) in all, not O(N²).
+    """
 
     def __init__(self, loads: Sequence[Load], timeout: float) -> None:
         self.loads = loads
         self.timeout = timeout
         self.noticed: dict[int, float] = {}
+        starts = [load.started for load in loads if load.started is not None]
+        self._next_scan = min(starts, default=time.perf_counter()) + SLOW_LOAD_NOTICE
 
     def deadline(self, load: Load) -> float:
         return (load.started or time.perf_counter()) + self.timeout
@@ -313,6 +335,9 @@ class _Watch:
             event.wait(min(deadline - now, 1.0))
 
     def _notice(self, now: float) -> None:
+        if now < self._next_scan:
+            return
+        self._next_scan = now + 1.0
         for load in self.loads:
             if load.done or load.started is None:
                 continue
@@ -332,19 +357,21 @@ class _Watch:
 
 
 def load_concurrently(pending: Sequence[Pending], *, timeout: float) -> None:
-    """Run every pending load in its own daemon thread; wait for each at most *timeout*.
+    """Run every pending load in a daemon thread; wait for each at most *timeout*.
 
-    Each load's bound counts from its own start, and all start together, so
-    the whole takes about *timeout* at worst. Plugins are imported through
+    All start at once (:func:`~sglang_backends.detection.start_each`: a
+    thread whose load finished takes another, so a hung load holds only its
+    own). Each load's bound counts from its own start, so the whole takes
+    about *timeout* at worst. Plugins are imported through
     one ``NamedExtensionManager``, handed entry points whose ``load()`` waits
     for the worker's import. A load that overruns keeps running in its
     daemon thread (an import cannot be interrupted) and is left not
     :attr:`~Load.done`; it cannot keep the process alive.
     """
-    imported: dict[int, _Imported] = {}
+    imported = {id(item): _Imported() for item in pending}
 
     def start(item: Pending) -> None:
-        holder = imported.setdefault(id(item), _Imported())
+        holder = imported[id(item)]
 
         def importer() -> object:
             if item.plugin is None:
@@ -359,15 +386,9 @@ def load_concurrently(pending: Sequence[Pending], *, timeout: float) -> None:
             return holder.target
 
         item.load.started = time.perf_counter()
-        threading.Thread(
-            target=item.load.run,
-            args=(lambda: item.produce(importer),),
-            name=f"load-{item.load.name}",
-            daemon=True,
-        ).start()
+        item.load.run(lambda: item.produce(importer))
 
-    for item in pending:
-        start(item)
+    start_each(pending, start, name=lambda item: f"load-{item.load.name}")
     watch = _Watch([item.load for item in pending], timeout)
 
     def fetch(item: Pending) -> object:

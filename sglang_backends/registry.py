@@ -28,6 +28,7 @@ from sglang_backends.detection import (
     DEFAULT_DETECT_TIMEOUT,
     DEFAULT_LOAD_TIMEOUT,
     FALLBACK_BACKEND,
+    MAX_TIMEOUT,
     DetectionReport,
     report,
 )
@@ -62,7 +63,8 @@ class ServeBackendRegistry:
     :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
     :raises TypeError: *enabled* or *disabled* is a string, not a collection.
-    :raises ValueError: a timeout is not a positive number.
+    :raises ValueError: a timeout is not a positive number of seconds, at
+        most :data:`~sglang_backends.detection.MAX_TIMEOUT`.
     """
 
     def __init__(
@@ -77,8 +79,8 @@ class ServeBackendRegistry:
     ) -> None:
         selection.check_lists(builtins, enabled, disabled)
         for label, value in (("detect_timeout", detect_timeout), ("load_timeout", load_timeout)):
-            if not 0 < value < float("inf"):
-                raise ValueError(f"{label} must be > 0, got {value!r}")
+            if not 0 < value <= MAX_TIMEOUT:
+                raise ValueError(f"{label} must be > 0 and at most {MAX_TIMEOUT:g}, got {value!r}")
 
         self._builtins = dict(builtins)
         self._enabled = None if enabled is None else frozenset(enabled)
@@ -89,6 +91,9 @@ class ServeBackendRegistry:
         self._records = selection.inventory(
             self._discovered, self._builtins, enabled=self._enabled, disabled=self._disabled
         )
+        usable = (selection.PluginStatus.ENABLED, selection.PluginStatus.DUPLICATE)
+        plugins = sorted({r.plugin.name for r in self._records if r.status in usable})
+        self._available = (*self._builtins, *plugins)
         self._loads = Loads()  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
@@ -140,11 +145,10 @@ class ServeBackendRegistry:
     def available_names(self) -> tuple[str, ...]:
         """Built-in names in their given order, then usable plugin names sorted.
 
-        Reads metadata only; no plugin is imported.
+        Reads metadata only; no plugin is imported. Computed once, with the
+        records: resolving each of N names must not rebuild it (O(N²)).
         """
-        usable = (selection.PluginStatus.ENABLED, selection.PluginStatus.DUPLICATE)
-        plugins = sorted({r.plugin.name for r in self._records if r.status in usable})
-        return (*self._builtins, *plugins)
+        return self._available
 
     @property
     def builtin_names(self) -> tuple[str, ...]:

@@ -241,6 +241,7 @@ def warn_unknown_selection(
     :returns: the names warned about, in warning order.
     """
     unknown = []
+    listed: str | None = None  # the installed names, joined once however many are unknown
     for label, names in (("enabled", enabled or ()), ("disabled", disabled)):
         origin = (origins or {}).get(label)
         for name in sorted(names):
@@ -256,11 +257,13 @@ def warn_unknown_selection(
                     f" ({origin})" if origin else "",
                 )
                 continue
+            if listed is None:
+                listed = ", ".join(sorted(installed)) or "none"
             LOG.warning(
                 "Serve backend %r in the %s list is not installed; installed plugins: %s%s",
                 name,
                 label,
-                ", ".join(sorted(installed)) or "none",
+                listed,
                 f" (check {origin})" if origin else "",
             )
     return unknown

@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 
 from sglang_backends import host as sglang_host
@@ -65,7 +64,14 @@ from sglang_backends.settings import (
     configuration_in_environment,
     stop_timeout_override,
 )
-from sglang_backends.usage import PROG, metadata_help, printable, usage_line
+from sglang_backends.usage import (
+    PROG,
+    PrintableRecords,
+    metadata_help,
+    printable,
+    printable_traceback,
+    usage_line,
+)
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -92,6 +98,7 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     saved = (logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(PrintableRecords())  # messages quote package metadata
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
@@ -152,7 +159,8 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
     A distribution whose metadata is unreadable is named after its
     ``*.dist-info`` directory, with the problem (``from nometa (metadata
     unreadable: PATH)``); a registry built by other code may still hold a
-    plugin without one.
+    plugin without one. Escaped (:func:`~sglang_backends.usage.printable`):
+    the supervisor prints it.
     """
     if registered.distribution:
         label = next(
@@ -164,7 +172,8 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
             ),
             registered.distribution,
         )
-        return f"{registered.name!r} (from {label})"
+        described: str = printable(f"{registered.name!r} (from {label})")
+        return described
     if registered.name in registry.builtin_names:
         return f"{registered.name!r} (built-in)"
     return f"{registered.name!r} (from an entry point without distribution metadata)"
@@ -391,7 +400,7 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
         # Interrupted while choosing a backend: nothing was started yet.
         return 128 + signal.SIGINT
     if debug:
-        traceback.print_exception(failure)
+        sys.stderr.write(printable_traceback(failure))
     print(f"{PROG}: error: {printable(' '.join(str(failure).split()))}", file=sys.stderr)
     return status
 

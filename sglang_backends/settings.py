@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
 
 __all__ = [
     "DEFAULT_STOP_TIMEOUT",
@@ -73,7 +73,9 @@ def stop_timeout_override(environ: Mapping[str, str] | None = None) -> float | N
     """:data:`STOP_TIMEOUT_ENV` as seconds, or ``None`` when it is not set.
 
     :raises ValueError: it is set to something other than a number of
-        seconds, 0 or more (the message names the variable).
+        seconds, 0 or more and at most
+        :data:`~sglang_backends.detection.MAX_TIMEOUT` (the message names
+        the variable).
     """
     value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV)
     if value is None:
@@ -82,8 +84,9 @@ def stop_timeout_override(environ: Mapping[str, str] | None = None) -> float | N
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not 0 <= seconds < float("inf"):
+    if not 0 <= seconds <= MAX_TIMEOUT:
         raise ValueError(
-            f"{STOP_TIMEOUT_ENV} must be a number of seconds, 0 or more; got {value!r}"
+            f"{STOP_TIMEOUT_ENV} must be a number of seconds, 0 or more and at most "
+            f"{MAX_TIMEOUT:g}; got {value!r}"
         )
     return seconds

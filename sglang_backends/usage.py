@@ -12,8 +12,10 @@ Internal module: its names may change between releases without notice.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import textwrap
+import traceback
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -24,9 +26,11 @@ from sglang_backends.settings import Settings
 
 __all__ = [
     "PROG",
+    "PrintableRecords",
     "conflict_warnings",
     "metadata_help",
     "printable",
+    "printable_traceback",
     "usage_line",
 ]
 
@@ -73,6 +77,31 @@ class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+class PrintableRecords(logging.Filter):
+    """A logging filter passing each message through :func:`printable`.
+
+    Log lines quote package metadata (a distribution's name, an entry point's
+    name or target, a version) and what plugins raised: whatever a handler
+    writes to a terminal goes through it. A traceback keeps its lines, each
+    escaped (see :func:`printable_traceback`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = printable(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = printable_traceback(record.exc_info[1]).rstrip("\n")
+        return True
+
+
+def printable_traceback(exc: BaseException | None) -> str:
+    """*exc*'s traceback as :func:`traceback.print_exception` writes it, each line escaped.
+
+    Its messages quote package metadata too; the lines stay lines.
+    """
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    return "".join(f"{printable(line)}\n" for line in lines)
 
 
 def usage_line() -> str:

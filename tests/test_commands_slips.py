@@ -204,6 +204,36 @@ def test_configuration_options_before_the_command_move_after_it(argv, expected):
     assert _config_options_after_command(argv) == expected
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-vv", "detect", "m", "--tp", "2", "--debug"],
+        ["--log-file", "L", "list", "-q", "--enable", "x"],
+        ["detect", "m", "--log-file=L", "--", "-v", "--debug"],
+        ["detect", "-f", "json", "m", "-x", "--y=1", "z", "-v", "-vx", "--verbose"],
+        ["check", "--log-file"],
+        ["check", "--log-file", "-v"],
+        ["list", "-qv", "-1", "-", "--debug=x", "--log-file=", "--version"],
+    ],
+)
+def test_global_options_are_read_as_cliffs_own_parser_reads_them(argv):
+    from cliff.app import App
+
+    from sglang_backends.commands.app import OperatorApp
+
+    app = OperatorApp()
+    plain = App.build_option_parser(app, "d", "1", {"allow_abbrev": False})
+
+    def outcome(parser):
+        try:
+            namespace, rest = parser.parse_known_args(argv)
+        except SystemExit as exc:
+            return exc.code
+        return vars(namespace), rest
+
+    assert outcome(app.parser) == outcome(plain)
+
+
 def test_global_configuration_reaches_detect_before_its_request(omni, tmp_path):
     path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
     result = run_cli(omni, "--config-file", str(path), "detect", "-f", "json", "/models/x")
@@ -245,7 +275,7 @@ def test_commands_use_no_argparse_or_cliff_internals_but_the_two_documented_ones
                 used = match.group(1) or match.group(2)
                 if used not in ours:
                     found[(name, used)] = number
-    assert set(found) == {("detect.py", "_option_string_actions")}
+    assert set(found) == {("_base.py", "_option_string_actions")}
     # The formatter hook is overridden by name (a def), not reached into.
     assert "def _load_formatter_plugins" in (Path(package.__file__).parent / "_base.py").read_text()
 

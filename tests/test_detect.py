@@ -144,3 +144,11 @@ def test_default_bound_follows_the_load_and_detect_timeouts(detectors, tmp_path)
     [line] = [line for line in result.stderr.splitlines() if "did not complete" in line]
     assert "did not finish within 11 s" in line
     assert "'frozen'" in line and "'omni'" not in line
+
+
+def test_a_request_longer_than_one_argument_may_be_reaches_the_worker(detectors):
+    # The job goes to the detecting process on stdin: one argument holds at most 128 KiB.
+    request = ["--option", "value"] * 20000
+    result = run_cli(detectors, "detect", "-f", "json", "/models/x", *request, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)[-1]["Verdict"] in ("fallback", "selected")

@@ -277,3 +277,43 @@ def test_outcome_does_not_depend_on_which_detector_finishes_first(
     ]
     with pytest.raises(AmbiguousDetectionError, match="matched this request: b, d\\."):
         registry.auto_detect(REQUEST)
+
+
+#: Two detectors: one rewrites the request it is handed, the other looks after it has.
+TAMPERING = """
+import threading
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+TAMPERED = threading.Event()
+SEEN = []
+
+def tamper(request):
+    object.__setattr__(request, "model_path", "tampered")
+    object.__setattr__(request, "argv", ("--tampered",))
+    TAMPERED.set()
+    return ServeBackendDetection.NO_MATCH
+
+def witness(request):
+    TAMPERED.wait(10)
+    SEEN.append((request.argv, request.model_path))
+    return ServeBackendDetection.NO_MATCH
+
+def tamperer():
+    return ServeBackend(api_version=1, run=print, detect=tamper)
+
+def witnesser():
+    return ServeBackend(api_version=1, run=print, detect=witness)
+"""
+
+
+def test_each_detector_gets_its_own_copy_of_the_request(site):
+    site.install(
+        "tampering-runtime",
+        entry_points={"tamper": "tampering:tamperer", "witness": "tampering:witnesser"},
+        modules={"tampering.py": TAMPERING},
+    )
+    request = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
+    report = ServeBackendRegistry(default_builtins()).explain(request)
+    assert report.selected == "llm"
+    assert __import__("tampering").SEEN == [(request.argv, "some/model")]
+    assert request == REQUEST  # the caller's, which the chosen backend gets, is untouched

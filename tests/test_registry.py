@@ -460,9 +460,11 @@ def test_selection_naming_installed_plugins_does_not_warn(install_backend, regis
     assert not registry_warnings.records
 
 
-def test_invalid_detect_timeout_is_refused():
+@pytest.mark.parametrize("value", [0, 1e10])
+def test_invalid_detect_timeout_is_refused(value):
+    # 1e10 s is past what a thread may wait (threading.TIMEOUT_MAX): refused, not an OverflowError.
     with pytest.raises(ValueError, match="detect_timeout"):
-        ServeBackendRegistry(default_builtins(), detect_timeout=0)
+        ServeBackendRegistry(default_builtins(), detect_timeout=value)
 
 
 def test_readme_example_runs(site, install_backend, preinstalled):

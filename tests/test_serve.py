@@ -102,6 +102,37 @@ def test_auto_detection_selects_and_logs(recorder, tmp_path):
     assert "INFO" in result.stderr and "'recorder' (from recorder-dist)" in result.stderr
 
 
+TAMPER = """
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def tamper(request):
+    object.__setattr__(request, "model_path", "tampered")
+    object.__setattr__(request, "argv", ("--tampered",))
+    object.__setattr__(request, "model_path_is_positional", False)
+    return ServeBackendDetection.NO_MATCH
+
+def factory():
+    return ServeBackend(api_version=1, run=print, detect=tamper)
+"""
+
+
+def test_a_detector_that_rewrites_its_request_does_not_change_the_backends(
+    recorder, site, tmp_path
+):
+    env, record = recorder
+    site.install(
+        "tamper-dist", entry_points={"tamper": "tamper:factory"}, modules={"tamper.py": TAMPER}
+    )
+    model = str(tmp_path / "recordable")
+    result = run_serve([model, "--port", "7"], env)
+    assert result.returncode == 0, result.stderr
+    assert read_json(record) == {
+        "argv": ["--model-path", model, "--port", "7"],
+        "model_path": model,
+        "model_path_is_positional": True,
+    }
+
+
 def test_debug_raises_the_log_level(recorder):
     env, _ = recorder
     quiet = run_serve(["m", "--model-type", "recorder"], env)

@@ -26,6 +26,7 @@ __all__ = [
     "Survey",
     "builtin_target",
     "model_type_problem",
+    "option_action",
     "printable",
     "summary_line",
     "warn_not_installed",
@@ -301,6 +302,17 @@ def model_type_problem(
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail. Available values: {', '.join(('auto', *builtins, *names))}"
     )
+
+
+def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
+    """The action of *parser*'s option string *name*, if it has one.
+
+    argparse has no public way to ask a parser whether a string is one of its
+    options, and cliff adds options of its own (-f, -c, --max-width, ...), so
+    this reads argparse's option table: the one private name the commands use.
+    """
+    table: dict[str, argparse.Action] = parser._option_string_actions
+    return table.get(name)
 
 
 def builtin_target(backend: Any) -> str:

@@ -83,7 +83,7 @@ def last_line(text: str) -> str:
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
-def _command(job: dict[str, Any]) -> list[str]:
+def _command() -> list[str]:
     """The worker's command line: this interpreter, with this process's exact ``sys.path``.
 
     ``python -m`` would put the current directory first on ``sys.path``, which
@@ -95,7 +95,7 @@ def _command(job: dict[str, Any]) -> list[str]:
         f"import sys; sys.path[:] = {list(sys.path)!r}; "
         "from sglang_backends.commands._worker import main; main()"
     )
-    return [sys.executable, "-c", code, json.dumps(job)]
+    return [sys.executable, "-c", code]
 
 
 def _read(stream: IO[bytes]) -> str:
@@ -115,14 +115,12 @@ def run_isolated(
     """
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(
-            _command(job),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
+        with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
+            given.write(json.dumps(job).encode())
+            given.seek(0)
+            process = subprocess.Popen(
+                _command(), stdin=given, stdout=out, stderr=err, env=env, start_new_session=True
+            )
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

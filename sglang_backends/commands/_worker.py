@@ -137,14 +137,18 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Read the job from argv, run it, write the result to the saved stdout."""
+    """Read the job from stdin, run it, write the result to the saved stdout.
+
+    stdin, not a command-line argument: one argument holds at most 128 KiB
+    on Linux, and a request (detect's) may be longer.
+    """
     from sglang_backends.processes import become_subreaper
 
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     become_subreaper()
-    result = run_job(json.loads(sys.argv[1]))
+    result = run_job(json.load(sys.stdin))
     _kill_descendants()
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(result, out)

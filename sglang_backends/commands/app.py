@@ -11,7 +11,8 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends.commands._base import SafeCommand
+from sglang_backends.commands._base import SafeCommand, option_action
+from sglang_backends.usage import PrintableRecords
 
 __all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
 
@@ -38,7 +39,7 @@ def _commands() -> dict[str, type[Command]]:
 COMMANDS = ("list", "show", "check", "detect")
 
 
-class _ConsoleFilter(logging.Filter):
+class _ConsoleFilter(PrintableRecords):
     """Escape control characters in messages (never tracebacks); show each message once.
 
     Package metadata is read more than once per command (cliff's formatters,
@@ -51,9 +52,7 @@ class _ConsoleFilter(logging.Filter):
         self._seen: set[tuple[int, str]] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from sglang_backends.commands._base import printable
-
-        record.msg, record.args = printable(record.getMessage()), None
+        super().filter(record)
         key = (record.levelno, record.msg)
         if key in self._seen:
             return False
@@ -98,6 +97,72 @@ def _config_options_after_command(argv: list[str]) -> list[str]:
     if command is None:
         return [*kept, *moved]  # no command: cliff reports what is wrong
     return [*kept, argv[command], *moved, *argv[command + 1 :]]
+
+
+def _short_cluster(parser: argparse.ArgumentParser, token: str) -> bool:
+    """Whether argparse reads *token* as a short option of *parser* and more (``-vv``, ``-vx``)."""
+    return (
+        len(token) > 2
+        and token[0] == "-"
+        and token[1] != "-"
+        and option_action(parser, token[:2]) is not None
+    )
+
+
+class _GlobalOptions(argparse.ArgumentParser):
+    """cliff's global options, read from the whole command line in linear time.
+
+    cliff reads its global options anywhere on the command line, a detect
+    request included; argparse before 3.13 rescans every option-like string
+    for each one it meets, O(N²) over the line. Only the strings that are
+    global options (with their values) reach argparse here; every other
+    string is returned as it came, in order, as argparse would.
+    """
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if args is None:
+            return super().parse_known_args(args, namespace)
+        args = list(args)
+        mine: list[str] = []
+        rest: list[str] = []
+        index = 0
+        while index < len(args):
+            token = args[index]
+            if token == "--":  # argparse reads no option after it
+                rest += args[index:]
+                break
+            name, sep, _ = token.partition("=")
+            action = option_action(self, name) if token.startswith("-") else None
+            if action is not None:
+                mine.append(token)
+                if not sep and action.nargs is None:  # --log-file FILE
+                    mine += args[index + 1 : index + 2]
+                    index += 1
+            elif _short_cluster(self, token):
+                mine.append(token)
+            else:
+                rest.append(token)
+            index += 1
+        namespace, extras = super().parse_known_args(mine, namespace)
+        if extras:  # read otherwise than this scan assumed: let argparse read it all
+            return super().parse_known_args(args, namespace)
+        return namespace, rest
+
+
+class _Commands(CommandManager):
+    """The commands, found by the first word of the command line only.
+
+    cliff's own search tries every leading run of words as a command name,
+    joining each, O(N²) over a long command line; every command here is one
+    word. Anything else, an unknown command included, is cliff's to report.
+    """
+
+    def find_command(self, argv: list[str]) -> tuple[type[Command], str, list[str]]:
+        try:
+            command, name, _ = super().find_command(argv[:1])
+        except ValueError:
+            return super().find_command(argv)
+        return command, name, argv[1:]
 
 
 class Help(SafeCommand, HelpCommand):
@@ -150,7 +215,7 @@ class OperatorApp(App):
         # No namespace: cliff would read every installed entry point through
         # stevedore's cache, and one malformed entry_points.txt of an unrelated
         # package would break every command. The commands are added by name.
-        manager = CommandManager(None)
+        manager = _Commands(None)
         super().__init__(
             description=_DESCRIPTION,
             version=_version(),
@@ -176,7 +241,14 @@ class OperatorApp(App):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         kwargs.setdefault("prog", self.NAME)
         kwargs.setdefault("allow_abbrev", False)
-        return super().build_option_parser(description, version, kwargs)
+        cliffs = super().build_option_parser(description, version, kwargs)
+        # The same options in a parser that reads them in linear time (argparse's ``parents``).
+        return _GlobalOptions(
+            parents=[cliffs],
+            description=cliffs.description,
+            add_help=False,
+            **kwargs,
+        )
 
     def run(self, argv: list[str]) -> int:
         """Run the command line; ``--config-file``/``--config-dir`` may precede the command.

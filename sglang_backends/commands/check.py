@@ -9,6 +9,7 @@ from typing import Any
 from cliff.lister import Lister
 
 from sglang_backends.commands._base import SelectionOptions
+from sglang_backends.detection import MAX_TIMEOUT
 from sglang_backends.usage import printable
 
 __all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
@@ -23,8 +24,10 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
+    if not 0 < value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be greater than 0 and at most {MAX_TIMEOUT:g}: {text!r}"
+        )
     return value
 
 

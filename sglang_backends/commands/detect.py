@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions
+from sglang_backends.commands._base import SelectionOptions, option_action
 from sglang_backends.commands.check import _positive
 
 __all__ = ["COLUMNS", "DetectBackend"]
@@ -29,7 +29,7 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
         if token == "--":
             return args
         name, sep, _ = token.partition("=")
-        action = _own_option(parser, name) if token.startswith("-") else None
+        action = option_action(parser, name) if token.startswith("-") else None
         if action is None:
             return [*args[:index], "--", *args[index:]]
         if sep:
@@ -41,17 +41,6 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
         else:
             index += 1
     return args
-
-
-def _own_option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
-    """The action of *parser*'s option string *name*, if it has one.
-
-    argparse has no public way to ask a parser whether a string is one of its
-    options, and cliff adds options of its own (-f, -c, --max-width, ...), so
-    this reads argparse's option table: the one private name detect uses.
-    """
-    table: dict[str, argparse.Action] = parser._option_string_actions
-    return table.get(name)
 
 
 #: Seconds the detecting process gets beyond ``load_timeout + detect_timeout``

@@ -1,0 +1,91 @@
+"""Terminal escapes and bidi overrides in plugin metadata never reach a terminal raw.
+
+A real installed distribution whose name, version and entry point names carry
+an escape sequence and a right-to-left override; every line serve, the
+supervisor and the operator commands write about it must show them escaped.
+"""
+
+from __future__ import annotations
+
+import pytest
+from clitools import run_cli
+from servetools import run_serve
+
+#: A distribution name that recolours the terminal and reverses what follows.
+EVIL = "evil\x1b[31m\u202eexe.txt"
+ESCAPED = "evil\\x1b[31m\\u202eexe.txt"
+RAW = ("\x1b", "\u202e")
+
+PLUGIN = """
+import os
+import signal
+
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+
+def run(request):
+    if request.model_path == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def detect(request):
+    if request.model_path == "claim-me":
+        return ServeBackendDetection.MATCH
+    return ServeBackendDetection.UNKNOWN
+
+
+def factory():
+    return ServeBackend(api_version=1, run=run, detect=detect)
+"""
+
+
+@pytest.fixture
+def evil(site):
+    site.install(
+        EVIL,
+        version="6.6\x1b[0m",
+        entry_points={"evil": "evil_plugin:factory", "broken\x1b[2J": "evil_missing:factory"},
+        modules={"evil_plugin.py": PLUGIN},
+    )
+    return site
+
+
+def assert_escaped(text: str) -> None:
+    assert not [c for c in RAW if c in text], text
+    assert ESCAPED in text, text
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "phrase"),
+    [
+        (["m", "--model-type", "evil"], 0, "Using serve backend 'evil'"),
+        (["claim-me"], 0, "Selected serve backend 'evil'"),
+        (["claim-me"], 0, "Skipping automatic detection for serve backend 'broken\\x1b[2J'"),
+        (["die", "--model-type", "evil"], 137, "was killed by SIGKILL"),
+        (["--debug", "m", "--model-type", "broken\x1b[2J"], 1, "BackendLoadError: Failed"),
+    ],
+    ids=["using", "selected", "skipping", "supervisor-error", "debug-traceback"],
+)
+def test_serve_and_its_supervisor_escape_plugin_metadata(evil, args, status, phrase):
+    result = run_serve(args, evil.environ(), timeout=60)
+    assert result.returncode == status, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if phrase in line]
+    assert_escaped(line)
+    assert not [c for c in RAW if c in result.stderr + result.stdout]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("list",),
+        ("show", "evil"),
+        ("check", "--timeout", "20"),
+        ("detect", "claim-me"),
+    ],
+)
+def test_the_commands_escape_plugin_metadata(evil, command):
+    name, *rest = command
+    result = run_cli(evil, name, "-f", "table", *rest, timeout=60)
+    assert result.returncode in (0, 1), result.stderr
+    assert_escaped(result.stdout)
+    assert not [c for c in RAW if c in result.stdout + result.stderr]

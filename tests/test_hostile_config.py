@@ -1,0 +1,190 @@
+"""Configuration that fights back: pipes, unreadable files and directories, huge timeouts."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from clitools import CLI, clean_environ, run_cli
+from servetools import RECORDER, read_json, run_serve
+
+
+@pytest.fixture
+def recorder(site, tmp_path):
+    """The recording plugin installed; returns (environ, record file)."""
+    site.install(
+        "recorder-dist",
+        entry_points={"recorder": "recorder_plugin:recorder"},
+        modules={"recorder_plugin.py": RECORDER},
+    )
+    record = tmp_path / "record.json"
+    env = site.environ()
+    env["SERVE_RECORD"] = str(record)
+    return env, record
+
+
+def feed(path, text: str) -> threading.Thread:
+    """Write *text* into the FIFO at *path* once, when a reader opens it."""
+
+    def write() -> None:
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_fifo_given_as_the_configuration_file_is_read_once(recorder, tmp_path):
+    env, record = recorder
+    fifo = tmp_path / "serve.conf"
+    os.mkfifo(fifo)
+    # An unknown option too: checking for one read the file a second time, which waited
+    # for a second writer that never comes.
+    writer = feed(fifo, "[serve_backends]\nmodel_type = recorder\nmodel_typo = x\n")
+    result = run_serve(["--config-file", str(fifo), "m"], env, timeout=30)
+    writer.join(5)
+    assert result.returncode == 0, result.stderr
+    assert "Using serve backend 'recorder'" in result.stderr
+    assert "unknown option 'model_typo'" in result.stderr and str(fifo) in result.stderr
+    assert read_json(record)["model_path"] == "m"
+
+
+def test_an_invalid_value_is_quoted_from_what_was_read(recorder, tmp_path):
+    env, record = recorder
+    fifo = tmp_path / "serve.conf"
+    os.mkfifo(fifo)
+    writer = feed(fifo, "[serve_backends]\ndetect_timeout = soon\n")
+    result = run_serve(["--config-file", str(fifo), "m"], env, timeout=30)
+    writer.join(5)
+    assert result.returncode == 2, result.stderr
+    [line] = result.error_lines
+    assert f"Invalid value 'soon' for option [serve_backends] detect_timeout in {fifo}" in line
+    assert not record.exists()
+
+
+def test_a_fifo_in_a_configuration_directory_is_an_error_not_a_wait(recorder, tmp_path):
+    env, record = recorder
+    directory = tmp_path / "conf.d"
+    directory.mkdir()
+    os.mkfifo(directory / "deny.conf")  # no writer will ever come
+    result = run_serve(["--config-dir", str(directory), "m", "--model-type", "recorder"], env)
+    assert result.returncode == 2, result.stderr
+    [line] = result.error_lines
+    assert f"{directory / 'deny.conf'} is not a regular file" in line
+    assert not record.exists()
+
+
+def test_an_endless_configuration_file_is_refused(recorder):
+    env, record = recorder
+    result = run_serve(["--config-file", "/dev/zero", "m", "--model-type", "recorder"], env)
+    assert result.returncode == 2, result.stderr
+    [line] = result.error_lines
+    assert "/dev/zero is larger than 1 MiB" in line
+    assert not record.exists()
+
+
+@functools.cache
+def _unprivileged() -> tuple[str, ...]:
+    """A command prefix under which file permissions apply, or skip.
+
+    As root, ``setpriv`` drops the capabilities that bypass file permissions
+    (so a ``chmod 000`` holds) while the interpreter, which may live in a
+    directory only root reads, stays reachable.
+    """
+    if os.geteuid() != 0:
+        return ()
+    prefix = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
+    try:
+        probe = subprocess.run(
+            [*prefix, sys.executable, "-c", "import sglang_backends"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        probe = None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("cannot run without the capability to bypass file permissions")
+    return prefix
+
+
+def run_unprivileged(env, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_unprivileged(), CLI, *args],
+        env=clean_environ(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("what", ["directory", "file in directory", "file"])
+def test_an_unreadable_deny_list_stops_serve_and_names_it(recorder, tmp_path, what):
+    env, record = recorder
+    directory = tmp_path / "conf.d"
+    directory.mkdir()
+    deny = directory / "deny.conf"
+    deny.write_text("[serve_backends]\ndisabled_backends = recorder\n")
+    locked = {"directory": directory, "file in directory": deny, "file": deny}[what]
+    option = ["--config-file", str(deny)] if what == "file" else ["--config-dir", str(directory)]
+    locked.chmod(0)
+    try:
+        result = run_unprivileged(env, "serve", *option, "m", "--model-type", "recorder")
+    finally:
+        locked.chmod(0o755)
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "error" in line]
+    assert f"{locked} is not readable: Permission denied" in line
+    assert "Traceback" not in result.stderr
+    assert not record.exists()  # the plugin the unread list disables never ran
+
+
+def test_an_unreadable_configuration_directory_stops_the_commands_too(recorder, tmp_path):
+    env, _ = recorder
+    directory = tmp_path / "conf.d"
+    directory.mkdir()
+    directory.chmod(0)
+    try:
+        result = run_unprivileged(env, "list", "--config-dir", str(directory))
+    finally:
+        directory.chmod(0o755)
+    assert result.returncode == 2, result.stderr
+    assert f"Configuration directory {directory} is not readable" in result.stderr
+    assert "recorder" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "option", ["detect_timeout = 1e10", "load_timeout = 1e300", "stop_timeout = 9223372037"]
+)
+def test_a_timeout_past_what_the_platform_waits_is_refused_in_one_line(recorder, tmp_path, option):
+    env, record = recorder
+    path = tmp_path / "serve.conf"
+    path.write_text(f"[serve_backends]\n{option}\n")
+    result = run_serve(["--config-file", str(path), "m"], env)
+    assert result.returncode == 2, result.stderr
+    [line] = result.error_lines
+    name, _, value = option.partition(" = ")
+    assert f"Invalid value '{value}' for option [serve_backends] {name} in {path}" in line
+    assert "less than or equal to 1e+09" in line
+    assert "Traceback" not in result.stderr and not record.exists()
+
+
+def test_a_stop_timeout_variable_past_the_bound_is_refused(recorder):
+    env, _ = recorder
+    env["SGLANG_BACKENDS_STOP_TIMEOUT"] = "1e10"
+    result = run_serve(["m", "--model-type", "recorder"], env)
+    assert result.returncode == 2, result.stderr
+    [line] = result.error_lines
+    assert "SGLANG_BACKENDS_STOP_TIMEOUT" in line and "at most 1e+09" in line
+
+
+def test_detect_refuses_a_timeout_past_the_bound(site):
+    result = run_cli(site, "detect", "--detect-timeout", "1e10", "m", timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "at most 1e+09" in result.stderr and "Traceback" not in result.stderr
