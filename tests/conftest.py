@@ -11,7 +11,6 @@ import pytest
 
 from sglang_backends.testing import PluginSite
 
-
 #: Signals whose inherited disposition would change what the tests observe.
 _RESET_SIGNALS = ("SIGHUP", "SIGTERM", "SIGQUIT", "SIGCHLD", "SIGUSR1", "SIGUSR2")
 
