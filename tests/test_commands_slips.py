@@ -107,7 +107,8 @@ def test_command_line_model_type_errors_stay_as_sglang_words_them(omni, tmp_path
         served = run_serve([*args, "--model-type", "ehco"], omni.environ())
         assert served.returncode == 2
         [line] = served.error_lines
-        assert "Unknown serve backend 'ehco'. Available values: auto, llm" in line
+        assert "Unknown serve backend 'ehco'" in line
+        assert "Available values: auto, llm" in line
         assert "model_type in" not in line
 
 
@@ -264,3 +265,102 @@ def test_serve_help_escapes_control_characters_in_metadata(site):
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "from evil\\x1b]0;x\\x07-runtime 1\\x1b[2J" in result.stdout
+
+
+# -- names: did you mean, and one exit status ------------------------------------
+
+
+def test_a_mistyped_backend_name_gets_the_closest_name_and_status_2_everywhere(omni, tmp_path):
+    """serve, show and check answer a slip alike; list and detect warn about it."""
+    served = run_serve(["m", "--model-type", "omin"], omni.environ())
+    shown = run_cli(omni, "show", "omin")
+    checked = run_cli(omni, "check", "omin")
+    for result, lines in (
+        (served, served.error_lines),
+        (shown, shown.stderr.strip().splitlines()),
+        (checked, checked.stderr.strip().splitlines()),
+    ):
+        assert result.returncode == 2, result.stderr
+        [line] = lines
+        assert "'omin'; did you mean 'omni'?" in line
+        assert "Traceback" not in result.stderr
+    far = run_cli(omni, "show", "zzzzzz")
+    assert far.returncode == 2
+    assert "did you mean" not in far.stderr
+    assert "Unknown serve backend 'zzzzzz'. Available values: auto, llm" in far.stderr
+    path = conf(tmp_path, "[serve_backends]\nmodel_type = omin\n")
+    for command in ("list", "detect"):
+        for args in (["--config-file", str(path)], ["--enable", "omin"]):
+            result = run_cli(omni, command, *args)
+            warned = [line for line in result.stderr.splitlines() if "'omin'" in line]
+            assert len(warned) == 1, result.stderr
+            assert "did you mean 'omni'?" in warned[0]
+    [builtin] = run_cli(omni, "check", "dfiffusion").stderr.strip().splitlines()
+    assert "did you mean 'diffusion'?" in builtin
+
+
+ARGV_RECORDER = """
+import argparse
+from sglang_backends import ServeBackend
+
+def run(request):
+    parser = argparse.ArgumentParser(prog="strict")
+    parser.add_argument("--model-path")
+    parser.add_argument("--port")
+    parser.parse_args(list(request.argv))
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+
+def test_serves_own_options_after_the_model_get_the_corrected_command(site):
+    site.install(
+        "strict-runtime",
+        entry_points={"strict": "strict_plugin:factory"},
+        modules={"strict_plugin.py": ARGV_RECORDER},
+    )
+    env = site.environ()
+    args = ["/m", "--model-type", "strict", "--port", "1", "--debug", "--config-dir=/etc/x"]
+    result = run_serve(args, env)
+    assert result.returncode == 2
+    assert "unrecognized arguments: --debug --config-dir=/etc/x" in result.stderr
+    [note] = [line for line in result.stderr.splitlines() if "note:" in line]
+    assert note == (
+        "sglang-backends serve: note: serve's own options go before the model; if they were "
+        "meant for serve, run: sglang-backends serve --debug --config-dir=/etc/x /m --port 1 "
+        "--model-type strict"
+    )
+    # Any other refusal, or serve's options where they belong: no note.
+    for args in (["/m", "--model-type", "strict", "--nope"], ["--debug", "/m", "--nope"]):
+        other = run_serve([*args, "--model-type", "strict"], env)
+        assert other.returncode == 2
+        assert "note:" not in other.stderr
+
+
+def test_the_llm_fallback_without_sglang_says_first_why_nothing_claimed_the_model(omni, tmp_path):
+    """A disabled plugin, or a path that does not exist, comes before the install hint."""
+    from sglang_backends.host import sglang_installed
+
+    if sglang_installed():
+        pytest.skip("SGLang is installed here: llm runs")
+    env = omni.environ()
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    disabled = run_serve(["--config-file", str(path), str(model)], env)
+    missing = run_serve([str(tmp_path / "no-such-model")], env)
+    for result in (disabled, missing):
+        assert result.returncode == 1
+        [line] = result.error_lines
+        assert line.startswith(
+            "sglang-backends serve: error: Automatic detection fell back to 'llm': "
+        )
+        assert line.endswith("install it with: pip install sglang")
+    assert (
+        f"plugin 'omni' from omni-runtime is disabled by [serve_backends] disabled_backends, "
+        f"set in {path}, so it was not asked" in disabled.error_lines[0]
+    )
+    assert (
+        f"the model path '{tmp_path / 'no-such-model'}' does not exist" in (missing.error_lines[0])
+    )

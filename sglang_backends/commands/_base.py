@@ -18,6 +18,7 @@ from sglang_backends.usage import printable
 
 __all__ = [
     "CONFIG_HELP",
+    "EXIT_USAGE",
     "HUMAN_FORMATS",
     "SafeCommand",
     "SafeDisplay",
@@ -41,6 +42,9 @@ configuration:
   --enable/--disable override both. A misspelt option, group or variable is
   a warning. Exit status 2 means the configuration is invalid.
 """
+
+#: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
+EXIT_USAGE = 2
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
 HUMAN_FORMATS = frozenset({"table", "value", "csv"})
@@ -184,15 +188,23 @@ class SelectionOptions(SafeDisplay):
     failed = False
 
     def run(self, parsed_args: argparse.Namespace) -> int:
+        """Run the command; exit status 2 for a usage slip, 1 if its output reports a failure.
+
+        A usage slip is invalid configuration or a backend name nothing
+        provides: the same status ``serve`` gives, so that scripts can tell a
+        typo from a broken plugin.
+        """
+        from sglang_backends.errors import UnknownBackendError
+
         self.failed = False
         try:
             status = super().run(parsed_args)
-        except ConfigurationError as exc:
+        except (ConfigurationError, UnknownBackendError) as exc:
             if self.app_args is not None and self.app_args.debug:
                 self.app.LOG.exception(exc)
             else:
                 self.app.LOG.error("%s", exc)
-            return 2
+            return EXIT_USAGE
         return status or (1 if self.failed else 0)
 
     def survey(self, parsed_args: argparse.Namespace) -> Survey:
@@ -296,10 +308,13 @@ def model_type_problem(
             f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
             "it until the enabled/disabled lists allow it"
         )
+    from sglang_backends.errors import did_you_mean
+
     names = sorted({r.plugin.name for r in records if r.status in usable})
+    values = ("auto", *builtins, *names)
     return (
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
-        f"fail. Available values: {', '.join(('auto', *builtins, *names))}"
+        f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
     )
 
 

@@ -70,7 +70,7 @@ class CheckBackends(SelectionOptions, Lister):
     Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
 
     A NAME that no installed plugin provides ends the command with one line
-    on stderr and exit status 1.
+    on stderr (with the closest name, if one is close) and exit status 2.
 
     Examples::
 
@@ -222,7 +222,7 @@ def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
     from sglang_backends.discovery import normalize_distribution, split_qualified_name
-    from sglang_backends.errors import UnknownBackendError
+    from sglang_backends.errors import UnknownBackendError, did_you_mean
     from sglang_backends.host import default_builtins
 
     if not names:
@@ -241,10 +241,11 @@ def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
             )
         ]
         if not found and not (dist is None and plain in default_builtins()):
+            known = sorted({*default_builtins(), *(r.plugin.name for r in records)})
             installed = ", ".join(sorted({r.plugin.name for r in records})) or "none"
             raise UnknownBackendError(
-                f"No installed plugin provides serve backend {name!r}; installed plugins: "
-                f"{installed}. 'sglang-backends list' shows every backend.",
+                f"No installed plugin provides serve backend {name!r}{did_you_mean(name, known)} "
+                f"Installed plugins: {installed}. 'sglang-backends list' shows every backend.",
                 name=name,
             )
         chosen += [r for r in found if r not in chosen]

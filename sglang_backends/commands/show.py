@@ -50,8 +50,9 @@ class ShowBackend(SelectionOptions, ShowOne):
       Load seconds
           time to import the plugin and call its factory
 
-    An unknown, disabled or duplicate name, or a plugin that fails to load,
-    gives one line on stderr and exit status 1 (2 for bad configuration).
+    An unknown name gives one line on stderr (with the closest name, if one
+    is close) and exit status 2, as bad configuration does; a disabled or
+    duplicate name, or a plugin that fails to load, one line and exit status 1.
     A built-in (llm, diffusion) on a machine without SGLang is shown, with a
     warning that serving with it fails until SGLang is installed, and exit
     status 1.
