@@ -158,7 +158,8 @@ def test_check_reports_every_failure_and_survives_them(zoo, preinstalled):
             assert f"{name}-runtime" in row["Detail"] or row["Result"] == "timeout"
     assert len(by_name["twin"]) == 2
     builtins = [r for r in checked if r["Origin"] == "built-in"]
-    assert [(r["Name"], r["Result"]) for r in builtins] == [("llm", "ok"), ("diffusion", "ok")]
+    assert [r["Name"] for r in builtins] == ["llm", "diffusion"]
+    assert all(r["Result"] == "ok" or r["Result"].startswith("needs SGLang") for r in builtins)
     assert_nothing_left(zoo)  # not even the interpreter that imported the hanging plugin
 
 

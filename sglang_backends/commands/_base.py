@@ -18,6 +18,7 @@ from sglang_backends.usage import printable
 
 __all__ = [
     "CONFIG_HELP",
+    "ENABLED",
     "EXIT_USAGE",
     "HUMAN_FORMATS",
     "SafeCommand",
@@ -25,6 +26,7 @@ __all__ = [
     "Selection",
     "SelectionOptions",
     "Survey",
+    "builtin_status",
     "builtin_target",
     "model_type_problem",
     "printable",
@@ -316,6 +318,24 @@ def model_type_problem(
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
     )
+
+
+#: A backend that may be used.
+ENABLED = "enabled"
+
+
+def builtin_status(name: str) -> str:
+    """How ``list``, ``show`` and ``check`` all show built-in *name*: usable, or what it needs.
+
+    The built-ins run SGLang's servers; without SGLang they are installed
+    but cannot serve. Every command says so with the same words, and none
+    fails for it (SGLang is optional: plugins serve without it).
+    """
+    from sglang_backends.host import INSTALL_COMMANDS, sglang_installed
+
+    if name not in INSTALL_COMMANDS or sglang_installed():
+        return ENABLED
+    return f"needs SGLang ({INSTALL_COMMANDS[name]})"
 
 
 def builtin_target(backend: Any) -> str:

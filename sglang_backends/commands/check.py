@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions
+from sglang_backends.commands._base import ENABLED, SelectionOptions, builtin_status
 
 __all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
 
@@ -66,6 +66,9 @@ class CheckBackends(SelectionOptions, Lister):
           the interpreter died while loading (abort, os._exit, segfault)
       skipped
           disabled by configuration or --enable/--disable; not loaded
+      needs SGLang
+          a built-in on a machine without SGLang (as list and show say):
+          serving with it fails until SGLang is installed; not a failure
 
     Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
 
@@ -156,9 +159,11 @@ class CheckBackends(SelectionOptions, Lister):
             )
         )
 
-        rows: list[tuple[Any, ...]] = [
-            (name, "built-in", None, None, "ok", 0.0, "built-in; not loaded") for name in builtins
-        ]
+        rows: list[tuple[Any, ...]] = []
+        for name in builtins:
+            status = builtin_status(name)
+            result = "ok" if status == ENABLED else status
+            rows.append((name, "built-in", None, None, result, 0.0, "built-in; not loaded"))
         for record in records:
             plugin = record.plugin
             head = (plugin.name, "plugin", plugin.distribution, plugin.version)
