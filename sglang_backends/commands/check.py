@@ -162,8 +162,8 @@ class CheckBackends(SelectionOptions, Lister):
         rows: list[tuple[Any, ...]] = []
         for name in builtins:
             status = builtin_status(name)
-            result = "ok" if status == ENABLED else status
-            rows.append((name, "built-in", None, None, result, 0.0, "built-in; not loaded"))
+            outcome = "ok" if status == ENABLED else status
+            rows.append((name, "built-in", None, None, outcome, 0.0, "built-in; not loaded"))
         for record in records:
             plugin = record.plugin
             head = (plugin.name, "plugin", plugin.distribution, plugin.version)
