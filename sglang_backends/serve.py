@@ -393,6 +393,9 @@ def _serve(host: HostOptions) -> int:
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             announce(description)
+            from sglang_backends.titles import take_role
+
+            take_role(f"backend {registered.name}")
             return _run(description, registered, request)
 
         return _guarded(
