@@ -67,7 +67,7 @@ from sglang_backends.settings import (
     configuration_in_environment,
     stop_timeout_override,
 )
-from sglang_backends.usage import PROG, metadata_help, printable, usage_line
+from sglang_backends.usage import LOG_FORMAT, PROG, metadata_help, printable, usage_line
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -93,7 +93,7 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     logger = logging.getLogger("sglang_backends")
     saved = (logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False

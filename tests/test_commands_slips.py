@@ -364,3 +364,15 @@ def test_the_llm_fallback_without_sglang_says_first_why_nothing_claimed_the_mode
     assert (
         f"the model path '{tmp_path / 'no-such-model'}' does not exist" in (missing.error_lines[0])
     )
+
+
+def test_a_warning_reads_the_same_from_serve_and_the_operator_commands(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\nmodel_typ = omni\n[serve_backend]\nx = 1\n")
+    served = run_serve(["--config-file", str(path), "--help"], omni.environ())
+    assert served.returncode == 0, served.stderr
+    warnings = [line for line in served.stderr.splitlines() if line.startswith("Ignoring unknown")]
+    assert len(warnings) == 2, served.stderr
+    for command, *rest in (["list"], ["show", "omni"], ["check", "omni"], ["detect", "/m"]):
+        result = run_cli(omni, command, "--config-file", str(path), *rest)
+        assert result.returncode == 0, result.stderr
+        assert [line for line in result.stderr.splitlines() if "unknown" in line] == warnings

@@ -12,6 +12,7 @@ from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
 from sglang_backends.commands._base import SafeCommand
+from sglang_backends.usage import LOG_FORMAT
 
 __all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
 
@@ -145,6 +146,8 @@ class OperatorApp(App):
 
     NAME = "sglang-backends"
     LOG = logging.getLogger(NAME)
+    #: Warnings look the same from every command, serve included.
+    CONSOLE_MESSAGE_FORMAT = LOG_FORMAT
 
     def __init__(self) -> None:
         # No namespace: cliff would read every installed entry point through
