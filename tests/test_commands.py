@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from clitools import imported_by, run_cli
@@ -183,3 +184,17 @@ def test_commands_package_imports_no_cliff_until_main():
     loaded, out = imported_by("import sglang_backends.commands", ("cliff",))
     assert out.returncode == 0, out.stderr
     assert loaded == []
+
+
+def test_top_level_help_lists_every_command_once_serve_included(site):
+    result = run_cli(site, "--help")
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split("\nCommands:\n", 1)[1].splitlines()
+    names = [line.split()[0] for line in listed if line.startswith("  ")]
+    assert sorted(names) == ["check", "complete", "detect", "help", "list", "serve", "show"]
+    for name in ("serve", "list", "show", "check", "detect"):
+        # Named once as a command: the description does not list them again.
+        assert len(re.findall(rf"^  {name} ", result.stdout, re.M)) == 1, name
+    bare = run_cli(site)
+    assert bare.stdout.count("Commands") == 1
+    assert "serve" in bare.stdout.split("Commands", 1)[1]
