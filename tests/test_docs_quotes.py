@@ -1,0 +1,68 @@
+"""The configuration warnings the README and the guides quote are what the program prints.
+
+Each quoted ``Ignoring ...`` line is reproduced: the same slip (an option,
+a group or a variable) is given to the real console script, and its
+warning, with the test's file path replaced by the quoted one, must be the
+quoted line, option lists included.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from clitools import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = ("README.md", "doc/source/user/operators.rst", "doc/source/install.rst")
+
+_OPTION = re.compile(
+    r"Ignoring unknown option '(?P<name>[^']+)' in \[serve_backends\] of (?P<path>\S+);"
+)
+_GROUP = re.compile(r"Ignoring unknown group \[(?P<name>[^\]]+)\] in (?P<path>\S+);")
+_VARIABLE = re.compile(r"Ignoring unknown environment variable (?P<name>OS_SERVE_BACKEND\w*)")
+
+
+def _quoted() -> list[tuple[str, str]]:
+    """Every quoted warning line, with the document it is in."""
+    lines = []
+    for document in DOCUMENTS:
+        for line in (ROOT / document).read_text(encoding="utf-8").splitlines():
+            if line.strip().startswith("Ignoring unknown"):
+                lines.append((document, line.strip()))
+    return lines
+
+
+def test_the_documents_quote_each_kind_of_slip():
+    kinds = {
+        kind
+        for _, line in _quoted()
+        for kind, pattern in (("option", _OPTION), ("group", _GROUP), ("variable", _VARIABLE))
+        if pattern.match(line)
+    }
+    assert kinds == {"option", "group", "variable"}
+
+
+@pytest.mark.parametrize(("document", "line"), _quoted(), ids=lambda value: value[:40])
+def test_a_quoted_warning_is_what_the_program_prints(site, tmp_path, document, line):
+    conf = tmp_path / "quoted.conf"
+    env: dict[str, str] = {}
+    quoted_path = None
+    if match := _OPTION.match(line):
+        conf.write_text(f"[serve_backends]\n{match['name']} = x\n")
+        quoted_path = match["path"]
+    elif match := _GROUP.match(line):
+        conf.write_text(f"[{match['name']}]\nx = 1\n")
+        quoted_path = match["path"]
+    elif match := _VARIABLE.match(line):
+        conf.write_text("[serve_backends]\n")
+        env[match["name"]] = "x"
+    else:
+        pytest.fail(f"{document} quotes a warning this test cannot reproduce: {line}")
+    result = run_cli(site, "list", "--config-file", str(conf), env=env)
+    assert result.returncode == 0, result.stderr
+    printed = [p for p in result.stderr.splitlines() if p.startswith("Ignoring unknown")]
+    if quoted_path is not None:
+        printed = [p.replace(str(conf), quoted_path) for p in printed]
+    assert printed == [line], document
