@@ -66,3 +66,13 @@ def test_a_quoted_warning_is_what_the_program_prints(site, tmp_path, document, l
     if quoted_path is not None:
         printed = [p.replace(str(conf), quoted_path) for p in printed]
     assert printed == [line], document
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run runs the tox environments the README's test command names, no more, no less."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [command] = re.findall(r"^pip install tox && tox -e (\S+)$", readme, re.M)
+    [ran] = re.findall(r"^python3 -m tox -e (\S+)$", (ROOT / ".ci" / "run").read_text(), re.M)
+    assert ran == command
+    install = (ROOT / "doc" / "source" / "install.rst").read_text(encoding="utf-8")
+    assert f"pip install tox && tox -e {command}" in install
