@@ -1,9 +1,11 @@
-"""The configuration warnings the README and the guides quote are what the program prints.
+"""The warnings the README and the guides quote are what the program prints.
 
-Each quoted ``Ignoring ...`` line is reproduced: the same slip (an option,
-a group or a variable) is given to the real console script, and its
-warning, with the test's file path replaced by the quoted one, must be the
-quoted line, option lists included.
+Each quoted configuration warning (``Ignoring ...``, a list or
+``model_type`` naming what is not installed, a check of an unknown name)
+is reproduced: the same slip is given to the real console script, with the
+plugins the line names installed, and its warning, with the test's file
+path replaced by the quoted one, must be the quoted line, option and
+plugin lists included.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ _GROUP = re.compile(r"Ignoring unknown group \[(?P<name>[^\]]+)\] in (?P<path>\S
 _VARIABLE = re.compile(r"Ignoring unknown environment variable (?P<name>OS_SERVE_BACKEND\w*)")
 
 
-def _quoted() -> list[tuple[str, str]]:
-    """Every quoted warning line, with the document it is in."""
+def _quoted(*starts: str) -> list[tuple[str, str]]:
+    """Every quoted line starting with one of *starts*, with the document it is in."""
     lines = []
     for document in DOCUMENTS:
         for line in (ROOT / document).read_text(encoding="utf-8").splitlines():
-            if line.strip().startswith("Ignoring unknown"):
+            if line.strip().startswith(starts or ("Ignoring unknown",)):
                 lines.append((document, line.strip()))
     return lines
 
@@ -76,3 +78,67 @@ def test_ci_runs_the_readme_test_command():
     assert ran == command
     install = (ROOT / "doc" / "source" / "install.rst").read_text(encoding="utf-8")
     assert f"pip install tox && tox -e {command}" in install
+
+
+GOOD = """
+from sglang_backends import ServeBackend
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+_NOT_INSTALLED = re.compile(
+    r"Serve backend '(?P<name>[^']+)' in the (?P<list>enabled|disabled) list is not installed"
+    r".* Installed plugins: (?P<plugins>[^(]+) \(check \[serve_backends\] \w+, set in "
+    r"(?P<path>\S+)\)$"
+)
+_MODEL_TYPE = re.compile(
+    r"model_type '(?P<name>[^']+)' \(\[serve_backends\] model_type, set in (?P<path>\S+)\) "
+    r"names no installed serve backend; .* Available values: auto, llm, diffusion, "
+    r"(?P<plugins>.+)$"
+)
+_CHECKED = re.compile(
+    r"No installed plugin provides serve backend '(?P<name>[^']+)'.* Installed plugins: "
+    r"(?P<plugins>[^.]+)\."
+)
+
+
+@pytest.mark.parametrize(
+    ("document", "line"),
+    [
+        (document, line)
+        for document, line in _quoted("Serve backend '", "model_type '", "No installed plugin")
+        if "Serve backend '" not in line or "list is not installed" in line
+    ],
+    ids=lambda value: value[:40],
+)
+def test_a_quoted_name_warning_is_what_the_program_prints(
+    site, tmp_path, preinstalled, document, line
+):
+    conf = tmp_path / "quoted.conf"
+    quoted_path = None
+    if match := _NOT_INSTALLED.match(line):
+        option = f"{match['list']}_backends"
+        conf.write_text(f"[serve_backends]\n{option} = {match['name']}\n")
+        args, quoted_path = ["list", "--config-file", str(conf)], match["path"]
+    elif match := _MODEL_TYPE.match(line):
+        conf.write_text(f"[serve_backends]\nmodel_type = {match['name']}\n")
+        args, quoted_path = ["list", "--config-file", str(conf)], match["path"]
+    elif match := _CHECKED.match(line):
+        args = ["check", match["name"]]
+    else:
+        pytest.fail(f"{document} quotes a warning this test cannot reproduce: {line}")
+    plugins = [name.strip() for name in match["plugins"].split(",")]
+    if not set(preinstalled) <= set(plugins):
+        pytest.skip(f"this environment has other plugins installed: {preinstalled}")
+    for name in sorted(set(plugins) - set(preinstalled)):
+        site.install(
+            f"{name}-runtime",
+            entry_points={name: f"{name}_plugin:factory"},
+            modules={f"{name}_plugin.py": GOOD},
+        )
+    result = run_cli(site, *args)
+    printed = [p for p in result.stderr.splitlines() if f"'{match['name']}'" in p]
+    if quoted_path is not None:
+        printed = [p.replace(str(conf), quoted_path) for p in printed]
+    assert printed == [line], document
