@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions
+from sglang_backends.commands._base import ENABLED, SelectionOptions, builtin_status
 from sglang_backends.commands.check import _positive
 
 __all__ = ["COLUMNS", "DetectBackend"]
@@ -255,6 +255,9 @@ class DetectBackend(SelectionOptions, Lister):
             self.failed = True
         elif result["fallback"]:
             detail = "no backend claimed the request; llm is the fallback"
+            status = builtin_status(result["selected"])
+            if status != ENABLED:  # as list, show and check say it
+                detail += f", which {status}: serve fails here"
             rows.append((result["selected"], None, "fallback", seconds, detail))
             self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
         else:
