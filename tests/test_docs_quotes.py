@@ -142,3 +142,14 @@ def test_a_quoted_name_warning_is_what_the_program_prints(
     if quoted_path is not None:
         printed = [p.replace(str(conf), quoted_path) for p in printed]
     assert printed == [line], document
+
+
+@pytest.mark.parametrize("document", ["README.md", "doc/source/user/operators.rst"])
+def test_the_sample_configuration_sets_every_option(document):
+    """The sample [serve_backends] file of the README and the guide names every option, once."""
+    from sglang_backends.config import OPTS
+
+    text = (ROOT / document).read_text(encoding="utf-8")
+    sample = text.split("[serve_backends]\n", 1)[1].split("```", 1)[0].split("\n\n.. ", 1)[0]
+    names = re.findall(r"^\s*([a-z_]+) = ", sample, re.M)
+    assert names == [opt.dest for opt in OPTS]
