@@ -153,3 +153,23 @@ def test_the_sample_configuration_sets_every_option(document):
     sample = text.split("[serve_backends]\n", 1)[1].split("```", 1)[0].split("\n\n.. ", 1)[0]
     names = re.findall(r"^\s*([a-z_]+) = ", sample, re.M)
     assert names == [opt.dest for opt in OPTS]
+
+
+@pytest.mark.parametrize("document", ["README.md", "doc/source/user/operators.rst"])
+def test_the_quoted_tables_have_the_commands_columns(document):
+    """Every full ``list`` table and ``show`` table quoted has the command's columns or fields."""
+    from sglang_backends.commands.listing import COLUMNS
+    from sglang_backends.commands.show import FIELDS
+
+    text = (ROOT / document).read_text(encoding="utf-8")
+    headers = re.findall(r"^\s*\| Name +\| Origin .*\|$", text, re.M)
+    assert headers
+    for header in headers:
+        columns = tuple(cell.strip() for cell in header.strip().strip("|").split("|"))
+        if "Target" in columns:  # list's (check's table has Result instead)
+            assert columns == COLUMNS
+    for table in re.findall(r"\| Field +\| Value +\|\n(?:.*\n)((?:\s*\|.*\|\n)+)", text):
+        fields = [row.strip().strip("|").split("|")[0].strip() for row in table.splitlines()]
+        fields = [field for field in fields if not field.startswith("+")]
+        if "Load seconds" in fields:  # a full table, not one with -c
+            assert tuple(fields) == FIELDS
