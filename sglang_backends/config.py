@@ -20,7 +20,6 @@ configuration is in use.
 
 from __future__ import annotations
 
-import difflib
 import glob
 import logging
 import os
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from oslo_config import cfg
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
-from sglang_backends.errors import ConfigurationError
+from sglang_backends.errors import ConfigurationError, did_you_mean
 from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, ENVIRONMENT_PREFIX, Settings
 
 if TYPE_CHECKING:
@@ -513,12 +512,6 @@ def load_settings(
         return _settings(conf, sources)
 
 
-def _suggest(name: str, known: Sequence[str]) -> str:
-    """``; did you mean 'x'?`` for the closest of *known*, else a full stop."""
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else "."
-
-
 def unknown_names(files: Sequence[str], environ: Mapping[str, str]) -> list[str]:
     """Name every group, option and variable that nothing reads, one line each.
 
@@ -556,7 +549,7 @@ def _unknown(parsed: Sequence[tuple[str, _Sections]], environ: Mapping[str, str]
                     if option not in known:
                         problems.append(
                             f"Ignoring unknown option {option!r} in [{GROUP}] of {path}"
-                            f"{_suggest(option, known)} Known options: {', '.join(known)}."
+                            f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
                         )
             elif section == "DEFAULT":
                 for option in options:
@@ -568,7 +561,7 @@ def _unknown(parsed: Sequence[tuple[str, _Sections]], environ: Mapping[str, str]
             else:
                 problems.append(
                     f"Ignoring unknown group [{section}] in {path}"
-                    f"{_suggest(section, [GROUP])} sglang-backends reads only [{GROUP}]."
+                    f"{did_you_mean(section, [GROUP])} sglang-backends reads only [{GROUP}]."
                 )
     variables = {ENVIRONMENT_PREFIX + name.upper() for name in known}
     for key in sorted(environ):
@@ -576,7 +569,7 @@ def _unknown(parsed: Sequence[tuple[str, _Sections]], environ: Mapping[str, str]
         if key.startswith("OS_SERVE_BACKEND") and key not in variables:
             problems.append(
                 f"Ignoring unknown environment variable {key}"
-                f"{_suggest(key, sorted(variables))} Known variables: "
+                f"{did_you_mean(key, sorted(variables))} Known variables: "
                 f"{', '.join(sorted(variables))}."
             )
     return problems

@@ -24,6 +24,7 @@ __all__ = [
     "AUTO",
     "HostOptions",
     "UsageError",
+    "hoisted",
     "model_path_from",
     "normalize",
     "parse_host_options",
@@ -129,6 +130,50 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
         debug=debug,
         argv=tuple(rest),
     )
+
+
+#: ``serve``'s own options: the first two take a value.
+_HOST_VALUED = ("--config-file", "--config-dir")
+_HOST_FLAGS = ("--debug",)
+
+
+def hoisted(host: HostOptions) -> tuple[str, ...] | None:
+    """The serve arguments with ``serve``'s own options moved before the model.
+
+    ``serve MODEL --debug`` hands ``--debug`` to the backend (only a leading
+    run of them is ``serve``'s). When the backend then refuses its
+    arguments, this is the command the user probably meant. ``None`` when
+    no option named like ``serve``'s follows the leading run.
+    """
+    moved: list[str] = []
+    kept: list[str] = []
+    index = 0
+    argv = host.argv
+    while index < len(argv):
+        arg = argv[index]
+        option = arg.split("=", 1)[0]
+        if option in _HOST_VALUED:
+            follows = index + 1 < len(argv) and not argv[index + 1].startswith("-")
+            if "=" in arg or follows:
+                step = 1 if "=" in arg else 2
+                moved.extend(argv[index : index + step])
+                index += step
+                continue
+        elif arg in _HOST_FLAGS:
+            moved.append(arg)
+            index += 1
+            continue
+        kept.append(arg)
+        index += 1
+    if not moved:
+        return None
+    leading = [
+        *(item for path in host.config_files for item in ("--config-file", path)),
+        *(item for path in host.config_dirs for item in ("--config-dir", path)),
+        *(["--debug"] if host.debug else []),
+    ]
+    model_type = [] if host.model_type is None else ["--model-type", host.model_type]
+    return (*leading, *moved, *kept, *model_type)
 
 
 def model_path_from(argv: Sequence[str]) -> str | None:

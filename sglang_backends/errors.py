@@ -7,10 +7,12 @@ Every error carries the backend ``name`` and, where known, the
 ``distribution`` that provides it, and pickles with those attributes (every
 argument after the message has a default), so errors can cross process
 boundaries. :func:`describe` puts any exception's cause on one line, as
-every refusal does.
+every refusal does; :func:`did_you_mean` suggests the name a slip meant.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 __all__ = [
     "AmbiguousDetectionError",
@@ -25,6 +27,7 @@ __all__ = [
     "ServeBackendError",
     "UnknownBackendError",
     "describe",
+    "did_you_mean",
 ]
 
 
@@ -116,3 +119,16 @@ class ConfigurationError(ServeBackendError, ValueError):
 def describe(exc: BaseException) -> str:
     """*exc*'s message on one line, or its type name when it has none."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the closest of *known* to *name*, else a full stop.
+
+    Every slip of a name (a backend, a configuration option, group or
+    variable) is answered the same way, so the suggestion reads alike from
+    every command. It ends a clause: ``f"Unknown thing {name!r}{did_you_mean(...)} ..."``.
+    """
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else "."

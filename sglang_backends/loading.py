@@ -502,8 +502,9 @@ class Loads:
                 result.append(item)
                 continue
             name, distribution, load = item
-            if not load.done and load.started is not None:  # another caller's, under way
-                load.wait(max(0.0, load.started + timeout - time.perf_counter()))
+            if not load.done:  # another caller's, under way or claimed and about to start
+                begun = time.perf_counter() if load.started is None else load.started
+                load.wait(max(0.0, begun + timeout - time.perf_counter()))
             if not load.done:
                 cause = (
                     f"loading from {load.provider} did not finish within {timeout:g} s "

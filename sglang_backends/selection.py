@@ -28,6 +28,7 @@ from sglang_backends.errors import (
     DuplicateBackendError,
     ReservedNameError,
     UnknownBackendError,
+    did_you_mean,
 )
 
 if TYPE_CHECKING:
@@ -167,8 +168,10 @@ def choose(
             c for c in candidates if normalize_distribution(c.distribution or "") == wanted
         )
     if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
+        values = ("auto", *available)
         raise UnknownBackendError(
-            f"Unknown serve backend {name!r}. Available values: {', '.join(('auto', *available))}.",
+            f"Unknown serve backend {name!r}{did_you_mean(name, values)} "
+            f"Available values: {', '.join(values)}.",
             name=name,
         )
     if not is_allowed(plain, enabled, disabled):
@@ -260,9 +263,10 @@ def warn_unknown_selection(
             if listed is None:
                 listed = ", ".join(sorted(installed)) or "none"
             LOG.warning(
-                "Serve backend %r in the %s list is not installed; installed plugins: %s%s",
+                "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
                 name,
                 label,
+                did_you_mean(name, installed),
                 listed,
                 f" (check {origin})" if origin else "",
             )

@@ -43,10 +43,12 @@ from collections.abc import Callable, Sequence
 
 from sglang_backends import host as sglang_host
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
+from sglang_backends.detection import FALLBACK_BACKEND
 from sglang_backends.dispatch import (
     AUTO,
     HostOptions,
     UsageError,
+    hoisted,
     normalize,
     parse_host_options,
     wants_help,
@@ -65,6 +67,7 @@ from sglang_backends.settings import (
     stop_timeout_override,
 )
 from sglang_backends.usage import (
+    LOG_FORMAT,
     PROG,
     PrintableRecords,
     metadata_help,
@@ -97,7 +100,7 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     logger = logging.getLogger("sglang_backends")
     saved = (logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.addFilter(PrintableRecords())  # messages quote package metadata
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
@@ -301,14 +304,74 @@ _Launch = Callable[[str, RegisteredServeBackend], int]
 def _backend(
     host: HostOptions, settings: Settings, model_type: str, request: ServeRequest, launch: _Launch
 ) -> int:
-    """Choose and load the backend, check the request, then *launch* it."""
+    """Choose and load the backend, check the request, then *launch* it.
+
+    Two slips get their next step here: a backend refusing its arguments
+    (status 2) when ``serve``'s own options came after the model, and the
+    ``llm`` fallback failing for want of SGLang, which first says why no
+    plugin claimed the model.
+    """
     _before_dispatch()
     registry = ServeBackendRegistry.from_settings(settings)
     registered = _select(registry, model_type, request, _model_type_origin(host, settings))
     description = _describe(registry, registered)
     if registered.backend.requires_model_path and request.model_path is None:
         raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
-    return launch(description, registered)
+    fell_back = model_type == AUTO and registered.name == FALLBACK_BACKEND
+    try:
+        status = launch(description, registered)
+    except _Failure as exc:
+        if fell_back and not sglang_host.sglang_installed():
+            raise _Failure(f"{_unclaimed(registry, settings, request)} {exc}", exc.status) from exc
+        raise
+    corrected = hoisted(host) if status == EXIT_USAGE else None
+    if corrected is not None:
+        import shlex
+
+        print(
+            f"{PROG}: note: serve's own options go before the model; if they were meant for "
+            f"serve, run: {printable(shlex.join([*PROG.split(), *corrected]))}",
+            file=sys.stderr,
+        )
+    return status
+
+
+def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: ServeRequest) -> str:
+    """Why automatic detection fell back to ``llm``: what no plugin could claim, and why.
+
+    Only said when ``llm`` cannot run, so that its install hint is not the
+    whole story: the model may belong to a plugin the configuration
+    disables, or the path may simply be wrong.
+    """
+    import os
+
+    from sglang_backends.selection import PluginStatus, list_origins
+
+    reasons = []
+    model = request.model_path
+    if model is None:
+        reasons.append("no model was given")
+    elif not os.path.exists(model):
+        reasons.append(f"the model path {model!r} does not exist (nor did a plugin claim it)")
+    origins = list_origins(settings.source, settings.origins)
+    disabled = [r.plugin for r in registry.plugins if r.status is PluginStatus.DISABLED]
+    for plugin in disabled:
+        by_disabled = plugin.name in settings.disabled
+        where = origins.get("disabled" if by_disabled else "enabled", "the selection")
+        how = "is disabled by" if by_disabled else "is not enabled by"
+        reasons.append(
+            f"plugin {plugin.name!r} from {plugin.provider} {how} {where}, so it was not asked"
+        )
+    if not reasons:
+        enabled = sorted(
+            {r.plugin.name for r in registry.plugins if r.status is PluginStatus.ENABLED}
+        )
+        reasons.append(
+            f"no installed plugin's detector claimed {model!r} (asked: {', '.join(enabled)})"
+            if enabled
+            else "no serve backend plugin is installed"
+        )
+    return f"Automatic detection fell back to {FALLBACK_BACKEND!r}: {'; '.join(reasons)}."
 
 
 def _serve(host: HostOptions) -> int:
@@ -351,6 +414,9 @@ def _serve(host: HostOptions) -> int:
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             announce(description)
+            from sglang_backends.titles import take_role
+
+            take_role(f"backend {registered.name}")
             return _run(description, registered, request)
 
         return _guarded(

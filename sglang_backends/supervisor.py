@@ -57,6 +57,8 @@ from functools import partial
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from sglang_backends.titles import take_role
+
 if TYPE_CHECKING:
     import psutil
 
@@ -243,6 +245,7 @@ def _supervisor_process(
     status = _EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        take_role("supervisor")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
         from sglang_backends.processes import become_subreaper
 
@@ -537,6 +540,7 @@ def _backend_process(
     status = _EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        take_role("backend")  # serve adds the backend's name once it is chosen
         # A stop signal unwinds run(), whatever the dispositions serve inherited
         # (a background job starts with SIGINT ignored): KeyboardInterrupt for
         # SIGINT, as in any Python program, SystemExit for SIGTERM.

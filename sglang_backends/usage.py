@@ -25,6 +25,7 @@ from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
 
 __all__ = [
+    "LOG_FORMAT",
     "PROG",
     "PrintableRecords",
     "conflict_warnings",
@@ -35,6 +36,11 @@ __all__ = [
 ]
 
 PROG = "sglang-backends serve"
+
+#: How every command (``serve`` and the operator commands) shows a log record on
+#: stderr: the message alone, as cliff does, so a warning reads the same
+#: whichever command gave it. Each message says what it is about by itself.
+LOG_FORMAT = "%(message)s"
 
 _BUILTIN_NOTES = {
     "llm": "built-in, SGLang's LLM server (pip install sglang)",

@@ -4,11 +4,35 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 from collections.abc import Iterator
 
 import pytest
 
 from sglang_backends.testing import PluginSite
+
+#: Signals whose inherited disposition would change what the tests observe.
+_RESET_SIGNALS = ("SIGHUP", "SIGTERM", "SIGQUIT", "SIGCHLD", "SIGUSR1", "SIGUSR2")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start from default signal dispositions, whatever the suite inherited.
+
+    A shell runs a background job with SIGINT ignored (``nohup`` ignores
+    SIGHUP), and an ignored signal stays ignored across ``exec``: every
+    process the tests start would inherit it. Reset here, each process
+    (pytest's, xdist's workers, and so every subprocess) starts as from a
+    terminal: SIGINT raises KeyboardInterrupt, the others do their default,
+    nothing is blocked. (SIGPIPE is left alone: Python ignores it on purpose,
+    and :mod:`subprocess` restores it in children.)
+    """
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for name in _RESET_SIGNALS:
+        signum = getattr(signal, name)
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from clitools import imported_by, run_cli
@@ -15,9 +16,17 @@ def factory():
 """
 
 
+def selected(status: str) -> str:
+    """*status* as the selection sees it: a built-in waiting for SGLang is still selected.
+
+    (test_show.py checks that status itself.)
+    """
+    return "enabled" if status.startswith("needs SGLang (") else status
+
+
 def statuses(result) -> dict[str, str]:
     assert result.returncode == 0, result.stderr
-    return {row["Name"]: row["Status"] for row in json.loads(result.stdout)}
+    return {row["Name"]: selected(row["Status"]) for row in json.loads(result.stdout)}
 
 
 @pytest.fixture
@@ -161,9 +170,10 @@ def test_formatters_and_columns_work(plugins, preinstalled):
     result = run_cli(plugins, "list", "-f", "value", "-c", "Name", "-c", "Status")
     assert result.returncode == 0, result.stderr
     plugin_names = sorted({"omni", "tts", "vlm", *preinstalled})
-    assert result.stdout.splitlines() == [
-        f"{name} enabled" for name in ("llm", "diffusion", *plugin_names)
-    ]
+    assert [
+        " ".join((name, selected(status)))
+        for name, status in (line.split(" ", 1) for line in result.stdout.splitlines())
+    ] == [f"{name} enabled" for name in ("llm", "diffusion", *plugin_names)]
     as_yaml = run_cli(plugins, "list", "-f", "yaml", "-c", "Name")
     assert "- Name: omni" in as_yaml.stdout
     as_csv = run_cli(plugins, "list", "-f", "csv", "-c", "Name", "-c", "Distribution")
@@ -190,3 +200,17 @@ def test_check_warns_about_a_plugin_installing_an_sglang_command(site, install_b
     assert "Distribution greedy-runtime (serve backend 'greedy')" in warnings[0]
     assert "named 'sglang' (greedy_cli:main)" in warnings[0]
     assert "polite" not in result.stderr
+
+
+def test_top_level_help_lists_every_command_once_serve_included(site):
+    result = run_cli(site, "--help")
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split("\nCommands:\n", 1)[1].splitlines()
+    names = [line.split()[0] for line in listed if line.startswith("  ")]
+    assert sorted(names) == ["check", "complete", "detect", "help", "list", "serve", "show"]
+    for name in ("serve", "list", "show", "check", "detect"):
+        # Named once as a command: the description does not list them again.
+        assert len(re.findall(rf"^  {name} ", result.stdout, re.M)) == 1, name
+    bare = run_cli(site)
+    assert bare.stdout.count("Commands") == 1
+    assert "serve" in bare.stdout.split("Commands", 1)[1]

@@ -66,7 +66,7 @@ def test_check_names_only_the_plugins_asked_for(plugins):
 
 def test_check_an_unknown_name_is_one_line(plugins):
     result = run_cli(plugins, "check", "nope")
-    assert result.returncode == 1
+    assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert "No installed plugin provides serve backend 'nope'" in line
     assert "good" in line

@@ -107,7 +107,8 @@ def test_command_line_model_type_errors_stay_as_sglang_words_them(omni, tmp_path
         served = run_serve([*args, "--model-type", "ehco"], omni.environ())
         assert served.returncode == 2
         [line] = served.error_lines
-        assert "Unknown serve backend 'ehco'. Available values: auto, llm" in line
+        assert "Unknown serve backend 'ehco'" in line
+        assert "Available values: auto, llm" in line
         assert "model_type in" not in line
 
 
@@ -294,3 +295,114 @@ def test_serve_help_escapes_control_characters_in_metadata(site):
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "from evil\\x1b]0;x\\x07-runtime 1\\x1b[2J" in result.stdout
+
+
+# -- names: did you mean, and one exit status ------------------------------------
+
+
+def test_a_mistyped_backend_name_gets_the_closest_name_and_status_2_everywhere(omni, tmp_path):
+    """serve, show and check answer a slip alike; the other commands warn about it."""
+    served = run_serve(["m", "--model-type", "omin"], omni.environ())
+    shown = run_cli(omni, "show", "omin")
+    checked = run_cli(omni, "check", "omin", "dfiffusion")
+    for result, lines in (
+        (served, served.error_lines),
+        (shown, shown.stderr.strip().splitlines()),
+        (checked, checked.stderr.strip().splitlines()),
+    ):
+        assert result.returncode == 2, result.stderr
+        [line] = lines
+        assert "'omin'; did you mean 'omni'?" in line
+        assert "Traceback" not in result.stderr
+    path = conf(tmp_path, "[serve_backends]\nmodel_type = omin\n")
+    listed = run_cli(omni, "list", "--config-file", str(path), "--disable", "omin")
+    assert listed.returncode == 0, listed.stderr
+    warned = [line for line in listed.stderr.splitlines() if "'omin'" in line]
+    assert len(warned) == 2, listed.stderr  # model_type, and the disabled list
+    assert all("did you mean 'omni'?" in line for line in warned)
+
+
+def test_a_name_close_to_none_gets_no_suggestion():
+    from sglang_backends.errors import did_you_mean
+
+    assert did_you_mean("dfiffusion", ["auto", "llm", "diffusion"]) == "; did you mean 'diffusion'?"
+    assert did_you_mean("zzzzzz", ["auto", "llm", "diffusion"]) == "."
+
+
+ARGV_RECORDER = """
+import argparse
+from sglang_backends import ServeBackend
+
+def run(request):
+    parser = argparse.ArgumentParser(prog="strict")
+    parser.add_argument("--model-path")
+    parser.add_argument("--port")
+    parser.parse_args(list(request.argv))
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+
+def test_serves_own_options_after_the_model_get_the_corrected_command(site):
+    site.install(
+        "strict-runtime",
+        entry_points={"strict": "strict_plugin:factory"},
+        modules={"strict_plugin.py": ARGV_RECORDER},
+    )
+    env = site.environ()
+    args = ["/m", "--model-type", "strict", "--port", "1", "--debug", "--config-dir=/etc/x"]
+    result = run_serve(args, env)
+    assert result.returncode == 2
+    assert "unrecognized arguments: --debug --config-dir=/etc/x" in result.stderr
+    [note] = [line for line in result.stderr.splitlines() if "note:" in line]
+    assert note == (
+        "sglang-backends serve: note: serve's own options go before the model; if they were "
+        "meant for serve, run: sglang-backends serve --debug --config-dir=/etc/x /m --port 1 "
+        "--model-type strict"
+    )
+    # Any other refusal, or serve's options where they belong: no note.
+    for args in (["/m", "--model-type", "strict", "--nope"], ["--debug", "/m", "--nope"]):
+        other = run_serve([*args, "--model-type", "strict"], env)
+        assert other.returncode == 2
+        assert "note:" not in other.stderr
+
+
+def test_the_llm_fallback_without_sglang_says_first_why_nothing_claimed_the_model(omni, tmp_path):
+    """A disabled plugin, or a path that does not exist, comes before the install hint."""
+    from sglang_backends.host import sglang_installed
+
+    if sglang_installed():
+        pytest.skip("SGLang is installed here: llm runs")
+    env = omni.environ()
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    disabled = run_serve(["--config-file", str(path), str(model)], env)
+    missing = run_serve([str(tmp_path / "no-such-model")], env)
+    for result in (disabled, missing):
+        assert result.returncode == 1
+        [line] = result.error_lines
+        assert line.startswith(
+            "sglang-backends serve: error: Automatic detection fell back to 'llm': "
+        )
+        assert line.endswith("install it with: pip install sglang")
+    assert (
+        f"plugin 'omni' from omni-runtime is disabled by [serve_backends] disabled_backends, "
+        f"set in {path}, so it was not asked" in disabled.error_lines[0]
+    )
+    assert (
+        f"the model path '{tmp_path / 'no-such-model'}' does not exist" in (missing.error_lines[0])
+    )
+
+
+def test_a_warning_reads_the_same_from_serve_and_the_operator_commands(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\nmodel_typ = omni\n[serve_backend]\nx = 1\n")
+    served = run_serve(["--config-file", str(path), "--help"], omni.environ())
+    assert served.returncode == 0, served.stderr
+    warnings = [line for line in served.stderr.splitlines() if line.startswith("Ignoring unknown")]
+    assert len(warnings) == 2, served.stderr
+    for command, *rest in (["list"], ["detect", "/m"]):
+        result = run_cli(omni, command, "--config-file", str(path), *rest)
+        assert result.returncode == 0, result.stderr
+        assert [line for line in result.stderr.splitlines() if "unknown" in line] == warnings

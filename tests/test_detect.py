@@ -61,6 +61,13 @@ def test_no_match_falls_back_to_llm(detectors):
     assert result.returncode == 0, result.stderr
     last = json.loads(result.stdout)[-1]
     assert (last["Backend"], last["Verdict"]) == ("llm", "fallback")
+    from sglang_backends.host import sglang_installed
+
+    needs = ", which needs SGLang (pip install sglang): serve fails here"
+    assert last["Detail"] == (
+        "no backend claimed the request; llm is the fallback"
+        + ("" if sglang_installed() else needs)
+    )
 
 
 def test_several_matches_are_ambiguous_and_fail(detectors):

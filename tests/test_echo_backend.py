@@ -173,6 +173,27 @@ def test_help_imports_no_configuration_machinery(args, phrase):
     assert heavy == []
 
 
+def test_help_says_each_default_once():
+    result = run_serve(["--model-type", "echo", "--help"], os.environ)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "(default: None)" not in text
+    assert ") (default:" not in text
+    assert "(default: the model directory's name)" in text
+    assert "port to bind (default: 30000)" in text
+
+
+def test_a_port_in_use_is_named():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_serve([str(MODEL), "--port", str(port)], os.environ)
+    assert result.returncode == 1
+    [line] = result.error_lines
+    assert line.endswith(f"failed: cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
 def test_backend_argument_errors_keep_argparse_status():
     result = run_serve([str(MODEL), "--workers", "0"], os.environ)
     assert result.returncode == 2

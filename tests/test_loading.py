@@ -290,3 +290,17 @@ def test_detection_does_not_start_serving_a_plugin_that_loaded_late(install_back
     install_backend("late-runtime", "late", prelude="time.sleep(2)", detect=MATCH)
     registry = ServeBackendRegistry(default_builtins(), load_timeout=0.5)
     assert registry.explain(REQUEST).selected == "llm"
+
+
+def test_a_load_another_caller_has_claimed_is_awaited_not_timed_out(install_backend):
+    """explain() racing get(): a load claimed but not yet started is waited for, within bounds."""
+    import threading
+
+    install_backend("racing-runtime", "racing")
+    for _ in range(100):  # the window is narrow: give the race many chances
+        registry = ServeBackendRegistry(default_builtins())
+        thread = threading.Thread(target=registry.get, args=("racing",))
+        thread.start()
+        report = registry.explain(REQUEST)
+        thread.join()
+        assert outcome(report, "racing").verdict.value == "no detector"

@@ -450,7 +450,7 @@ def test_selection_naming_an_uninstalled_plugin_warns(
     assert "'ghost' in the enabled list is not installed" in messages[0]
     assert "'phantom' in the disabled list is not installed" in messages[1]
     installed = ", ".join(sorted({"on", *preinstalled}))
-    assert all(m.endswith(f"installed plugins: {installed}") for m in messages)
+    assert all(m.endswith(f"Installed plugins: {installed}") for m in messages)
 
 
 def test_selection_naming_installed_plugins_does_not_warn(install_backend, registry_warnings):

@@ -47,6 +47,7 @@ def test_show_loads_a_plugin_and_reports_its_contract(omni):
         "Distribution": "omni-runtime",
         "Version": "2.3.1",
         "Target": "omni_plugin:factory",
+        "Status": "enabled",
         "API version": 1,
         "Has detector": True,
         "Requires model path": False,
@@ -56,20 +57,32 @@ def test_show_loads_a_plugin_and_reports_its_contract(omni):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang installed")
-@pytest.mark.parametrize(("name", "install"), [("llm", "pip install sglang"), ("diffusion", "[")])
-def test_show_a_built_in_without_sglang_says_so(site, name, install):
-    result = run_cli(site, "show", "-f", "json", name)
-    assert result.returncode == 1
-    [line] = result.stderr.strip().splitlines()
-    assert f"Built-in serve backend {name!r} needs SGLang, which is not installed" in line
-    assert install in line
-    assert json.loads(result.stdout)["Origin"] == "built-in"
+@pytest.mark.parametrize(
+    ("name", "status"),
+    [
+        ("llm", "needs SGLang (pip install sglang)"),
+        ("diffusion", 'needs SGLang (pip install "sglang[diffusion]")'),
+    ],
+)
+def test_a_built_in_without_sglang_looks_the_same_in_list_show_and_check(site, name, status):
+    """One status, one exit status (0: SGLang is optional) from the three commands."""
+    shown = run_cli(site, "show", "-f", "json", name)
+    listed = run_cli(site, "list", "-f", "json")
+    checked = run_cli(site, "check", "-f", "json", name)
+    for result in (shown, listed, checked):
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+    assert json.loads(shown.stdout)["Status"] == status
+    assert json.loads(shown.stdout)["Origin"] == "built-in"
+    [row] = [r for r in json.loads(listed.stdout) if r["Name"] == name]
+    assert row["Status"] == status
+    [row] = json.loads(checked.stdout)
+    assert (row["Name"], row["Result"]) == (name, status)
 
 
 def test_show_a_built_in(site):
     result = run_cli(site, "show", "-f", "json", "diffusion")
-    sglang = importlib.util.find_spec("sglang") is not None
-    assert result.returncode == (0 if sglang else 1), result.stderr
+    assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["Origin"] == "built-in"
     assert shown["Target"] == "sglang_backends.host:run_diffusion"
@@ -89,18 +102,19 @@ def test_show_picks_one_provider_of_a_duplicate(omni):
 
 
 @pytest.mark.parametrize(
-    ("args", "phrase"),
+    ("args", "phrase", "status"),
     [
         (
             ["nope"],
             "Unknown serve backend 'nope'. Available values: auto, llm, diffusion, {plugins}.",
+            2,
         ),
-        (["--disable", "omni", "omni"], "is disabled: it is in the disabled list"),
-        (["--enable", "other", "omni"], "is disabled: it is not in the enabled list"),
-        (["broken"], "Failed to load serve backend 'broken' from broken-runtime: boom"),
+        (["--disable", "omni", "omni"], "is disabled: it is in the disabled list", 1),
+        (["--enable", "other", "omni"], "is disabled: it is not in the enabled list", 1),
+        (["broken"], "Failed to load serve backend 'broken' from broken-runtime: boom", 1),
     ],
 )
-def test_show_errors_are_one_line(omni, args, phrase, preinstalled):
+def test_show_errors_are_one_line(omni, args, phrase, status, preinstalled):
     phrase = phrase.format(plugins=", ".join(sorted({"broken", "omni", *preinstalled})))
     omni.install(
         "broken-runtime",
@@ -108,7 +122,7 @@ def test_show_errors_are_one_line(omni, args, phrase, preinstalled):
         modules={"broken_plugin.py": "raise ImportError('boom')\n"},
     )
     result = run_cli(omni, "show", *args)
-    assert result.returncode == 1
+    assert result.returncode == status
     lines = [line for line in result.stderr.strip().splitlines() if "not installed" not in line]
     assert len(lines) == 1
     assert phrase in lines[0]

@@ -18,12 +18,15 @@ from sglang_backends.usage import printable
 
 __all__ = [
     "CONFIG_HELP",
+    "ENABLED",
+    "EXIT_USAGE",
     "HUMAN_FORMATS",
     "SafeCommand",
     "SafeDisplay",
     "Selection",
     "SelectionOptions",
     "Survey",
+    "builtin_status",
     "builtin_target",
     "model_type_problem",
     "option_action",
@@ -42,6 +45,9 @@ configuration:
   --enable/--disable override both. A misspelt option, group or variable is
   a warning. Exit status 2 means the configuration is invalid.
 """
+
+#: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
+EXIT_USAGE = 2
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
 HUMAN_FORMATS = frozenset({"table", "value", "csv"})
@@ -185,15 +191,23 @@ class SelectionOptions(SafeDisplay):
     failed = False
 
     def run(self, parsed_args: argparse.Namespace) -> int:
+        """Run the command; exit status 2 for a usage slip, 1 if its output reports a failure.
+
+        A usage slip is invalid configuration or a backend name nothing
+        provides: the same status ``serve`` gives, so that scripts can tell a
+        typo from a broken plugin.
+        """
+        from sglang_backends.errors import UnknownBackendError
+
         self.failed = False
         try:
             status = super().run(parsed_args)
-        except ConfigurationError as exc:
+        except (ConfigurationError, UnknownBackendError) as exc:
             if self.app_args is not None and self.app_args.debug:
                 self.app.LOG.exception(exc)
             else:
                 self.app.LOG.error("%s", exc)
-            return 2
+            return EXIT_USAGE
         return status or (1 if self.failed else 0)
 
     def survey(self, parsed_args: argparse.Namespace) -> Survey:
@@ -297,10 +311,13 @@ def model_type_problem(
             f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
             "it until the enabled/disabled lists allow it"
         )
+    from sglang_backends.errors import did_you_mean
+
     names = sorted({r.plugin.name for r in records if r.status in usable})
+    values = ("auto", *builtins, *names)
     return (
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
-        f"fail. Available values: {', '.join(('auto', *builtins, *names))}"
+        f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
     )
 
 
@@ -313,6 +330,24 @@ def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action
     """
     table: dict[str, argparse.Action] = parser._option_string_actions
     return table.get(name)
+
+
+#: A backend that may be used.
+ENABLED = "enabled"
+
+
+def builtin_status(name: str) -> str:
+    """How ``list``, ``show`` and ``check`` all show built-in *name*: usable, or what it needs.
+
+    The built-ins run SGLang's servers; without SGLang they are installed
+    but cannot serve. Every command says so with the same words, and none
+    fails for it (SGLang is optional: plugins serve without it).
+    """
+    from sglang_backends.host import INSTALL_COMMANDS, sglang_installed
+
+    if name not in INSTALL_COMMANDS or sglang_installed():
+        return ENABLED
+    return f"needs SGLang ({INSTALL_COMMANDS[name]})"
 
 
 def builtin_target(backend: Any) -> str:

@@ -12,7 +12,7 @@ from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
 from sglang_backends.commands._base import SafeCommand, option_action
-from sglang_backends.usage import PrintableRecords
+from sglang_backends.usage import LOG_FORMAT, PrintableRecords
 
 __all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
 
@@ -181,13 +181,21 @@ class Help(SafeCommand, HelpCommand):
         return super().take_action(parsed_args)
 
 
-_DESCRIPTION = """\
-Inspect and check the serve backends sglang-backends can use.
+class Serve(SafeCommand):
+    """Serve a model with the backend --model-type names, or the one detection picks
 
-  list     every backend, built-in and plugin, and whether it may be used (imports nothing)
-  show     load one backend and show its contract
-  check    load every enabled plugin (or the NAMEs given) in isolation and validate it
-  detect   explain which backend automatic detection picks for a request
+    ``serve`` never reaches cliff (:meth:`OperatorApp.run` and the console
+    script route it first); it is registered so that the command list names
+    it, and ``help serve`` prints its help.
+    """
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        raise AssertionError("serve is routed before cliff")  # pragma: no cover
+
+
+_DESCRIPTION = """\
+Serve a model with a serve backend (serve), and inspect and check the
+backends installed (list, show, check, detect).
 
 --config-file PATH and --config-dir DIR may come before or after the command name.
 Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for details,
@@ -210,6 +218,8 @@ class OperatorApp(App):
 
     NAME = "sglang-backends"
     LOG = logging.getLogger(NAME)
+    #: Warnings look the same from every command, serve included.
+    CONSOLE_MESSAGE_FORMAT = LOG_FORMAT
 
     def __init__(self) -> None:
         # No namespace: cliff would read every installed entry point through
@@ -224,6 +234,7 @@ class OperatorApp(App):
         )
         for name, command in _commands().items():
             manager.add_command(name, command)
+        manager.add_command("serve", Serve)
         manager.add_command("help", Help)
 
     def build_option_parser(
@@ -287,4 +298,4 @@ class OperatorApp(App):
     def interact(self) -> None:
         """No interactive shell: without a command, print the help."""
         self.parser.print_help(self.stdout)
-        self.stdout.write("\nCommands: list, show, check, detect, help (and serve).\n")
+        self.stdout.write("\nCommands: serve, list, show, check, detect, help.\n")

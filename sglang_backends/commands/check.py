@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions
+from sglang_backends.commands._base import ENABLED, SelectionOptions, builtin_status
 from sglang_backends.detection import MAX_TIMEOUT
 from sglang_backends.usage import printable
 
@@ -70,6 +70,9 @@ class CheckBackends(SelectionOptions, Lister):
           the interpreter died while loading (abort, os._exit, segfault)
       skipped
           disabled by configuration or --enable/--disable; not loaded
+      needs SGLang
+          a built-in on a machine without SGLang (as list and show say):
+          serving with it fails until SGLang is installed; not a failure
 
     Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
 
@@ -77,7 +80,7 @@ class CheckBackends(SelectionOptions, Lister):
     a warning naming it: that replaces SGLang's own sglang command.
 
     A NAME that no installed plugin provides ends the command with one line
-    on stderr and exit status 1.
+    on stderr (with the closest name, if one is close) and exit status 2.
 
     Examples::
 
@@ -165,9 +168,11 @@ class CheckBackends(SelectionOptions, Lister):
             )
         )
 
-        rows: list[tuple[Any, ...]] = [
-            (name, "built-in", None, None, "ok", 0.0, "built-in; not loaded") for name in builtins
-        ]
+        rows: list[tuple[Any, ...]] = []
+        for name in builtins:
+            status = builtin_status(name)
+            outcome = "ok" if status == ENABLED else status
+            rows.append((name, "built-in", None, None, outcome, 0.0, "built-in; not loaded"))
         for record in records:
             plugin = record.plugin
             head = (plugin.name, "plugin", plugin.distribution, plugin.version)
@@ -272,7 +277,7 @@ def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
     from sglang_backends.discovery import normalize_distribution, split_qualified_name
-    from sglang_backends.errors import UnknownBackendError
+    from sglang_backends.errors import UnknownBackendError, did_you_mean
     from sglang_backends.host import default_builtins
 
     if not names:
@@ -291,10 +296,11 @@ def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
             )
         ]
         if not found and not (dist is None and plain in default_builtins()):
+            known = sorted({*default_builtins(), *(r.plugin.name for r in records)})
             installed = ", ".join(sorted({r.plugin.name for r in records})) or "none"
             raise UnknownBackendError(
-                f"No installed plugin provides serve backend {name!r}; installed plugins: "
-                f"{installed}. 'sglang-backends list' shows every backend.",
+                f"No installed plugin provides serve backend {name!r}{did_you_mean(name, known)} "
+                f"Installed plugins: {installed}. 'sglang-backends list' shows every backend.",
                 name=name,
             )
         chosen += [r for r in found if r not in chosen]

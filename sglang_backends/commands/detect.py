@@ -8,7 +8,12 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions, option_action
+from sglang_backends.commands._base import (
+    ENABLED,
+    SelectionOptions,
+    builtin_status,
+    option_action,
+)
 from sglang_backends.commands.check import _positive
 
 __all__ = ["COLUMNS", "DetectBackend"]
@@ -244,6 +249,9 @@ class DetectBackend(SelectionOptions, Lister):
             self.failed = True
         elif result["fallback"]:
             detail = "no backend claimed the request; llm is the fallback"
+            status = builtin_status(result["selected"])
+            if status != ENABLED:  # as list, show and check say it
+                detail += f", which {status}: serve fails here"
             rows.append((result["selected"], None, "fallback", seconds, detail))
             self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
         else:

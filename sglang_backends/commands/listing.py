@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions, builtin_target
+from sglang_backends.commands._base import SelectionOptions, builtin_status, builtin_target
 
 __all__ = ["COLUMNS", "ListBackends"]
 
@@ -33,7 +33,9 @@ class ListBackends(SelectionOptions, Lister):
       Target
           the entry point (module:factory), or the built-in's run function
       Status
-          enabled; disabled (by enabled_backends/disabled_backends or
+          enabled; needs SGLang (a built-in on a machine without SGLang:
+          serving with it fails until SGLang is installed; show and check
+          say the same); disabled (by enabled_backends/disabled_backends or
           --enable/--disable); duplicate (several distributions register the
           name: select one as DIST:NAME); conflicts with a built-in (a plugin
           may not take a built-in or reserved name: serving fails until it is
@@ -53,7 +55,7 @@ class ListBackends(SelectionOptions, Lister):
         survey = self.survey(parsed_args)
         builtins = survey.builtins
         rows: list[tuple[Any, ...]] = [
-            (name, "built-in", None, None, builtin_target(backend), "enabled")
+            (name, "built-in", None, None, builtin_target(backend), builtin_status(name))
             for name, backend in builtins.items()
         ]
         for record in survey.records:

@@ -12,7 +12,13 @@ from typing import Any
 
 from cliff.show import ShowOne
 
-from sglang_backends.commands._base import SelectionOptions, builtin_target, summary_line
+from sglang_backends.commands._base import (
+    ENABLED,
+    SelectionOptions,
+    builtin_status,
+    builtin_target,
+    summary_line,
+)
 
 __all__ = ["FIELDS", "ShowBackend"]
 
@@ -22,6 +28,7 @@ FIELDS = (
     "Distribution",
     "Version",
     "Target",
+    "Status",
     "API version",
     "Has detector",
     "Requires model path",
@@ -39,6 +46,9 @@ class ShowBackend(SelectionOptions, ShowOne):
     output stays clean.
 
     Fields:
+      Status
+          enabled, or, for a built-in on a machine without SGLang, what to
+          install (as list and check show it)
       API version
           the contract version the backend declares (must be 1)
       Has detector
@@ -50,11 +60,12 @@ class ShowBackend(SelectionOptions, ShowOne):
       Load seconds
           time to import the plugin and call its factory
 
-    An unknown, disabled or duplicate name, or a plugin that fails to load,
-    gives one line on stderr and exit status 1 (2 for bad configuration).
-    A built-in (llm, diffusion) on a machine without SGLang is shown, with a
-    warning that serving with it fails until SGLang is installed, and exit
-    status 1.
+    An unknown name gives one line on stderr (with the closest name, if one
+    is close) and exit status 2, as bad configuration does; a disabled or
+    duplicate name, or a plugin that fails to load, one line and exit status 1.
+    A built-in (llm, diffusion) on a machine without SGLang is shown, its
+    Status saying what serving with it needs, and exit status 0, as list
+    and check show it.
 
     Examples::
 
@@ -98,9 +109,10 @@ class ShowBackend(SelectionOptions, ShowOne):
         if plugin is None:
             origin, distribution, version = "built-in", None, None
             target, summary = builtin_target(backend), summary_line(backend.run)
-            self._warn_without_sglang(registered.name)
+            status = builtin_status(registered.name)
         else:
             origin, distribution, version = "plugin", plugin.distribution_label, plugin.version
+            status = ENABLED  # registry.get() refuses any other
             # Already imported by registry.get(): this is a lookup, not a second import.
             with _output_to_stderr():
                 factory = plugin.entry_point.load()
@@ -111,6 +123,7 @@ class ShowBackend(SelectionOptions, ShowOne):
             distribution,
             version,
             target,
+            status,
             backend.api_version,
             backend.detect is not None,
             backend.requires_model_path,
@@ -119,20 +132,6 @@ class ShowBackend(SelectionOptions, ShowOne):
         )
         [safe] = self.safe_rows(parsed_args, [values])
         return FIELDS, safe
-
-    def _warn_without_sglang(self, name: str) -> None:
-        """Say so when built-in *name* cannot serve here because SGLang is not installed."""
-        from sglang_backends.host import INSTALL_COMMANDS, sglang_installed
-
-        if name not in INSTALL_COMMANDS or sglang_installed():
-            return
-        self.app.LOG.warning(
-            "Built-in serve backend %r needs SGLang, which is not installed here: serving "
-            "with it fails until you run: %s",
-            name,
-            INSTALL_COMMANDS[name],
-        )
-        self.failed = True
 
 
 @contextlib.contextmanager

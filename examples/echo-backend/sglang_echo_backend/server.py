@@ -44,10 +44,10 @@ def _positive(value: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The echo backend's own command line."""
+    # Each help says its default itself (ArgumentDefaultsHelpFormatter would add
+    # a second "(default: ...)" to those, and "(default: None)" to the others).
     parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Serve an echo model over an OpenAI-style HTTP API.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog=PROG, description="Serve an echo model over an OpenAI-style HTTP API."
     )
     parser.add_argument("--model-path", "--model", required=True, help="the model directory")
     parser.add_argument(
@@ -303,7 +303,7 @@ def main(argv: Sequence[str]) -> None:
     with StopSignals() as stop:
         try:
             workers.extend(Worker() for _ in range(args.workers))
-            with EchoServer((args.host, args.port), model, workers) as server:
+            with _bind(args.host, args.port, model, workers) as server:
                 threading.Thread(target=server.serve_forever, name="echo-http", daemon=True).start()
                 url = f"http://{args.host}:{server.server_address[1]}"
                 _say(f"serving {model!r} on {url} with {len(workers)} worker(s)")
@@ -319,6 +319,14 @@ def main(argv: Sequence[str]) -> None:
         finally:
             for worker in workers:
                 worker.stop()
+
+
+def _bind(host: str, port: int, model: str, workers: list[Worker]) -> EchoServer:
+    """The server listening on *host*:*port*; a failure names the address it could not bind."""
+    try:
+        return EchoServer((host, port), model, workers)
+    except OSError as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 def _say(message: str) -> None:
