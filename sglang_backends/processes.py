@@ -1,10 +1,26 @@
-"""Process helpers on psutil: stop a process tree, stop descendants, stop signals.
+"""Process helpers on psutil: stop signals, and stopping process trees so nothing escapes.
 
 :mod:`sglang_backends.supervisor` owns ``serve``'s process model on Linux
-and uses :func:`become_subreaper` and :func:`running`; the operator commands use
-:func:`kill_tree` and :func:`kill_processes` on their isolated workers.
-Elsewhere ``serve`` runs the backend in its own process with
-:class:`StopSignals` and :func:`terminate_descendants`, as SGLang does.
+and uses :func:`stop_signals`, :func:`become_subreaper`, :func:`running`,
+:func:`freeze_and_kill` and :func:`sweep`; the operator commands use
+:func:`kill_tree` on their isolated workers. Elsewhere ``serve`` runs the
+backend in its own process with :class:`StopSignals` and
+:func:`terminate_descendants`, as SGLang does.
+
+Why freeze before killing: a process that forks continuously can replace
+itself faster than a scan-then-kill loop finds it. A stopped process
+cannot fork, and Linux aborts a ``fork()`` while a signal is pending, so
+SIGSTOP to every process found, scanning again until a scan finds no new
+one, leaves a set that SIGKILL then ends for good.
+
+Why a marker: once ``serve``'s supervisor (the subreaper) is gone, a
+process that double-forked or called ``setsid()`` has init as its parent
+and no tree leads to it. Every process the backend starts with ``exec``
+inherits :data:`MARKER` in its environment (as Jenkins' ProcessTreeKiller
+marks builds), and :func:`sweep` finds it there.
+
+psutil is imported only by the functions that walk processes, so that
+``serve``'s own process can ask for :func:`stop_signals` without it.
 
 Internal module: its names may change between releases without notice.
 """
@@ -17,25 +33,65 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
-
-import psutil
+from typing import TYPE_CHECKING
 
 from sglang_backends.settings import DEFAULT_STOP_TIMEOUT
 
+if TYPE_CHECKING:
+    import psutil
+
 __all__ = [
+    "MARKER",
+    "StopRequested",
     "StopSignals",
     "become_subreaper",
+    "freeze_and_kill",
     "kill_processes",
     "kill_tree",
+    "marked",
     "running",
+    "stop_signals",
+    "sweep",
     "terminate_descendants",
 ]
 
 LOG = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
+
+#: The environment variable every process ``serve``'s backend starts carries:
+#: the tree's token, so :func:`sweep` finds processes that left the tree.
+MARKER = "SGLANG_BACKENDS_SERVE_TREE"
+
+# Seconds freeze_and_kill() keeps finding new processes before it kills what it has.
+_FREEZE_BOUND = 10.0
+
+
+class StopRequested(SystemExit):
+    """Raised in the backend's main thread by a stop signal: ``SystemExit(128 + N)``.
+
+    Its own class, so that code guarding plugin calls (which turns a
+    plugin's ``sys.exit()`` into a load error) lets the operator's stop
+    through: a SIGTERM during an import is ``serve`` being stopped, not the
+    plugin exiting.
+    """
+
+
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop ``serve`` and the commands' workers: SIGTERM, SIGINT, SIGQUIT, SIGHUP.
+
+    SIGHUP only when it is not ignored: ``nohup`` ignores it on purpose, so
+    that closing the terminal does not stop the program. SIGINT and SIGQUIT
+    are stop signals even when inherited ignored, as a shell starts a
+    background job.
+    """
+    found = [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT]
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        found.append(signal.SIGHUP)
+    return tuple(found)
 
 
 def become_subreaper() -> bool:
@@ -54,6 +110,8 @@ def become_subreaper() -> bool:
 
 
 def _signal_all(processes: list[psutil.Process], how: Callable[[psutil.Process], None]) -> None:
+    import psutil
+
     for process in processes:
         try:
             how(process)
@@ -69,6 +127,8 @@ def kill_processes(pids: Iterable[int], *, timeout: float = 5.0) -> None:
     For processes that misbehaved (a hung plugin import, a ``--help`` that
     launched something): they get no grace period.
     """
+    import psutil
+
     processes = []
     for pid in pids:
         try:
@@ -81,6 +141,8 @@ def kill_processes(pids: Iterable[int], *, timeout: float = 5.0) -> None:
 
 def kill_tree(pid: int, *, timeout: float = 5.0) -> None:
     """SIGKILL process *pid* and every descendant of it; see :func:`kill_processes`."""
+    import psutil
+
     try:
         parent = psutil.Process(pid)
         pids = [child.pid for child in parent.children(recursive=True)] + [pid]
@@ -89,8 +151,101 @@ def kill_tree(pid: int, *, timeout: float = 5.0) -> None:
     kill_processes(pids, timeout=timeout)
 
 
+def freeze_and_kill(find: Callable[[], Iterable[psutil.Process]]) -> list[psutil.Process]:
+    """SIGKILL every process *find* returns, freezing them first so none can fork meanwhile.
+
+    Each process found gets SIGSTOP; *find* is called again until it returns
+    no process not yet stopped (or :data:`_FREEZE_BOUND` seconds pass), then
+    every one gets SIGKILL. Does not wait for them: the caller reaps or
+    waits as it must (a supervisor keeps its own child's exit status).
+    Returns the processes signalled.
+    """
+    import psutil
+
+    frozen: dict[tuple[int, float], psutil.Process] = {}
+    deadline = time.monotonic() + _FREEZE_BOUND
+    while time.monotonic() < deadline:
+        new = []
+        for process in running(find()):
+            try:
+                key = (process.pid, process.create_time())
+            except psutil.Error:
+                continue
+            if key not in frozen:
+                frozen[key] = process
+                new.append(process)
+        if not new:
+            break
+        _signal_all(new, lambda p: p.send_signal(signal.SIGSTOP))
+    processes = list(frozen.values())
+    _signal_all(processes, psutil.Process.kill)
+    return processes
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """Live processes whose environment holds :data:`MARKER` ``= token`` (those readable here)."""
+    import psutil
+
+    found = []
+    me = os.getpid()
+    for process in psutil.process_iter():
+        if process.pid == me:
+            continue
+        try:
+            if process.environ().get(MARKER) == token:
+                found.append(process)
+        except (psutil.Error, OSError, ValueError):
+            continue
+    return running(found)
+
+
+def sweep(roots: Iterable[psutil.Process], token: str | None, *, timeout: float) -> int:
+    """Stop *roots*, their descendants and every process marked *token*; return how many.
+
+    For when the process that watched them has gone (the ``serve``
+    supervisor, killed): none of them need be this process's child. They
+    get SIGTERM and *timeout* seconds to end, then the survivors and any
+    newcomers are frozen and killed (:func:`freeze_and_kill`).
+    """
+    import psutil
+
+    roots = list(roots)
+
+    def find() -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        for root in running(roots):
+            found[root.pid] = root
+            try:
+                found.update((p.pid, p) for p in root.children(recursive=True))
+            except psutil.Error:
+                pass
+        if token is not None:
+            for process in marked(token):
+                found[process.pid] = process
+                try:
+                    found.update((p.pid, p) for p in process.children(recursive=True))
+                except psutil.Error:
+                    pass
+        return running(found.values())
+
+    first = find()
+    if not first:
+        return 0
+    seen = {p.pid for p in first}
+    if timeout > 0:
+        _signal_all(first, psutil.Process.terminate)
+        psutil.wait_procs(first, timeout=timeout)
+    killed = freeze_and_kill(find)
+    seen.update(p.pid for p in killed)
+    psutil.wait_procs(killed, timeout=DEFAULT_STOP_TIMEOUT)
+    _reap(killed)
+    return len(seen)
+
+
 def running(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
     """Those of *processes* that have not exited (zombies have)."""
+    import psutil
+
     found = []
     for process in processes:
         try:
@@ -124,6 +279,8 @@ def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int 
     round starts if processes appeared meanwhile (spawned during shutdown or
     re-parented here).
     """
+    import psutil
+
     me = psutil.Process()
     seen: set[int] = set()
     for _ in range(rounds):
@@ -240,7 +397,7 @@ class StopSignals:
         self._watchdog.start()
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        raise SystemExit(128 + signum)
+        raise StopRequested(128 + signum)
 
     def _expire(self) -> None:
         if self.armed:

@@ -41,6 +41,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from sglang_backends import host as sglang_host
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
@@ -67,12 +68,19 @@ from sglang_backends.settings import (
 )
 from sglang_backends.usage import PROG, metadata_help, printable, usage_line
 
+if TYPE_CHECKING:
+    from sglang_backends import supervisor
+
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
 LOG = logging.getLogger(__name__)
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+#: Seconds automatic detection may take beyond ``load_timeout + detect_timeout``
+#: (reading metadata, starting threads) before the supervisor ends it.
+DETECTION_GRACE = 2.0
 
 
 class _Failure(Exception):
@@ -252,10 +260,25 @@ def _launch_here(
 
 
 def _select(
-    registry: ServeBackendRegistry, model_type: str, request: ServeRequest, origin: str | None
+    registry: ServeBackendRegistry,
+    model_type: str,
+    request: ServeRequest,
+    origin: str | None,
+    channel: supervisor.Channel | None,
 ) -> RegisteredServeBackend:
     if model_type == AUTO:
-        registered = registry.auto_detect(request)
+        progress = None
+        if channel is not None:
+            # The threads bounding each load and detector need the GIL; the
+            # supervisor, another process, keeps the bound whatever a plugin does.
+            bound = registry.load_timeout + registry.detect_timeout + DETECTION_GRACE
+            channel.deadline(
+                bound,
+                f"load_timeout {registry.load_timeout:g} s + detect_timeout "
+                f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
+            )
+            progress = channel.progress
+        registered = registry.auto_detect(request, progress=progress)
         LOG.info(
             "Selected serve backend %s by automatic detection", _describe(registry, registered)
         )
@@ -279,12 +302,21 @@ _Launch = Callable[[str, RegisteredServeBackend], int]
 
 
 def _backend(
-    host: HostOptions, settings: Settings, model_type: str, request: ServeRequest, launch: _Launch
+    host: HostOptions,
+    settings: Settings,
+    model_type: str,
+    request: ServeRequest,
+    launch: _Launch,
+    channel: supervisor.Channel | None = None,
 ) -> int:
-    """Choose and load the backend, check the request, then *launch* it."""
+    """Choose and load the backend, check the request, then *launch* it.
+
+    :param channel: to the supervisor, when there is one: it ends automatic
+        detection at its deadline.
+    """
     _before_dispatch()
     registry = ServeBackendRegistry.from_settings(settings)
-    registered = _select(registry, model_type, request, _model_type_origin(host, settings))
+    registered = _select(registry, model_type, request, _model_type_origin(host, settings), channel)
     description = _describe(registry, registered)
     if registered.backend.requires_model_path and request.model_path is None:
         raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
@@ -326,15 +358,16 @@ def _serve(host: HostOptions) -> int:
             lambda description, registered: _launch_here(description, registered, request, timeout),
         )
 
-    def work(announce: supervisor.Announce) -> int:
+    def work(channel: supervisor.Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
-            announce(description)
+            channel.backend(description)
             return _run(description, registered, request)
 
         return _guarded(
-            lambda: _backend(host, settings, model_type, request, launch), debug=host.debug
+            lambda: _backend(host, settings, model_type, request, launch, channel),
+            debug=host.debug,
         )
 
     return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
