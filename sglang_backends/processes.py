@@ -3,7 +3,7 @@
 :mod:`sglang_backends.supervisor` owns ``serve``'s process model on Linux
 and uses :func:`stop_signals`, :func:`become_subreaper`, :func:`running`,
 :func:`freeze_and_kill` and :func:`sweep`; the operator commands use
-:func:`kill_tree` on their isolated workers. Elsewhere ``serve`` runs the
+:func:`kill_tree` and :func:`kill_group` on their isolated workers. Elsewhere ``serve`` runs the
 backend in its own process with :class:`StopSignals` and
 :func:`terminate_descendants`, as SGLang does.
 
@@ -49,6 +49,7 @@ __all__ = [
     "StopSignals",
     "become_subreaper",
     "freeze_and_kill",
+    "kill_group",
     "kill_processes",
     "kill_tree",
     "marked",
@@ -139,16 +140,41 @@ def kill_processes(pids: Iterable[int], *, timeout: float = 5.0) -> None:
     psutil.wait_procs(processes, timeout=timeout)
 
 
-def kill_tree(pid: int, *, timeout: float = 5.0) -> None:
-    """SIGKILL process *pid* and every descendant of it; see :func:`kill_processes`."""
+def kill_tree(pid: int, *, timeout: float = 5.0, group: bool = False) -> None:
+    """Freeze and SIGKILL process *pid* and every descendant of it; wait up to *timeout* s.
+
+    :param group: *pid* leads a process group (a session of its own): its
+        members get SIGSTOP first and SIGKILL last too, even those that left
+        the tree.
+    """
     import psutil
 
-    try:
-        parent = psutil.Process(pid)
-        pids = [child.pid for child in parent.children(recursive=True)] + [pid]
-    except psutil.NoSuchProcess:
-        return
-    kill_processes(pids, timeout=timeout)
+    def tree() -> list[psutil.Process]:
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    if group:
+        _signal_group(pid, signal.SIGSTOP)  # nothing in the group forks from now on
+    killed = freeze_and_kill(tree)
+    if group:
+        _signal_group(pid, signal.SIGKILL)
+    psutil.wait_procs(killed, timeout=timeout)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL what is left of process group *pgid*."""
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def freeze_and_kill(find: Callable[[], Iterable[psutil.Process]]) -> list[psutil.Process]:

@@ -39,7 +39,13 @@ from sglang_backends.loading import Loads, Produce, call_plugin_code, load_one
 if TYPE_CHECKING:
     from sglang_backends.settings import Settings
 
-__all__ = ["FALLBACK_BACKEND", "BuiltinBackend", "Progress", "ServeBackendRegistry"]
+__all__ = [
+    "FALLBACK_BACKEND",
+    "BuiltinBackend",
+    "Progress",
+    "ServeBackendRegistry",
+    "Underway",
+]
 
 #: Told when a candidate's load or detector starts and ends during automatic
 #: detection: ``(event, label)``, the event ``loading``, ``loaded``,
@@ -47,6 +53,37 @@ __all__ = ["FALLBACK_BACKEND", "BuiltinBackend", "Progress", "ServeBackendRegist
 #: from worker threads. Lets another process (``serve``'s supervisor) name
 #: the plugins holding detection up when it must end it.
 Progress = Callable[[str, str], None]
+
+
+class Underway:
+    """Which loads and detectors are under way, kept from :data:`Progress` events.
+
+    Another process keeps one from the events it is sent, to name what
+    holds automatic detection up when it must end it.
+    """
+
+    def __init__(self) -> None:
+        self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
+
+    def __call__(self, event: str, label: str) -> None:
+        if event in self.busy:
+            self.busy[event][label] = None
+        elif event in ("loaded", "detected"):
+            self.busy["loading" if event == "loaded" else "detecting"].pop(label, None)
+
+    def replay(self, text: str) -> Underway:
+        """Take in events written one per line as ``event label``; return self."""
+        for line in text.splitlines():
+            event, _, label = line.partition(" ")
+            self(event, label)
+        return self
+
+    def describe(self) -> str:
+        """``still loading: 'a' (dist-a); still detecting: 'b' (dist-b)``, or empty."""
+        return "; ".join(
+            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
+
 
 _A = TypeVar("_A")
 _R = TypeVar("_R")

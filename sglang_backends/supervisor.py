@@ -397,7 +397,9 @@ class _Supervision:
         self.messages: dict[str, str] = {}
         self.unread = b""
         self.choosing: tuple[float, str] | None = None
-        self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
+        from sglang_backends.registry import Underway
+
+        self.underway = Underway()
         self.overran: str | None = None
 
     def run(self) -> int:
@@ -494,10 +496,8 @@ class _Supervision:
             self._heard(key, value)
 
     def _heard(self, key: str, value: str) -> None:
-        if key in ("loading", "detecting"):
-            self.busy[key][value] = None
-        elif key in ("loaded", "detected"):
-            self.busy["loading" if key == "loaded" else "detecting"].pop(value, None)
+        if key in ("loading", "loaded", "detecting", "detected"):
+            self.underway(key, value)
         elif key == "deadline":
             when, _, why = value.partition(" ")
             try:
@@ -512,12 +512,10 @@ class _Supervision:
         """Automatic detection overran its deadline: one line, then end the backend process."""
         assert self.choosing is not None
         seconds, _, why = self.choosing[1].partition(" ")
-        busy = [
-            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
-        ]
+        busy = self.underway.describe()
         self.overran = (
             f"automatic detection did not finish within {seconds} s ({why})"
-            f"{': ' + '; '.join(busy) if busy else ''}. Disable the plugin that holds it up "
+            f"{': ' + busy if busy else ''}. Disable the plugin that holds it up "
             "(disabled_backends) or choose a backend with --model-type; serve stopped the "
             "backend process"
         )
