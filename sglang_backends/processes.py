@@ -13,11 +13,17 @@ cannot fork, and Linux aborts a ``fork()`` while a signal is pending, so
 SIGSTOP to every process found, scanning again until a scan finds no new
 one, leaves a set that SIGKILL then ends for good.
 
+Freezing also keeps a tree whole while it is walked: a process killed
+before its children were found would hand them to init.
+
 Why a marker: once ``serve``'s supervisor (the subreaper) is gone, a
 process that double-forked or called ``setsid()`` has init as its parent
-and no tree leads to it. Every process the backend starts with ``exec``
-inherits :data:`MARKER` in its environment (as Jenkins' ProcessTreeKiller
-marks builds), and :func:`sweep` finds it there.
+and no tree leads to it. :func:`mark` marks a process and everything it
+starts, in two ways, and :func:`sweep` finds either: :data:`MARKER` in the
+environment, which ``exec`` keeps (as Jenkins' ProcessTreeKiller marks
+builds), and a one-page shared memory mapping named after the token, which
+``fork`` keeps (``/proc/PID/environ`` of a forked copy still shows the
+environment its ancestor was started with).
 
 psutil is imported only by the functions that walk processes, so that
 ``serve``'s own process can ask for :func:`stop_signals` without it.
@@ -52,6 +58,7 @@ __all__ = [
     "kill_group",
     "kill_processes",
     "kill_tree",
+    "mark",
     "marked",
     "running",
     "stop_signals",
@@ -208,21 +215,56 @@ def freeze_and_kill(find: Callable[[], Iterable[psutil.Process]]) -> list[psutil
     return processes
 
 
-def marked(token: str) -> list[psutil.Process]:
-    """Live processes whose environment holds :data:`MARKER` ``= token`` (those readable here)."""
+# The marks made here: a mapping must outlive the call that made it.
+_MARKS: list[object] = []
+
+
+def mark(token: str) -> None:
+    """Mark this process and every process it starts from now on as *token*'s (Linux).
+
+    Sets :data:`MARKER` in the environment, and maps a page of a memory file
+    named ``MARKER=token`` (``/proc/PID/maps`` shows it in every forked copy).
+    """
+    os.environ[MARKER] = token
+    if not hasattr(os, "memfd_create"):
+        return
+    import mmap
+
+    try:
+        fd = os.memfd_create(f"{MARKER}={token}", 0)
+    except OSError:
+        return
+    try:
+        os.ftruncate(fd, mmap.PAGESIZE)
+        _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _carries(process: psutil.Process, token: str) -> bool:
+    """Whether *process* carries *token*'s mark (see :func:`mark`)."""
     import psutil
 
-    found = []
+    try:
+        if process.environ().get(MARKER) == token:
+            return True
+    except (psutil.Error, OSError, ValueError):
+        return False
+    try:
+        with open(f"/proc/{process.pid}/maps", "rb") as maps:
+            return f"/memfd:{MARKER}={token} ".encode() in maps.read()
+    except OSError:
+        return False
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """Live processes, other than this one, that carry *token*'s mark (those readable here)."""
+    import psutil
+
     me = os.getpid()
-    for process in psutil.process_iter():
-        if process.pid == me:
-            continue
-        try:
-            if process.environ().get(MARKER) == token:
-                found.append(process)
-        except (psutil.Error, OSError, ValueError):
-            continue
-    return running(found)
+    return running(p for p in psutil.process_iter() if p.pid != me and _carries(p, token))
 
 
 def sweep(roots: Iterable[psutil.Process], token: str | None, *, timeout: float) -> int:

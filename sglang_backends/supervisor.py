@@ -336,12 +336,12 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> None:
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
-        from sglang_backends.processes import MARKER, become_subreaper
+        from sglang_backends.processes import become_subreaper, mark
 
         if not become_subreaper():
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
-        # Inherited by every process the backend starts (exec included).
-        os.environ[MARKER] = setup.token
+        # Inherited by every process the backend starts, through fork and exec.
+        mark(setup.token)
         me = os.getpid()
         reader, writer = os.pipe()
         _flush()

@@ -21,8 +21,9 @@ import pytest
 from clitools import CLI, clean_environ
 from servetools import alive, descendants, kill_all, read_json, run_serve, wait_for
 
-#: A plugin whose run() misbehaves as $HOSTILE says, after starting a daemon
-#: (double fork, setsid) and recording every pid in $HOSTILE_PIDS.
+#: A plugin whose run() misbehaves as $HOSTILE says, after starting two daemons
+#: (double fork, setsid; one runs a new program, the other is a forked copy,
+#: deaf to SIGTERM when the backend is) and recording every pid in $HOSTILE_PIDS.
 #: "deaf": ignore SIGTERM and sleep; "own-group": move to a process group of
 #: its own, then wait for a stop and record it in $HOSTILE_STOPPED; "graceful":
 #: the same without moving; "forker": start a process that forks a new pid
@@ -37,14 +38,18 @@ import time
 from sglang_backends import ServeBackend
 
 
-def daemon():
+def daemon(execute):
     reader, writer = os.pipe()
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
             os.write(writer, str(os.getpid()).encode())
             os.close(writer)
-            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"])
+            if execute:
+                os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"])
+            if os.environ["HOSTILE"] == "deaf":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(600)
         os._exit(0)
     os.close(writer)
     pid = int(os.read(reader, 64))
@@ -53,12 +58,12 @@ def daemon():
 
 
 def forker():
-    """A chain of processes, each forking its successor then exiting: a new pid every ms."""
+    """A chain of processes, each forking its successor then exiting at once, ignoring SIGTERM."""
     if os.fork() == 0:
         os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         end = time.monotonic() + 60  # harmless, should it ever escape
         while time.monotonic() < end:
-            time.sleep(0.001)
             if os.fork() != 0:
                 os._exit(0)
         os._exit(0)
@@ -78,7 +83,7 @@ def stopped(how):
 
 def run(request):
     mode = os.environ["HOSTILE"]
-    pids = {"backend": os.getpid(), "daemon": daemon()}
+    pids = {"backend": os.getpid(), "daemon": daemon(True), "forked": daemon(False)}
     if mode == "forker":
         forker()
     if mode == "own-group":
@@ -164,7 +169,7 @@ def test_killed_supervisor_leaves_nothing_even_if_the_backend_ignores_sigterm(ho
     [supervisor] = psutil.Process(proc.pid).children()
     supervisor.kill()
     assert proc.wait(timeout=30) == 128 + signal.SIGKILL
-    _everything_gone(running)  # the daemon included, though init had adopted it
+    _everything_gone(running)  # the daemons included, though init had adopted them
     log = (tmp_path / "serve.log").read_text()
     assert f"the serve supervisor (pid {supervisor.pid}) was killed by SIGKILL" in log
 
