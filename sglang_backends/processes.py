@@ -378,13 +378,13 @@ def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int 
 
 
 class StopSignals:
-    """SIGTERM and SIGINT stop the backend by unwinding the main thread.
+    """The stop signals (:func:`stop_signals`) stop the backend by unwinding the main thread.
 
     Used where ``serve`` runs the backend in its own process (not Linux).
     Entering installs the handlers, which only record a signal; :meth:`arm`
     (called first thing inside the guarded ``try``) makes the first signal
-    raise :class:`KeyboardInterrupt` (SIGINT) or :class:`SystemExit`
-    (SIGTERM) in the main thread, and raises at once for a signal that came
+    raise :class:`KeyboardInterrupt` (SIGINT) or :class:`StopRequested`
+    (the others) in the main thread, and raises at once for a signal that came
     while the handlers were being installed, so none is lost. If ``run()``
     has not unwound *timeout* seconds later, or a second signal arrives,
     *on_force* runs and the process exits at once. Disarmed (during
@@ -394,8 +394,6 @@ class StopSignals:
     :param timeout: how long ``run()`` may take to unwind.
     :param on_force: called before a forced exit (to kill descendants).
     """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, timeout: float, on_force: Callable[[], object]) -> None:
         self.timeout = timeout
@@ -417,7 +415,7 @@ class StopSignals:
         return None if self.signum is None else signal.Signals(self.signum).name
 
     def __enter__(self) -> StopSignals:
-        for signum in self.SIGNALS:
+        for signum in stop_signals():
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
 

@@ -13,8 +13,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import termios
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -387,3 +389,53 @@ def test_serve_as_pid_1_of_a_pid_namespace_stops_on_sighup(hostile, tmp_path):
     os.kill(pid_1.pid, signal.SIGHUP)
     assert proc.wait(timeout=30) == 128 + signal.SIGHUP
     _everything_gone(running)
+
+
+def _as_nobody() -> list[str]:
+    """``setpriv`` to an unprivileged user, or skip when that user cannot run serve here."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run as an unprivileged user")
+    command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    probe = subprocess.run(
+        [*command, sys.executable, "-c", "import psutil, sglang_backends"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        pytest.skip("the unprivileged user cannot run this interpreter and its packages")
+    return command
+
+
+def test_killed_supervisor_leaves_nothing_as_an_unprivileged_user():
+    """The marks are read from /proc as the same user, without privileges."""
+    from sglang_backends.testing import PluginSite
+
+    command = _as_nobody()
+    shared = tempfile.mkdtemp(prefix="sglang-backends-nobody-")
+    started: list[int] = []
+    try:
+        os.chmod(shared, 0o777)
+        site = PluginSite(os.path.join(shared, "site"))
+        site.install(
+            "hostile-dist",
+            entry_points={"hostile": "hostile_plugin:factory"},
+            modules={"hostile_plugin.py": HOSTILE},
+        )
+        os.chmod(site.path, 0o755)
+        pids_file = Path(shared) / "pids.json"
+        env = site.environ()
+        env.update(
+            HOSTILE="deaf",
+            HOSTILE_PIDS=str(pids_file),
+            HOSTILE_STOPPED=os.path.join(shared, "stopped"),
+            SGLANG_BACKENDS_STOP_TIMEOUT="0.5",
+        )
+        proc = _start([*command, *SERVE], env, Path(shared) / "serve.log")
+        running = _watch(proc, pids_file, started)
+        [supervisor] = [p for p in psutil.Process(proc.pid).children() if p.pid in running]
+        supervisor.kill()
+        assert proc.wait(timeout=30) == 128 + signal.SIGKILL
+        _everything_gone(running)
+    finally:
+        kill_all(started)
+        shutil.rmtree(shared, ignore_errors=True)
