@@ -8,10 +8,9 @@ backend in its own process with :class:`StopSignals` and
 :func:`terminate_descendants`, as SGLang does.
 
 Why freeze before killing: a process that forks continuously can replace
-itself faster than a scan-then-kill loop finds it. A stopped process
-cannot fork, and Linux aborts a ``fork()`` while a signal is pending, so
-SIGSTOP to every process found, scanning again until a scan finds no new
-one, leaves a set that SIGKILL then ends for good.
+itself faster than a scan-then-kill pass finds it. A stopped process
+cannot fork, so SIGSTOP to every process found, scanning again until a
+scan finds no new one, leaves a set that SIGKILL then ends for good.
 
 Freezing also keeps a tree whole while it is walked: a process killed
 before its children were found would hand them to init.

@@ -9,19 +9,23 @@ Exit status:
 
 * ``0``: the backend's ``run()`` returned (or printed its help);
 * ``1``: the backend failed to load, several providers or detectors
-  claimed the request, the backend is disabled, ``run()`` raised, or the
-  backend process ended with ``os._exit(0)`` without returning;
+  claimed the request, the backend is disabled, ``run()`` raised, the
+  backend process ended with ``os._exit(0)`` without returning, or
+  automatic detection overran ``load_timeout + detect_timeout`` plus
+  :data:`DETECTION_GRACE` (the supervisor ended it);
 * ``2``: usage errors: a bad ``--model-type`` value, an unknown backend, a
   missing model path, invalid configuration;
 * ``128 + N`` when stopped by signal ``N`` (``143`` for SIGTERM, ``130``
-  for SIGINT), or when the backend process was killed by signal ``N``
-  (``139`` for SIGSEGV);
+  for SIGINT, ``129`` for SIGHUP, ``131`` for SIGQUIT), even during a
+  plugin's import; or when the backend process, or the supervisor, was
+  killed by signal ``N`` (``139`` for SIGSEGV), even with stderr gone;
 * the code a backend passes to :class:`SystemExit` (argparse's ``2``, say)
   or to ``os._exit()``.
 
 On Linux the backend runs in a supervised process
 (:mod:`sglang_backends.supervisor`): forked before any plugin code runs,
-with every process it starts stopped when it ends, however it ends. Help
+with every process it starts stopped when it ends, however it ends
+(the operator guide's "What serve guarantees" lists every ending). Help
 runs in this process, as in SGLang: it launches nothing. Elsewhere the
 backend runs in this process and :mod:`sglang_backends.processes` stops
 its descendants after ``run()``.

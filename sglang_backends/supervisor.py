@@ -5,42 +5,55 @@ with one job, in the manner of tini and dumb-init:
 
 ``serve`` (the process you started, the *front*)
     Forks the supervisor before any plugin code runs, then only waits for
-    it and relays SIGTERM/SIGINT to it. It never becomes a subreaper, never
-    waits for any process but the supervisor and never kills anything, so a
-    program calling :func:`sglang_backends.serve.main` in-process keeps its
-    own children, their exit statuses and its signal handlers.
+    it and relays the stop signals to it. It never becomes a subreaper and
+    never waits for any process but the supervisor, so a program calling
+    :func:`sglang_backends.serve.main` in-process keeps its own children,
+    their exit statuses and its signal handlers. Only if the supervisor is
+    killed does it stop anything: the backend process (whose pid the
+    supervisor told it) and whatever carries the tree's mark
+    (:func:`sglang_backends.processes.sweep`).
 the supervisor
     A child subreaper (``PR_SET_CHILD_SUBREAPER``): every process the
     backend orphans (a worker whose parent exited, a daemon that
-    double-forked) is re-parented to it. It forks the backend process,
+    double-forked) is re-parented to it. It marks the tree
+    (:func:`sglang_backends.processes.mark`), forks the backend process,
     passes a stop signal on to it, reaps its children (all of them are the
     backend's), and once the backend process has ended stops every
-    remaining descendant: SIGTERM, then SIGKILL after the stop timeout. It
+    remaining descendant: SIGTERM, then, after the stop timeout, SIGSTOP
+    and SIGKILL (:func:`sglang_backends.processes.freeze_and_kill`). It
     has ``PR_SET_PDEATHSIG`` = SIGTERM, so if ``serve`` itself is killed
     (SIGKILL included) it stops the backend and its processes as for a
-    SIGTERM, then exits.
+    SIGTERM, then exits. While the backend is being chosen, it reads what
+    the backend process tells it every :data:`_POLL` seconds: a deadline
+    for automatic detection, which it keeps by killing the backend process
+    (threads cannot bound a plugin that holds the GIL), and which plugins
+    are loading or detecting, which it names when it does.
 the backend process
     Chooses the backend, loads it and calls its ``run()``: the work given to
-    :func:`supervise`. It tells the supervisor, over a pipe, which backend
-    it runs and, when the work finished, with which status. A process that
-    ended without saying so called ``os._exit()`` or died of a signal, and
-    the supervisor says so in one line. It also has ``PR_SET_PDEATHSIG`` =
-    SIGTERM, and stops its own descendants if it outlives the supervisor.
-    Like the supervisor, it ends with ``os._exit`` (after flushing its
-    output), never returning into the caller of :func:`supervise`: a forked
-    copy of an embedding program must not run on, nor run its ``atexit``
-    handlers.
+    :func:`supervise`. It tells the supervisor, over a pipe (a
+    :class:`Channel`), which backend it runs and, when the work finished,
+    with which status. A process that ended without saying so called
+    ``os._exit()`` or died of a signal, and the supervisor says so in one
+    line. It starts with an empty signal mask and its own stop handlers. It
+    also has ``PR_SET_PDEATHSIG`` = SIGTERM, and stops its own descendants
+    and the marked processes if it outlives the supervisor. Like the
+    supervisor, it ends with ``os._exit`` (after flushing its output), never
+    returning into the caller of :func:`supervise`: a forked copy of an
+    embedding program must not run on, nor run its ``atexit`` handlers.
 
-Signals are never lost: the front and the supervisor block SIGTERM, SIGINT
-and SIGCHLD before forking and collect them with ``sigtimedwait``; the
-backend process installs its handlers before unblocking them. A signal the
+The stop signals are SIGTERM, SIGINT, SIGQUIT and SIGHUP, unless SIGHUP is
+ignored (``nohup``): :func:`sglang_backends.processes.stop_signals`.
+Signals are never lost: the front and the supervisor block them and
+SIGCHLD before forking and collect them with ``sigtimedwait``; the backend
+process installs its handlers before unblocking them. A signal the
 terminal sent (Ctrl+C) reached the whole foreground process group, the
-backend included, so it is not passed on a second time.
+backend included, so it is not passed on a second time, unless the
+backend process moved to a process group of its own.
 
-Stopping: the first SIGTERM or SIGINT is passed to the backend process,
-which then has the stop timeout to end; the processes it leaves get SIGTERM
-and, the stop timeout later, SIGKILL. A second signal from the same sender,
-or a backend process still running at its deadline, means SIGKILL for
+Stopping: the first stop signal is passed to the backend process, which
+then has the stop timeout to end; the processes it leaves get SIGTERM and,
+the stop timeout later, SIGKILL. A second signal from the same sender, or
+a backend process still running at its deadline, means SIGKILL for
 everything at once, without further grace.
 """
 
