@@ -239,9 +239,7 @@ def _alive(pids):
     ("command", "signum"),
     [
         (("check",), signal.SIGTERM),
-        (("check",), signal.SIGHUP),
         (("check",), signal.SIGINT),
-        (("detect", "/models/x"), signal.SIGTERM),
         (("detect", "/models/x"), signal.SIGHUP),
     ],
 )
@@ -304,4 +302,5 @@ def test_detect_names_a_detector_that_never_releases_the_gil(site):
     result = run_cli(site, "detect", "--detect-timeout", "0.5", "--timeout", "4", "/models/x")
     assert result.returncode == 1, result.stderr
     [line] = [line for line in result.stderr.splitlines() if "did not complete" in line]
-    assert "still detecting: 'hog' (hog-runtime)" in line
+    # Named with any other detector under way when it took the GIL.
+    assert "still detecting: " in line and "'hog' (hog-runtime)" in line
