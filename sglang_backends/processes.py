@@ -280,19 +280,12 @@ def sweep(roots: Iterable[psutil.Process], token: str | None, *, timeout: float)
 
     def find() -> list[psutil.Process]:
         found: dict[int, psutil.Process] = {}
-        for root in running(roots):
-            found[root.pid] = root
+        for top in [*running(roots), *(marked(token) if token is not None else ())]:
+            found[top.pid] = top
             try:
-                found.update((p.pid, p) for p in root.children(recursive=True))
+                found.update((p.pid, p) for p in top.children(recursive=True))
             except psutil.Error:
                 pass
-        if token is not None:
-            for process in marked(token):
-                found[process.pid] = process
-                try:
-                    found.update((p.pid, p) for p in process.children(recursive=True))
-                except psutil.Error:
-                    pass
         return running(found.values())
 
     first = find()

@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 from clitools import CLI, clean_environ, run_cli
+from servetools import alive
 
 GOOD = """
 from sglang_backends import ServeBackend, ServeBackendDetection
@@ -224,17 +225,6 @@ def _stuck_pids(path):
         return None
 
 
-def _alive(pids):
-    found = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                found.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
-
-
 @pytest.mark.parametrize(
     ("command", "signum"),
     [
@@ -272,12 +262,12 @@ def test_a_stop_signal_stops_the_command_and_its_workers_promptly(site, tmp_path
         assert proc.wait(timeout=30) == 128 + signum
         took = time.monotonic() - sent
         deadline = time.monotonic() + 10
-        while _alive(pids) and time.monotonic() < deadline:
+        while alive(pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _alive(pids) == []
+        assert alive(pids) == []
         assert took < 10, took  # "within 1 s": a wide margin for a loaded machine
     finally:
-        for pid in _alive([proc.pid, *pids]):
+        for pid in alive([proc.pid, *pids]):
             os.kill(pid, signal.SIGKILL)
 
 
