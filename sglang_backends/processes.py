@@ -63,6 +63,7 @@ __all__ = [
     "stop_signals",
     "sweep",
     "terminate_descendants",
+    "wait_gone",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ MARKER = "SGLANG_BACKENDS_SERVE_TREE"
 
 # Seconds freeze_and_kill() keeps finding new processes before it kills what it has.
 _FREEZE_BOUND = 10.0
+# Seconds between checks while waiting for processes to end.
+_WAIT_POLL = 0.02
 
 
 class StopRequested(SystemExit):
@@ -143,7 +146,7 @@ def kill_processes(pids: Iterable[int], *, timeout: float = 5.0) -> None:
         except psutil.NoSuchProcess:
             continue
     _signal_all(processes, psutil.Process.kill)
-    psutil.wait_procs(processes, timeout=timeout)
+    wait_gone(processes, timeout)
 
 
 def kill_tree(pid: int, *, timeout: float = 5.0, group: bool = False) -> None:
@@ -167,7 +170,7 @@ def kill_tree(pid: int, *, timeout: float = 5.0, group: bool = False) -> None:
     killed = freeze_and_kill(tree)
     if group:
         _signal_group(pid, signal.SIGKILL)
-    psutil.wait_procs(killed, timeout=timeout)
+    wait_gone(killed, timeout)
 
 
 def kill_group(pgid: int) -> None:
@@ -294,12 +297,27 @@ def sweep(roots: Iterable[psutil.Process], token: str | None, *, timeout: float)
     seen = {p.pid for p in first}
     if timeout > 0:
         _signal_all(first, psutil.Process.terminate)
-        psutil.wait_procs(first, timeout=timeout)
+        wait_gone(first, timeout)
     killed = freeze_and_kill(find)
     seen.update(p.pid for p in killed)
-    psutil.wait_procs(killed, timeout=DEFAULT_STOP_TIMEOUT)
-    _reap(killed)
+    wait_gone(killed, DEFAULT_STOP_TIMEOUT)
     return len(seen)
+
+
+def wait_gone(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to *timeout* s until none of *processes* runs; return those still running.
+
+    A zombie counts as gone (unlike for ``psutil.wait_procs``, which waits
+    until its parent reaps it: init may take its time); those that are this
+    process's children are reaped.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        _reap(processes)
+        alive = running(processes)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(_WAIT_POLL)
 
 
 def running(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
@@ -355,7 +373,7 @@ def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int 
         alive = found
         if timeout > 0:
             _signal_all(found, psutil.Process.terminate)
-            _, alive = psutil.wait_procs(found, timeout=timeout)
+            alive = wait_gone(found, timeout)
             if alive:
                 LOG.warning(
                     "Killing %d process(es) still running %.1fs after SIGTERM: %s",
@@ -364,7 +382,7 @@ def terminate_descendants(timeout: float = DEFAULT_STOP_TIMEOUT, *, rounds: int 
                     [p.pid for p in alive],
                 )
         _signal_all(alive, psutil.Process.kill)
-        psutil.wait_procs(alive, timeout=DEFAULT_STOP_TIMEOUT)
+        wait_gone(alive, DEFAULT_STOP_TIMEOUT)
         _reap(found)
     return len(seen)
 
