@@ -10,7 +10,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import contract_import, detection, listing, loading, serve_startup
+from benchmarks import contract_import, detection, listing, loading, serve_startup, stopping
 
 
 def cpu_model() -> str:
@@ -36,6 +36,7 @@ def main() -> None:
         ("Importing the contract (c)", contract_import),
         ("Automatic detection with a hanging plugin (e)", loading),
         ("serve start-up with and without configuration (d)", serve_startup),
+        ("Stopping (g)", stopping),
     ):
         print(f"### {title}\n")
         print(module.main([]))
