@@ -188,7 +188,7 @@ def _all_gone(processes: list[psutil.Process]) -> bool:
 
 
 class _Relay:
-    """Python-level SIGTERM/SIGINT handler of the front, for a signal another thread takes."""
+    """Python-level stop-signal handler of the front, for a signal another thread takes."""
 
     def __init__(self) -> None:
         self.target: int | None = None
