@@ -224,10 +224,12 @@ _MARKS: list[object] = []
 def mark(token: str) -> None:
     """Mark this process and every process it starts from now on as *token*'s (Linux).
 
-    Sets :data:`MARKER` in the environment, and maps a page of a memory file
-    named ``MARKER=token`` (``/proc/PID/maps`` shows it in every forked copy).
+    Adds *token* to :data:`MARKER` in the environment (tokens separated by
+    spaces, so a ``serve`` run by a backend keeps the outer tree's mark),
+    and maps a page of a memory file named ``MARKER=token``
+    (``/proc/PID/maps`` shows it in every forked copy).
     """
-    os.environ[MARKER] = token
+    os.environ[MARKER] = " ".join([*os.environ.get(MARKER, "").split(), token])
     if not hasattr(os, "memfd_create"):
         return
     import mmap
@@ -250,7 +252,7 @@ def _carries(process: psutil.Process, token: str) -> bool:
     import psutil
 
     try:
-        if process.environ().get(MARKER) == token:
+        if token in process.environ().get(MARKER, "").split():
             return True
     except (psutil.Error, OSError, ValueError):
         return False
