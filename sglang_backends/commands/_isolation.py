@@ -56,7 +56,8 @@ class _Workers:
     """The workers running now, so that a stop signal can kill them all."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Re-entrant: the stop handler runs in the main thread, maybe inside add().
+        self.lock = threading.RLock()
         self.running: set[int] = set()
         self.stopped = False
 
