@@ -10,7 +10,15 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import contract_import, detection, listing, loading, scaling, serve_startup
+from benchmarks import (
+    contract_import,
+    detection,
+    listing,
+    loading,
+    scaling,
+    serve_startup,
+    stopping,
+)
 
 
 def cpu_model() -> str:
@@ -37,6 +45,7 @@ def main() -> None:
         ("Automatic detection with a hanging plugin (e)", loading),
         ("serve start-up with and without configuration (d)", serve_startup),
         ("Cost against entry points and arguments (g)", scaling),
+        ("Stopping (h)", stopping),
     ):
         print(f"### {title}\n")
         print(module.main([]))

@@ -37,6 +37,7 @@ from sglang_backends.contract import SERVE_BACKENDS_GROUP, RegisteredServeBacken
 from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_each
 from sglang_backends.discovery import PluginEntryPoint
 from sglang_backends.errors import BackendLoadError, ServeBackendError
+from sglang_backends.processes import StopRequested
 
 __all__ = [
     "SLOW_LOAD_NOTICE",
@@ -84,8 +85,9 @@ def _describe(exc: BaseException) -> str:
 def call_plugin_code(function: Callable[[], _T]) -> _T:
     """Call plugin code; whatever it raises is an ``Exception`` afterwards.
 
-    A ``KeyboardInterrupt`` in the main thread is the user's and propagates;
-    in a worker thread it can only come from the plugin.
+    A ``KeyboardInterrupt`` in the main thread is the user's and propagates,
+    as does a :class:`~sglang_backends.processes.StopRequested` (a stop
+    signal); in a worker thread they can only come from the plugin.
 
     :raises PluginCodeError: the plugin raised a ``BaseException`` that is
         not an ``Exception``, or an ``AssertionError``.
@@ -97,6 +99,8 @@ def call_plugin_code(function: Callable[[], _T]) -> _T:
             raise
         raise PluginCodeError("plugin code raised KeyboardInterrupt") from None
     except SystemExit as exc:
+        if isinstance(exc, StopRequested) and threading.current_thread() is threading.main_thread():
+            raise
         raise PluginCodeError(f"plugin called sys.exit({exc.code!r}) while loading") from exc
     except AssertionError as exc:
         raise PluginCodeError(_describe(exc)) from exc

@@ -12,9 +12,10 @@ imports neither plugins nor stevedore.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sglang_backends import errors, selection
 from sglang_backends.contract import (
@@ -29,6 +30,7 @@ from sglang_backends.detection import (
     DEFAULT_LOAD_TIMEOUT,
     FALLBACK_BACKEND,
     MAX_TIMEOUT,
+    DetectionOutcome,
     DetectionReport,
     report,
 )
@@ -38,7 +40,54 @@ from sglang_backends.loading import Loads, Produce, call_plugin_code, load_one
 if TYPE_CHECKING:
     from sglang_backends.settings import Settings
 
-__all__ = ["FALLBACK_BACKEND", "BuiltinBackend", "ServeBackendRegistry"]
+__all__ = [
+    "FALLBACK_BACKEND",
+    "BuiltinBackend",
+    "Progress",
+    "ServeBackendRegistry",
+    "Underway",
+]
+
+#: Told when a candidate's load or detector starts and ends during automatic
+#: detection: ``(event, label)``, the event ``loading``, ``loaded``,
+#: ``detecting`` or ``detected``, the label ``'name' (provider)``. Called
+#: from worker threads. Lets another process (``serve``'s supervisor) name
+#: the plugins holding detection up when it must end it.
+Progress = Callable[[str, str], None]
+
+
+class Underway:
+    """Which loads and detectors are under way, kept from :data:`Progress` events.
+
+    Another process keeps one from the events it is sent, to name what
+    holds automatic detection up when it must end it.
+    """
+
+    def __init__(self) -> None:
+        self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
+
+    def __call__(self, event: str, label: str) -> None:
+        if event in self.busy:
+            self.busy[event][label] = None
+        elif event in ("loaded", "detected"):
+            self.busy["loading" if event == "loaded" else "detecting"].pop(label, None)
+
+    def replay(self, text: str) -> Underway:
+        """Take in events written one per line as ``event label``; return self."""
+        for line in text.splitlines():
+            event, _, label = line.partition(" ")
+            self(event, label)
+        return self
+
+    def describe(self) -> str:
+        """``still loading: 'a' (dist-a); still detecting: 'b' (dist-b)``, or empty."""
+        return "; ".join(
+            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
+
+
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
 #: A built-in: a backend, or a zero-argument factory returning one.
 BuiltinBackend = ServeBackend | Callable[[], ServeBackend]
@@ -242,7 +291,9 @@ class ServeBackendRegistry:
             )
         return RegisteredServeBackend(name=name, backend=backend, distribution=dist)
 
-    def explain(self, request: ServeRequest) -> DetectionReport:
+    def explain(
+        self, request: ServeRequest, *, progress: Progress | None = None
+    ) -> DetectionReport:
         """Run automatic detection on *request* and report every step.
 
         Candidates are all available backends but the fallback ``llm``.
@@ -250,23 +301,64 @@ class ServeBackendRegistry:
         detectors then run concurrently, each bounded by
         :attr:`detect_timeout`. Never raises for a plugin's fault: failures
         become ``error`` or ``timeout`` outcomes, logged as warnings.
+
+        :param progress: told as each load and detector starts and ends.
         """
 
         def candidate(name: str) -> tuple[Hashable, PluginEntryPoint | None, Produce]:
             key, plugin = self._resolve(name)
-            return key, plugin, partial(self._produce, plugin, name)
+            produce: Produce = partial(self._produce, plugin, name)
+            if progress is not None:
+                label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
+                produce = _told(produce, progress, ("loading", "loaded"), label)
+            return key, plugin, produce
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         loaded = self._loads.bounded(names, candidate, timeout=self.load_timeout)
+        if progress is not None:
+            loaded = [_watched_detector(c, progress) for c in loaded]
         return report(loaded, request, timeout=self.detect_timeout)
 
-    def auto_detect(self, request: ServeRequest) -> RegisteredServeBackend:
+    def auto_detect(
+        self, request: ServeRequest, *, progress: Progress | None = None
+    ) -> RegisteredServeBackend:
         """Choose the backend for *request*: the one match, else ``llm``.
 
         Returns within about ``load_timeout + detect_timeout`` whatever
-        plugins do.
+        plugins do, as long as they let the interpreter run: a plugin that
+        holds the GIL holds up the threads keeping these bounds. ``serve``
+        has its supervisor, another process, end detection at a deadline.
 
+        :param progress: told as each load and detector starts and ends.
         :raises AmbiguousDetectionError: several backends matched (a
             ``RuntimeError``).
         """
-        return self.get(self.explain(request).choice())
+        return self.get(self.explain(request, progress=progress).choice())
+
+
+def _told(
+    function: Callable[[_A], _R], progress: Progress, events: tuple[str, str], label: str
+) -> Callable[[_A], _R]:
+    """*function*, telling *progress* ``events[0]`` before and ``events[1]`` after each call."""
+
+    def told(argument: _A) -> _R:
+        progress(events[0], label)
+        try:
+            return function(argument)
+        finally:
+            progress(events[1], label)
+
+    return told
+
+
+def _watched_detector(
+    candidate: RegisteredServeBackend | DetectionOutcome, progress: Progress
+) -> RegisteredServeBackend | DetectionOutcome:
+    """*candidate* with a detector that tells *progress* when it runs."""
+    if not isinstance(candidate, RegisteredServeBackend) or candidate.backend.detect is None:
+        return candidate
+    label = f"{candidate.name!r} ({candidate.distribution or 'built-in'})"
+    detect = _told(candidate.backend.detect, progress, ("detecting", "detected"), label)
+    return dataclasses.replace(
+        candidate, backend=dataclasses.replace(candidate.backend, detect=detect)
+    )

@@ -9,19 +9,23 @@ Exit status:
 
 * ``0``: the backend's ``run()`` returned (or printed its help);
 * ``1``: the backend failed to load, several providers or detectors
-  claimed the request, the backend is disabled, ``run()`` raised, or the
-  backend process ended with ``os._exit(0)`` without returning;
+  claimed the request, the backend is disabled, ``run()`` raised, the
+  backend process ended with ``os._exit(0)`` without returning, or
+  automatic detection overran ``load_timeout + detect_timeout`` plus
+  :data:`DETECTION_GRACE` (the supervisor ended it);
 * ``2``: usage errors: a bad ``--model-type`` value, an unknown backend, a
   missing model path, invalid configuration;
 * ``128 + N`` when stopped by signal ``N`` (``143`` for SIGTERM, ``130``
-  for SIGINT), or when the backend process was killed by signal ``N``
-  (``139`` for SIGSEGV);
+  for SIGINT, ``129`` for SIGHUP, ``131`` for SIGQUIT), even during a
+  plugin's import; or when the backend process, or the supervisor, was
+  killed by signal ``N`` (``139`` for SIGSEGV), even with stderr gone;
 * the code a backend passes to :class:`SystemExit` (argparse's ``2``, say)
   or to ``os._exit()``.
 
 On Linux the backend runs in a supervised process
 (:mod:`sglang_backends.supervisor`): forked before any plugin code runs,
-with every process it starts stopped when it ends, however it ends. Help
+with every process it starts stopped when it ends, however it ends
+(the operator guide's "What serve guarantees" lists every ending). Help
 runs in this process, as in SGLang: it launches nothing. Elsewhere the
 backend runs in this process and :mod:`sglang_backends.processes` stops
 its descendants after ``run()``.
@@ -40,6 +44,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from sglang_backends import host as sglang_host
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
@@ -76,12 +81,19 @@ from sglang_backends.usage import (
     usage_line,
 )
 
+if TYPE_CHECKING:
+    from sglang_backends import supervisor
+
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
 LOG = logging.getLogger(__name__)
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+#: Seconds automatic detection may take beyond ``load_timeout + detect_timeout``
+#: (reading metadata, starting threads) before the supervisor ends it.
+DETECTION_GRACE = 2.0
 
 
 class _Failure(Exception):
@@ -275,10 +287,25 @@ def _launch_here(
 
 
 def _select(
-    registry: ServeBackendRegistry, model_type: str, request: ServeRequest, origin: str | None
+    registry: ServeBackendRegistry,
+    model_type: str,
+    request: ServeRequest,
+    origin: str | None,
+    channel: supervisor.Channel | None,
 ) -> RegisteredServeBackend:
     if model_type == AUTO:
-        registered = registry.auto_detect(request)
+        progress = None
+        if channel is not None:
+            # The threads bounding each load and detector need the GIL; the
+            # supervisor, another process, keeps the bound whatever a plugin does.
+            bound = registry.load_timeout + registry.detect_timeout + DETECTION_GRACE
+            channel.deadline(
+                bound,
+                f"load_timeout {registry.load_timeout:g} s + detect_timeout "
+                f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
+            )
+            progress = channel.progress
+        registered = registry.auto_detect(request, progress=progress)
         LOG.info(
             "Selected serve backend %s by automatic detection", _describe(registry, registered)
         )
@@ -302,7 +329,12 @@ _Launch = Callable[[str, RegisteredServeBackend], int]
 
 
 def _backend(
-    host: HostOptions, settings: Settings, model_type: str, request: ServeRequest, launch: _Launch
+    host: HostOptions,
+    settings: Settings,
+    model_type: str,
+    request: ServeRequest,
+    launch: _Launch,
+    channel: supervisor.Channel | None = None,
 ) -> int:
     """Choose and load the backend, check the request, then *launch* it.
 
@@ -310,10 +342,13 @@ def _backend(
     (status 2) when ``serve``'s own options came after the model, and the
     ``llm`` fallback failing for want of SGLang, which first says why no
     plugin claimed the model.
+
+    :param channel: to the supervisor, when there is one: it ends automatic
+        detection at its deadline.
     """
     _before_dispatch()
     registry = ServeBackendRegistry.from_settings(settings)
-    registered = _select(registry, model_type, request, _model_type_origin(host, settings))
+    registered = _select(registry, model_type, request, _model_type_origin(host, settings), channel)
     description = _describe(registry, registered)
     if registered.backend.requires_model_path and request.model_path is None:
         raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
@@ -409,18 +444,19 @@ def _serve(host: HostOptions) -> int:
             lambda description, registered: _launch_here(description, registered, request, timeout),
         )
 
-    def work(announce: supervisor.Announce) -> int:
+    def work(channel: supervisor.Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
-            announce(description)
+            channel.backend(description)
             from sglang_backends.titles import take_role
 
             take_role(f"backend {registered.name}")
             return _run(description, registered, request)
 
         return _guarded(
-            lambda: _backend(host, settings, model_type, request, launch), debug=host.debug
+            lambda: _backend(host, settings, model_type, request, launch, channel),
+            debug=host.debug,
         )
 
     return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)

@@ -5,42 +5,55 @@ with one job, in the manner of tini and dumb-init:
 
 ``serve`` (the process you started, the *front*)
     Forks the supervisor before any plugin code runs, then only waits for
-    it and relays SIGTERM/SIGINT to it. It never becomes a subreaper, never
-    waits for any process but the supervisor and never kills anything, so a
-    program calling :func:`sglang_backends.serve.main` in-process keeps its
-    own children, their exit statuses and its signal handlers.
+    it and relays the stop signals to it. It never becomes a subreaper and
+    never waits for any process but the supervisor, so a program calling
+    :func:`sglang_backends.serve.main` in-process keeps its own children,
+    their exit statuses and its signal handlers. Only if the supervisor is
+    killed does it stop anything: the backend process (whose pid the
+    supervisor told it) and whatever carries the tree's mark
+    (:func:`sglang_backends.processes.sweep`).
 the supervisor
     A child subreaper (``PR_SET_CHILD_SUBREAPER``): every process the
     backend orphans (a worker whose parent exited, a daemon that
-    double-forked) is re-parented to it. It forks the backend process,
+    double-forked) is re-parented to it. It marks the tree
+    (:func:`sglang_backends.processes.mark`), forks the backend process,
     passes a stop signal on to it, reaps its children (all of them are the
     backend's), and once the backend process has ended stops every
-    remaining descendant: SIGTERM, then SIGKILL after the stop timeout. It
+    remaining descendant: SIGTERM, then, after the stop timeout, SIGSTOP
+    and SIGKILL (:func:`sglang_backends.processes.freeze_and_kill`). It
     has ``PR_SET_PDEATHSIG`` = SIGTERM, so if ``serve`` itself is killed
     (SIGKILL included) it stops the backend and its processes as for a
-    SIGTERM, then exits.
+    SIGTERM, then exits. While the backend is being chosen, it reads what
+    the backend process tells it every :data:`_POLL` seconds: a deadline
+    for automatic detection, which it keeps by killing the backend process
+    (threads cannot bound a plugin that holds the GIL), and which plugins
+    are loading or detecting, which it names when it does.
 the backend process
     Chooses the backend, loads it and calls its ``run()``: the work given to
-    :func:`supervise`. It tells the supervisor, over a pipe, which backend
-    it runs and, when the work finished, with which status. A process that
-    ended without saying so called ``os._exit()`` or died of a signal, and
-    the supervisor says so in one line. It also has ``PR_SET_PDEATHSIG`` =
-    SIGTERM, and stops its own descendants if it outlives the supervisor.
-    Like the supervisor, it ends with ``os._exit`` (after flushing its
-    output), never returning into the caller of :func:`supervise`: a forked
-    copy of an embedding program must not run on, nor run its ``atexit``
-    handlers.
+    :func:`supervise`. It tells the supervisor, over a pipe (a
+    :class:`Channel`), which backend it runs and, when the work finished,
+    with which status. A process that ended without saying so called
+    ``os._exit()`` or died of a signal, and the supervisor says so in one
+    line. It starts with an empty signal mask and its own stop handlers. It
+    also has ``PR_SET_PDEATHSIG`` = SIGTERM, and stops its own descendants
+    and the marked processes if it outlives the supervisor. Like the
+    supervisor, it ends with ``os._exit`` (after flushing its output), never
+    returning into the caller of :func:`supervise`: a forked copy of an
+    embedding program must not run on, nor run its ``atexit`` handlers.
 
-Signals are never lost: the front and the supervisor block SIGTERM, SIGINT
-and SIGCHLD before forking and collect them with ``sigtimedwait``; the
-backend process installs its handlers before unblocking them. A signal the
+The stop signals are SIGTERM, SIGINT, SIGQUIT and SIGHUP, unless SIGHUP is
+ignored (``nohup``): :func:`sglang_backends.processes.stop_signals`.
+Signals are never lost: the front and the supervisor block them and
+SIGCHLD before forking and collect them with ``sigtimedwait``; the backend
+process installs its handlers before unblocking them. A signal the
 terminal sent (Ctrl+C) reached the whole foreground process group, the
-backend included, so it is not passed on a second time.
+backend included, so it is not passed on a second time, unless the
+backend process moved to a process group of its own.
 
-Stopping: the first SIGTERM or SIGINT is passed to the backend process,
-which then has the stop timeout to end; the processes it leaves get SIGTERM
-and, the stop timeout later, SIGKILL. A second signal from the same sender,
-or a backend process still running at its deadline, means SIGKILL for
+Stopping: the first stop signal is passed to the backend process, which
+then has the stop timeout to end; the processes it leaves get SIGTERM and,
+the stop timeout later, SIGKILL. A second signal from the same sender, or
+a backend process still running at its deadline, means SIGKILL for
 everything at once, without further grace.
 """
 
@@ -52,17 +65,17 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_backends.titles import take_role
 
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["SUPPORTED", "Announce", "BackendWork", "supervise"]
+__all__ = ["SUPPORTED", "BackendWork", "Channel", "supervise"]
 
 LOG = logging.getLogger(__name__)
 
@@ -71,17 +84,57 @@ SUPPORTED: bool = (
     sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(signal, "sigtimedwait")
 )
 
-#: Called by the backend's work, just before ``run()``, with the backend's description.
-Announce = Callable[[str], None]
-#: The backend process's work: given an :data:`Announce`, returns the exit status.
-BackendWork = Callable[[Announce], int]
+
+class Channel:
+    """What the backend process tells the supervisor, one line per message, over a pipe.
+
+    Only the backend process itself speaks: a process it forked that comes
+    back this way is silent.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pid = os.getpid()
+
+    def say(self, kind: str, value: str = "") -> None:
+        """Send ``kind value`` (whitespace in *value* collapsed)."""
+        if os.getpid() != self._pid:
+            return
+        line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
+        try:
+            os.write(self._fd, line.encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    def backend(self, description: str) -> None:
+        """The backend is chosen and about to ``run()``: *description*."""
+        self.say("backend", description)
+
+    def deadline(self, seconds: float, why: str) -> None:
+        """Choosing a backend must be over within *seconds* from now (*why*: the sum it bounds).
+
+        The supervisor ends the backend process at that deadline, however
+        the plugins hold it up (even a detector that never releases the GIL).
+        """
+        self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
+
+    def progress(self, event: str, label: str) -> None:
+        """A plugin's load or detector starts or ends.
+
+        :param event: ``loading``, ``loaded``, ``detecting`` or ``detected``.
+        :param label: the plugin, as the supervisor's line names it.
+        """
+        self.say(event, label)
+
+
+#: The backend process's work: given the :class:`Channel`, returns the exit status.
+BackendWork = Callable[[Channel], int]
 
 _PR_SET_PDEATHSIG = 1
 # siginfo's si_code for a signal the kernel sent, such as the terminal's Ctrl+C.
 _SI_KERNEL = 0x80
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_WAITED = {*_STOP_SIGNALS, signal.SIGCHLD}
-# Seconds between checks while processes are being stopped.
+# Seconds between checks while processes are being stopped, and between
+# reads of what the backend process says while it is choosing a backend.
 _POLL = 0.1
 # Longest wait for a signal while nothing happens: SIGCHLD and PR_SET_PDEATHSIG
 # bring every event, so this only bounds a wait that should never time out.
@@ -110,6 +163,14 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def _error(prog: str, text: str) -> None:
+    """Write ``prog: error: text`` to stderr; a closed stderr must not change the exit status."""
+    try:
+        print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _flush() -> None:
     """Flush Python's standard streams, so output is neither lost nor written twice."""
     for stream in (sys.stdout, sys.stderr):
@@ -129,7 +190,7 @@ def _all_gone(processes: list[psutil.Process]) -> bool:
 
 
 class _Relay:
-    """Python-level SIGTERM/SIGINT handler of the front, for a signal another thread takes."""
+    """Python-level stop-signal handler of the front, for a signal another thread takes."""
 
     def __init__(self) -> None:
         self.target: int | None = None
@@ -163,18 +224,23 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     before.
 
     :param work: the backend's work, run in the backend process; it is given
-        a function to announce the backend (its description) just before
-        ``run()`` and returns the exit status.
+        the :class:`Channel` to the supervisor (to announce the backend just
+        before ``run()``) and returns the exit status.
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     :param prog: the program name prefixing error lines.
     """
+    from sglang_backends.processes import stop_signals
+
+    stops = stop_signals()
+    waited = {*stops, signal.SIGCHLD}
     front = os.getpid()
+    token = f"{front}-{os.urandom(8).hex()}"
     relay = _Relay()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     previous: dict[int, Any] = {}
     try:
         try:
-            for signum in _STOP_SIGNALS:
+            for signum in stops:
                 previous[signum] = signal.signal(signum, relay)
             if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
                 # Ignored, SIGCHLD makes exited children vanish unreaped: the
@@ -182,12 +248,24 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
                 previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         except ValueError:  # not the main thread: signals stay with the host
             pass
+        news, news_writer = os.pipe()
         _flush()
         pid = os.fork()
         if pid == 0:
-            _supervisor_process(work, front=front, timeout=stop_timeout, prog=prog, mask=mask)
+            os.close(news)
+            _supervisor_process(
+                work,
+                _Setup(front, stop_timeout, prog, stops, token, news_writer),
+            )
+        os.close(news_writer)
         relay.start(pid)
-        return _wait_for_supervisor(pid, relay, prog)
+        try:
+            status = _wait_for_supervisor(pid, relay, prog, waited)
+            if os.WIFSIGNALED(status):
+                return _last_resort(pid, os.WTERMSIG(status), news, token, stop_timeout, prog)
+            return os.WEXITSTATUS(status)
+        finally:
+            os.close(news)
     finally:
         for number, handler in previous.items():
             if handler is not None:
@@ -199,69 +277,98 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             signal.raise_signal(signal.SIGCHLD)
 
 
-def _wait_for_supervisor(pid: int, relay: _Relay, prog: str) -> int:
-    """The front's loop: relay stop signals to the supervisor until it exits."""
+class _Setup(NamedTuple):
+    """What the supervisor and the backend process are started with."""
+
+    front: int
+    timeout: float
+    prog: str
+    stops: tuple[int, ...]
+    token: str
+    news: int  # where the supervisor tells the front which process is the backend's
+
+
+def _wait_for_supervisor(pid: int, relay: _Relay, prog: str, waited: set[int]) -> int:
+    """The front's loop: relay stop signals to the supervisor until it exits; its wait status."""
     while True:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            print(
-                f"{prog}: error: the serve supervisor (pid {pid}) was reaped elsewhere",
-                file=sys.stderr,
-            )
-            return _EXIT_FAILURE
+            _error(prog, f"the serve supervisor (pid {pid}) was reaped elsewhere")
+            return _EXIT_FAILURE << 8
         if done:
             break
-        info = signal.sigtimedwait(_WAITED, _FRONT_IDLE)
+        info = signal.sigtimedwait(waited, _FRONT_IDLE)
         if info is None or info.si_signo == signal.SIGCHLD:
             continue
         if info.si_code != _SI_KERNEL:
             # The terminal signals the whole foreground group, which holds the
             # supervisor and the backend: passing it on would double it.
             relay.forward(info.si_signo)
-    if os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
-        print(
-            f"{prog}: error: the serve supervisor (pid {pid}) was killed by "
-            f"{_signal_name(signum)}; the backend process stops its own processes",
-            file=sys.stderr,
-        )
-        return 128 + signum
-    return os.WEXITSTATUS(status)
+    return status
+
+
+def _last_resort(pid: int, signum: int, news: int, token: str, timeout: float, prog: str) -> int:
+    """The supervisor was killed: stop the backend process and whatever carries the marker.
+
+    The only time ``serve``'s own process stops anything: the processes of
+    its own tree, found by the pid the supervisor reported and by the
+    :data:`~sglang_backends.processes.MARKER` token, never its program's
+    other processes. None of them is its child, so it waits for none.
+    """
+    import psutil
+
+    from sglang_backends.processes import sweep
+
+    roots = []
+    os.set_blocking(news, False)
+    try:
+        said = os.read(news, 4096).decode("ascii", "replace").split()
+    except (BlockingIOError, OSError):
+        said = []
+    if len(said) == 3 and said[0] == "backend":
+        try:
+            process = psutil.Process(int(said[1]))
+            if repr(process.create_time()) == said[2]:
+                roots.append(process)
+        except (psutil.Error, ValueError):
+            pass
+    count = sweep(roots, token, timeout=timeout)
+    _error(
+        prog,
+        f"the serve supervisor (pid {pid}) was killed by {_signal_name(signum)}; "
+        f"serve stopped the backend process and the processes it left ({count} in all)",
+    )
+    return 128 + signum
 
 
 # -- the supervisor -------------------------------------------------------------
 
 
-def _supervisor_process(
-    work: BackendWork,
-    *,
-    front: int,
-    timeout: float,
-    prog: str,
-    mask: Iterable[int],
-) -> None:
+def _supervisor_process(work: BackendWork, setup: _Setup) -> None:
     """The supervisor's life, in the forked child; never returns."""
     status = _EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         take_role("supervisor")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
-        from sglang_backends.processes import become_subreaper
+        from sglang_backends.processes import become_subreaper, mark
 
         if not become_subreaper():
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
+        # Inherited by every process the backend starts, through fork and exec.
+        mark(setup.token)
         me = os.getpid()
         reader, writer = os.pipe()
         _flush()
         child = os.fork()
         if child == 0:
             os.close(reader)
-            _backend_process(work, channel=writer, supervisor=me, timeout=timeout, mask=mask)
+            _backend_process(work, channel=writer, supervisor=me, setup=setup)
         os.close(writer)
-        status = _Supervision(
-            child=child, front=front, channel=reader, timeout=timeout, prog=prog
-        ).run()
+        supervision = _Supervision(child=child, channel=reader, setup=setup)
+        _tell_front(setup.news, child, supervision)
+        status = supervision.run()
     except BaseException:
         LOG.exception("The serve supervisor failed")
     finally:
@@ -269,52 +376,79 @@ def _supervisor_process(
         os._exit(status)
 
 
+def _tell_front(news: int, child: int, supervision: _Supervision) -> None:
+    """Tell ``serve`` which process is the backend's, should the supervisor be killed."""
+    try:
+        started = supervision.psutil.Process(child).create_time()
+        os.write(news, f"backend {child} {started!r}\n".encode("ascii"))
+    except (OSError, supervision.psutil.Error):
+        pass
+    finally:
+        os.close(news)
+
+
 class _Supervision:
     """The supervisor's state: the backend process, stop signals, deadlines."""
 
-    def __init__(self, *, child: int, front: int, channel: int, timeout: float, prog: str) -> None:
+    def __init__(self, *, child: int, channel: int, setup: _Setup) -> None:
         import psutil
 
         self.psutil = psutil
         self.me = psutil.Process()
         self.child = child
-        self.front = front
+        self.front = setup.front
         self.channel = channel
-        self.timeout = timeout
-        self.prog = prog
+        self.timeout = setup.timeout
+        self.prog = setup.prog
+        self.stops = setup.stops
+        self.waited = {*setup.stops, signal.SIGCHLD}
         self.wait_status: int | None = None
         self.signum: int | None = None
         self.senders: dict[str, int] = {}
         self.deadline: float | None = None
         self.forced = False
         self.front_gone = False
+        # What the backend process said: its backend, its status, and while
+        # it chooses a backend, the detection deadline and the plugins busy.
+        self.messages: dict[str, str] = {}
+        self.unread = b""
+        self.choosing: tuple[float, str] | None = None
+        from sglang_backends.registry import Underway
+
+        self.underway = Underway()
+        self.overran: str | None = None
 
     def run(self) -> int:
         """Supervise until the backend process and every descendant have ended."""
         self._check_front()
         while self.wait_status is None:
-            if self.forced:
+            now = time.monotonic()
+            if self.forced or self._listening():
                 pause = _POLL
             elif self.deadline is None:
                 pause = _IDLE
             else:
-                pause = self.deadline - time.monotonic()
+                pause = self.deadline - now
+            if self.choosing is not None and not self.forced:
+                pause = min(pause, self.choosing[0] - now)
             self._wait(max(0.0, min(_IDLE, pause)))
-            if (
-                self.wait_status is None
-                and self.deadline is not None
-                and not self.forced
-                and time.monotonic() >= self.deadline
-            ):
+            if self.wait_status is not None or self.forced:
+                continue
+            if self.choosing is not None and time.monotonic() >= self.choosing[0]:
+                self._overrun()
+            elif self.deadline is not None and time.monotonic() >= self.deadline:
                 LOG.warning("The serve backend did not stop within %.1fs", self.timeout)
-                self._kill(self._descendants())
-        messages = self._messages()
-        problem, status = self._verdict(messages)
+                self._kill()
+        self._read()
+        problem, status = self._verdict()
         self._clean_up()
+        if self.overran is not None:
+            _error(self.prog, self.overran)
+            return _EXIT_FAILURE
         if self.signum is not None:
             if problem:
                 LOG.info("While stopping, %s", problem)
-            backend = messages.get("backend")
+            backend = self.messages.get("backend")
             LOG.info(
                 "Serve backend %sstopped by %s",
                 f"{backend} " if backend else "",
@@ -322,16 +456,25 @@ class _Supervision:
             )
             return 128 + self.signum
         if problem:
-            print(f"{self.prog}: error: {problem}", file=sys.stderr)
+            _error(self.prog, problem)
         return status
 
     # -- events
 
+    def _listening(self) -> bool:
+        """Whether the backend process may still say something the supervisor must act on.
+
+        Until it announces its backend it may set a detection deadline; the
+        supervisor reads what it says every :data:`_POLL` seconds meanwhile.
+        """
+        return "backend" not in self.messages and "status" not in self.messages
+
     def _wait(self, timeout: float) -> None:
-        """Wait up to *timeout* s for a signal; reap children; act on a stop signal."""
-        info = signal.sigtimedwait(_WAITED, timeout)
+        """Wait up to *timeout* s for a signal; reap children; read; act on a stop signal."""
+        info = signal.sigtimedwait(self.waited, timeout)
         self._reap()
-        if info is not None and info.si_signo in _STOP_SIGNALS:
+        self._read()
+        if info is not None and info.si_signo in self.stops:
             self._on_stop_signal(info)
         self._check_front()
 
@@ -347,6 +490,53 @@ class _Supervision:
                 return
             if pid == self.child:
                 self.wait_status = status
+
+    def _read(self) -> None:
+        """Take in every complete line the backend process has written."""
+        if self.channel < 0:
+            return
+        os.set_blocking(self.channel, False)
+        while True:
+            try:
+                chunk = os.read(self.channel, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                os.close(self.channel)
+                self.channel = -1
+                break
+            self.unread += chunk
+        *lines, self.unread = self.unread.split(b"\n")
+        for line in lines:
+            key, _, value = line.decode("utf-8", "replace").partition(" ")
+            self._heard(key, value)
+
+    def _heard(self, key: str, value: str) -> None:
+        if key in ("loading", "loaded", "detecting", "detected"):
+            self.underway(key, value)
+        elif key == "deadline":
+            when, _, why = value.partition(" ")
+            try:
+                self.choosing = (float(when), why)
+            except ValueError:
+                pass
+        else:
+            self.messages[key] = value
+            self.choosing = None  # a backend was chosen, or the work ended
+
+    def _overrun(self) -> None:
+        """Automatic detection overran its deadline: one line, then end the backend process."""
+        assert self.choosing is not None
+        seconds, _, why = self.choosing[1].partition(" ")
+        busy = self.underway.describe()
+        self.overran = (
+            f"automatic detection did not finish within {seconds} s ({why})"
+            f"{': ' + busy if busy else ''}. Disable the plugin that holds it up "
+            "(disabled_backends) or choose a backend with --model-type; serve stopped the "
+            "backend process"
+        )
+        self.choosing = None
+        self._kill()
 
     def _check_front(self) -> None:
         if self.front_gone or os.getppid() == self.front:
@@ -366,11 +556,19 @@ class _Supervision:
         name = _signal_name(info.si_signo)
         if self.signum is None:
             LOG.info("Received %s; stopping the serve backend", name)
-            # The terminal's signal reached the backend process already.
-            self._stop(info.si_signo, forward=sender != "terminal")
+            # The terminal's signal reached the backend process already,
+            # unless it moved to a process group of its own.
+            self._stop(info.si_signo, forward=sender != "terminal" or self._elsewhere())
         elif count > 1 and not self.forced:
             LOG.warning("Received %s again; killing the serve backend and its processes", name)
-            self._kill(self._descendants())
+            self._kill()
+
+    def _elsewhere(self) -> bool:
+        """Whether the backend process left the supervisor's process group."""
+        try:
+            return os.getpgid(self.child) != os.getpgrp()
+        except OSError:
+            return False
 
     def _stop(self, signum: int, *, forward: bool) -> None:
         if self.signum is not None:
@@ -404,10 +602,12 @@ class _Supervision:
             except self.psutil.AccessDenied as exc:
                 LOG.warning("Cannot stop process %s: %s", process.pid, exc)
 
-    def _kill(self, processes: list[psutil.Process]) -> None:
-        """SIGKILL *processes* at once; from now on nothing gets a grace period."""
+    def _kill(self) -> None:
+        """Freeze and SIGKILL every descendant; from now on nothing gets a grace period."""
+        from sglang_backends.processes import freeze_and_kill
+
         self.forced = True
-        self._send(processes, signal.SIGKILL)
+        freeze_and_kill(self._descendants)
 
     def _until(self, done: Callable[[], bool], seconds: float, *, graceful: bool) -> None:
         """Keep reaping and watching signals until *done* or *seconds* pass (or a forced stop)."""
@@ -440,35 +640,16 @@ class _Supervision:
                         self.timeout,
                         [p.pid for p in survivors],
                     )
-            left = self._descendants()  # survivors and any that appeared meanwhile
-            self._kill(left)
+            self._kill()  # survivors, and any that appeared meanwhile, frozen first
             self._until(lambda: not self._descendants(), _KILL_WAIT, graceful=False)
         if stopped:
             LOG.info("Stopped %d remaining process(es)", len(stopped))
 
     # -- how the backend process ended
 
-    def _messages(self) -> dict[str, str]:
-        """What the backend process said, ``{"backend": ..., "status": ...}``."""
-        os.set_blocking(self.channel, False)
-        data = b""
-        while True:
-            try:
-                chunk = os.read(self.channel, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        os.close(self.channel)
-        found: dict[str, str] = {}
-        for line in data.decode("utf-8", "replace").splitlines():
-            key, _, value = line.partition(" ")
-            found[key] = value
-        return found
-
-    def _verdict(self, messages: Mapping[str, str]) -> tuple[str | None, int]:
+    def _verdict(self) -> tuple[str | None, int]:
         """The problem to report (``None`` when the work finished) and the exit status."""
+        messages = self.messages
         status = self.wait_status or 0
         backend = messages.get("backend")
         who = f"serve backend {backend}" if backend else "the serve backend process"
@@ -490,13 +671,21 @@ class _Supervision:
 
 
 class _Unwind:
-    """SIGTERM handler of the backend process: unwind ``run()`` once, with ``SystemExit``."""
+    """Stop-signal handler of the backend process: unwind ``run()`` once.
+
+    SIGINT raises ``KeyboardInterrupt``, as in any Python program; SIGTERM,
+    SIGHUP and SIGQUIT raise :class:`~sglang_backends.processes.StopRequested`
+    (``SystemExit(128 + N)``), which code guarding a plugin's import lets
+    through.
+    """
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.raised = False
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        from sglang_backends.processes import StopRequested
+
         if os.getpid() != self.pid:
             # A process forked by the backend inherited this handler: default action.
             signal.signal(signum, signal.SIG_DFL)
@@ -505,7 +694,9 @@ class _Unwind:
         if self.raised:
             return  # already unwinding; the supervisor forces if it takes too long
         self.raised = True
-        raise SystemExit(128 + signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise StopRequested(128 + signum)
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -517,39 +708,27 @@ def _exit_code(exc: SystemExit) -> int:
     return _EXIT_FAILURE
 
 
-def _backend_process(
-    work: BackendWork,
-    *,
-    channel: int,
-    supervisor: int,
-    timeout: float,
-    mask: Iterable[int],
-) -> None:
+def _backend_process(work: BackendWork, *, channel: int, supervisor: int, setup: _Setup) -> None:
     """The backend process's life, in the supervisor's child; never returns."""
 
     me = os.getpid()
-
-    def say(message: str) -> None:
-        if os.getpid() != me:
-            return  # a process the backend forked came back this way: it speaks not for us
-        try:
-            os.write(channel, (" ".join(message.split()) + "\n").encode("utf-8", "replace"))
-        except OSError:
-            pass
-
+    tell = Channel(channel)
     status = _EXIT_FAILURE
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         take_role("backend")  # serve adds the backend's name once it is chosen
+        os.close(setup.news)
         # A stop signal unwinds run(), whatever the dispositions serve inherited
-        # (a background job starts with SIGINT ignored): KeyboardInterrupt for
-        # SIGINT, as in any Python program, SystemExit for SIGTERM.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, _Unwind())
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        # (a background job starts with SIGINT ignored).
+        unwind = _Unwind()
+        for signum in setup.stops:
+            signal.signal(signum, unwind)
+        # A clean mask: serve may have been started with signals blocked
+        # (SIGTERM included), and a server must see its stop signals.
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if os.getppid() != supervisor:
             raise SystemExit(128 + signal.SIGTERM)  # the supervisor has gone already
-        status = work(lambda description: say(f"backend {description}"))
+        status = work(tell)
     except SystemExit as exc:
         status = _exit_code(exc)
     except KeyboardInterrupt:
@@ -557,10 +736,11 @@ def _backend_process(
     except BaseException:
         LOG.exception("The serve backend process failed")
     finally:
-        say(f"status {status}")
+        tell.say("status", str(status))
         if os.getpid() == me and os.getppid() != supervisor:
-            from sglang_backends.processes import terminate_descendants
+            # The supervisor was killed: stop what is left, marked processes included.
+            from sglang_backends.processes import sweep
 
-            terminate_descendants(timeout)
+            sweep([], setup.token, timeout=setup.timeout)
         _flush()
         os._exit(status)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 
 import psutil
 import pytest
 from clitools import CLI, clean_environ, run_cli
+from servetools import alive
 
 GOOD = """
 from sglang_backends import ServeBackend, ServeBackendDetection
@@ -199,3 +202,95 @@ def test_check_dist_name_loads_that_provider_of_a_duplicate(plugins):
     assert one.returncode == 0, one.stderr
     [row] = json.loads(one.stdout)
     assert (row["Distribution"], row["Result"]) == ("good-fork", "ok")
+
+
+#: A plugin whose import starts a child, notes both pids in $STUCK_PIDS, then hangs.
+STUCK_AT_IMPORT = """
+import json, os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["STUCK_PIDS"] + ".tmp", "w") as stream:
+    json.dump([os.getpid(), child.pid], stream)
+os.replace(os.environ["STUCK_PIDS"] + ".tmp", os.environ["STUCK_PIDS"])
+time.sleep(600)
+
+def factory():
+    pass
+"""
+
+
+def _stuck_pids(path):
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize(
+    ("command", "signum"),
+    [
+        (("check",), signal.SIGTERM),
+        (("check",), signal.SIGINT),
+        (("detect", "/models/x"), signal.SIGHUP),
+    ],
+)
+def test_a_stop_signal_stops_the_command_and_its_workers_promptly(site, tmp_path, command, signum):
+    """SIGINT as the terminal sends it: to the command's process group, not the workers'."""
+    site.install(
+        "stuck-runtime",
+        entry_points={"stuck": "stuck_plugin:factory"},
+        modules={"stuck_plugin.py": STUCK_AT_IMPORT},
+    )
+    pids_file = tmp_path / "pids.json"
+    environ = clean_environ(site.environ())
+    environ.update(STUCK_PIDS=str(pids_file), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc = subprocess.Popen(
+        [CLI, command[0], "--timeout", "60", *command[1:]],
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not pids and time.monotonic() < deadline and proc.poll() is None:
+            pids = _stuck_pids(pids_file) or []
+            time.sleep(0.05)
+        assert pids, "the plugin never started loading"
+        sent = time.monotonic()
+        os.killpg(proc.pid, signum)
+        assert proc.wait(timeout=30) == 128 + signum
+        took = time.monotonic() - sent
+        deadline = time.monotonic() + 10
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert alive(pids) == []
+        assert took < 10, took  # "within 1 s": a wide margin for a loaded machine
+    finally:
+        for pid in alive([proc.pid, *pids]):
+            os.kill(pid, signal.SIGKILL)
+
+
+GIL_HOLDING_DETECTOR = """
+import re
+from sglang_backends import ServeBackend
+
+def detect(request):
+    re.match(r"(a+)+$", "a" * 64 + "b")  # re never releases the GIL
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None, detect=detect)
+"""
+
+
+def test_detect_names_a_detector_that_never_releases_the_gil(site):
+    site.install(
+        "hog-runtime",
+        entry_points={"hog": "hog_plugin:factory"},
+        modules={"hog_plugin.py": GIL_HOLDING_DETECTOR},
+    )
+    result = run_cli(site, "detect", "--detect-timeout", "0.5", "--timeout", "4", "/models/x")
+    assert result.returncode == 1, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "did not complete" in line]
+    # Named with any other detector under way when it took the GIL.
+    assert "still detecting: " in line and "'hog' (hog-runtime)" in line

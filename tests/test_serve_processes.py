@@ -329,6 +329,8 @@ assert status == 0, status
 assert own.wait() == 7, "serve took the exit status of the program's own child"
 assert signal.getsignal(signal.SIGTERM) is mine
 assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+assert signal.getsignal(signal.SIGQUIT) == signal.SIG_DFL
 assert signal.getsignal(signal.SIGCHLD) == signal.DISPOSITION
 assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()
 print("EMBEDDED OK", os.getpid())

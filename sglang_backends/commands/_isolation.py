@@ -1,4 +1,12 @@
-"""Run worker jobs in subprocesses, bounded in time and in number."""
+"""Run worker jobs in subprocesses, bounded in time and in number.
+
+A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) that reaches the command
+while workers run kills every worker's tree and process group at once,
+starts no further worker, and ends the command with ``128 + N`` (SIGINT as
+``KeyboardInterrupt``, which cliff turns into ``130``): the workers lead
+sessions of their own, so the terminal's Ctrl+C and a signal to the
+command's process group never reach them by themselves.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +16,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import IO, Any
 
 __all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_many"]
@@ -22,7 +33,8 @@ class WorkerResult:
     """What one worker process produced.
 
     :param result: the job's JSON result, ``None`` if the worker produced none.
-    :param failure: why there is no result: ``timeout`` or ``crashed``.
+    :param failure: why there is no result: ``timeout``, ``crashed``, or ``stopped``
+        (a stop signal ended the command first).
     :param detail: one line explaining the failure.
     :param seconds: wall-clock time of the worker.
     :param stderr: what the worker wrote to stderr.
@@ -40,30 +52,74 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+class _Workers:
+    """The workers running now, so that a stop signal can kill them all."""
+
+    def __init__(self) -> None:
+        # Re-entrant: the stop handler runs in the main thread, maybe inside add().
+        self.lock = threading.RLock()
+        self.running: set[int] = set()
+        self.stopped = False
+
+    def add(self, pid: int) -> bool:
+        """Count worker *pid* as running; ``False`` (and the worker killed) once stopped."""
+        with self.lock:
+            if not self.stopped:
+                self.running.add(pid)
+                return True
+        _kill_tree(pid)
+        return False
+
+    def discard(self, pid: int) -> None:
+        with self.lock:
+            self.running.discard(pid)
+
+    def stop(self) -> None:
+        """Start no further worker and kill every running one."""
+        with self.lock:
+            self.stopped = True
+            pids = list(self.running)
+        for pid in pids:
+            _kill_tree(pid)
+
+
+_WORKERS = _Workers()
+
+
+@contextmanager
+def _stop_signals_kill_workers() -> Iterator[None]:
+    """While workers run, a stop signal kills them, then ends the command (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from sglang_backends.processes import StopRequested, stop_signals
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        _WORKERS.stop()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise StopRequested(128 + signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in stop_signals()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _kill_tree(pid: int) -> None:
     """Kill worker *pid*, every descendant and its process group (it leads one)."""
     from sglang_backends.processes import kill_tree
 
-    if hasattr(os, "killpg"):
-        try:
-            os.killpg(pid, signal.SIGSTOP)  # freeze the group: nothing new is spawned
-        except (ProcessLookupError, PermissionError):
-            pass
-    kill_tree(pid)
-    if hasattr(os, "killpg"):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    kill_tree(pid, group=True)
 
 
 def _kill_group(pgid: int) -> None:
     """SIGKILL what is left of the worker's process group (it led one)."""
-    if hasattr(os, "killpg"):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    from sglang_backends.processes import kill_group
+
+    kill_group(pgid)
 
 
 def _describe_exit(returncode: int) -> str:
@@ -113,8 +169,17 @@ def run_isolated(
     are killed. Output goes to files, not pipes, so a process that inherited
     them cannot hold up the report. Never raises for the worker's fault.
     """
+    with _stop_signals_kill_workers():
+        return _run_isolated(job, timeout=timeout, env=env)
+
+
+def _run_isolated(
+    job: dict[str, Any], *, timeout: float, env: dict[str, str] | None
+) -> WorkerResult:
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        if _WORKERS.stopped:
+            return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
         with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
             given.write(json.dumps(job).encode())
             given.seek(0)
@@ -122,6 +187,9 @@ def run_isolated(
                 _command(), stdin=given, stdout=out, stderr=err, env=env, start_new_session=True
             )
         try:
+            if not _WORKERS.add(process.pid):
+                process.wait()
+                return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_tree(process.pid)
@@ -137,6 +205,7 @@ def run_isolated(
                 _read(err),
             )
         finally:
+            _WORKERS.discard(process.pid)
             _kill_group(process.pid)
         seconds = time.perf_counter() - started
         stdout, stderr = _read(out), _read(err)
@@ -158,5 +227,8 @@ def run_many(
     """Run *jobs* with at most *concurrency* workers at once; results in job order."""
     if not jobs:
         return []
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    with (
+        _stop_signals_kill_workers(),
+        ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
+    ):
         return list(pool.map(lambda job: run_isolated(job, timeout=timeout), jobs))

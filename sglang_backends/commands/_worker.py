@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def _explain(job: dict[str, Any]) -> dict[str, Any]:
         model_path_is_positional=bool(job.get("positional")),
     )
     started = time.perf_counter()
-    report = registry.explain(request)
+    report = registry.explain(request, progress=_progress_to(job.get("progress")))
     return {
         "ok": True,
         "seconds": time.perf_counter() - started,
@@ -99,6 +100,22 @@ def _explain(job: dict[str, Any]) -> dict[str, Any]:
         "selected": report.selected,
         "fallback": report.fallback,
     }
+
+
+def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
+    """Where the worker notes each load and detector as it starts and ends.
+
+    Read by the command should the worker not finish, to name what held it up.
+    """
+    if not path:
+        return None
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+
+    def progress(event: str, label: str) -> None:
+        line = f"{event} {' '.join(label.split())}\n"
+        os.write(fd, line.encode("utf-8", "replace"))
+
+    return progress
 
 
 def _contract(job: dict[str, Any]) -> dict[str, Any]:

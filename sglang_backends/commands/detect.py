@@ -57,6 +57,23 @@ WORKER_MARGIN = 10.0
 CULPRIT_TIMEOUT = 10.0
 
 
+def _why(underway: Any, job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
+    """Why detection did not finish: the detectors still running, else the loads' culprits.
+
+    Detectors still running once every plugin had loaded are named: loading
+    the plugins one by one again would find nothing wrong. While loads were
+    under way, every one of them looks stuck when one holds the interpreter,
+    so each plugin is then loaded alone (:func:`_culprits`).
+    """
+    busy = underway.describe()
+    if busy and not underway.busy["loading"]:
+        return (
+            f"It was {busy}: a detector that does not return (one holding the GIL defeats "
+            "detect_timeout). Disable it to detect without it, and report it to its authors."
+        )
+    return _culprits(job, records, timeout)
+
+
 def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
     """Load the enabled plugins one per process to say why detection did not finish.
 
@@ -185,10 +202,12 @@ class DetectBackend(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         import dataclasses
+        import tempfile
 
         from sglang_backends.commands._isolation import run_isolated
         from sglang_backends.dispatch import AUTO, normalize, parse_host_options
         from sglang_backends.errors import ServeBackendError
+        from sglang_backends.registry import Underway
 
         tokens = list(parsed_args.request)
         if tokens and tokens[0] == "--":
@@ -223,11 +242,13 @@ class DetectBackend(SelectionOptions, Lister):
         timeout = parsed_args.timeout
         if timeout is None:
             timeout = settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
-        worker = run_isolated(job, timeout=timeout)
+        with tempfile.NamedTemporaryFile(prefix="sglang-backends-detect-") as trace:
+            worker = run_isolated({**job, "progress": trace.name}, timeout=timeout)
+            underway = Underway().replay(trace.read().decode("utf-8", "replace"))
         if worker.failure is not None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
-                f"{_culprits(job, survey.records, timeout)}"
+                f"{_why(underway, job, survey.records, timeout)}"
             )
         result = worker.result or {}
         if not result.get("ok"):
