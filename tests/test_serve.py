@@ -367,4 +367,6 @@ def test_plugin_whose_distribution_has_no_name_is_never_called_built_in(site):
     line = _single_error(result, 1)
     assert f"'anon' (from anonymous (metadata unreadable: {info})) failed: EngineGone" in line
     assert "built-in" not in result.stderr
-    assert len([line for line in result.stderr.splitlines() if "WARNING" in line]) == 1
+    warnings = [line for line in result.stderr.splitlines() if "its METADATA is" in line]
+    assert len(warnings) == 1, result.stderr
+    assert str(info) in warnings[0]
