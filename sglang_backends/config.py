@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oslo_config import cfg
+from oslo_config import cfg, types
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
 from sglang_backends.errors import ConfigurationError, did_you_mean
@@ -68,9 +68,53 @@ def _new_group() -> cfg.OptGroup:
     return cfg.OptGroup(GROUP, title="Serve backends", help=_GROUP_HELP)
 
 
+class _Name(types.String):
+    """A backend name: oslo.config's String, refusing an empty one."""
+
+    def __call__(self, value: Any) -> str:
+        name = str(super().__call__(value)).strip()
+        if not name:
+            raise ValueError("give 'auto' or a backend name")
+        return name
+
+
+class _Names(types.List):
+    """A list of backend names: oslo.config's List, refusing an empty name (``a,,b``)."""
+
+    def __call__(self, value: Any) -> list[Any]:
+        names = super().__call__(value)
+        if "" in names:
+            raise ValueError("the list holds an empty backend name")
+        return names
+
+
+class _Seconds(types.Float):
+    """Seconds: oslo.config's Float with ``max`` = MAX_TIMEOUT, and a lower bound in words.
+
+    oslo.config's ``min`` is inclusive and words a refusal "Should be greater
+    than or equal to 0"; a detection timeout must be greater than 0 (a stop
+    timeout may be 0), and the messages the docs quote say what to write.
+    """
+
+    def __init__(self, *, zero: bool = False) -> None:
+        super().__init__(max=MAX_TIMEOUT)
+        self.zero = zero
+
+    def __call__(self, value: Any) -> float:
+        seconds = super().__call__(value)
+        if seconds is None or seconds < 0 or (seconds == 0 and not self.zero):
+            raise ValueError(
+                "must be a number of seconds, 0 or more"
+                if self.zero
+                else "must be a number of seconds greater than 0"
+            )
+        return float(seconds)
+
+
 OPTS = [
-    cfg.StrOpt(
+    cfg.Opt(
         "model_type",
+        type=_Name(),
         default="auto",
         help="The serve backend to use. 'auto' runs every enabled backend's "
         "detector on the request and picks the one that claims it, falling "
@@ -79,24 +123,26 @@ OPTS = [
         "DIST:NAME to pick one distribution's plugin when several register "
         "the same name. The serve command's --model-type overrides it.",
     ),
-    cfg.ListOpt(
+    cfg.Opt(
         "enabled_backends",
+        type=_Names(),
         default=[],
         help="Comma-separated plugin names that may be loaded; empty (the "
         "default) allows every installed plugin. Built-ins are always "
         "available. A plugin left out is never imported.",
     ),
-    cfg.ListOpt(
+    cfg.Opt(
         "disabled_backends",
+        type=_Names(),
         default=[],
         help="Comma-separated plugin names that are never loaded, even when "
         "listed in enabled_backends. Use it to switch off a broken or "
         "unwanted plugin without uninstalling it.",
     ),
-    cfg.FloatOpt(
+    cfg.Opt(
         "detect_timeout",
+        type=_Seconds(),
         default=DEFAULT_DETECT_TIMEOUT,
-        max=MAX_TIMEOUT,
         help="Seconds each backend's detector may take during automatic "
         "detection (model_type = auto) before it counts as inconclusive; "
         f"a number greater than 0, at most {MAX_TIMEOUT:g}. Detectors run "
@@ -104,10 +150,10 @@ OPTS = [
         "generous because a detector may query a model hub (SGLang's diffusion "
         "detector asks the Hugging Face Hub); offline checks take milliseconds.",
     ),
-    cfg.FloatOpt(
+    cfg.Opt(
         "load_timeout",
+        type=_Seconds(),
         default=DEFAULT_LOAD_TIMEOUT,
-        max=MAX_TIMEOUT,
         help="Seconds each backend's load (its import and factory call) may "
         "take during automatic detection (model_type = auto) before it is "
         f"skipped with a warning; a number greater than 0, at most {MAX_TIMEOUT:g}. "
@@ -116,10 +162,10 @@ OPTS = [
         "but heavy plugin (a cold import of a torch-based runtime takes tens of "
         "seconds) is never given up on; it only ends a hung import.",
     ),
-    cfg.FloatOpt(
+    cfg.Opt(
         "stop_timeout",
+        type=_Seconds(zero=True),
         default=DEFAULT_STOP_TIMEOUT,
-        max=MAX_TIMEOUT,
         help="Seconds the serve command gives its processes between SIGTERM and "
         "SIGKILL when it stops them: the backend after a stop signal, then every "
         f"process the backend left behind; 0 kills at once; at most {MAX_TIMEOUT:g}. "
@@ -449,30 +495,18 @@ def _settings(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None) -> Settin
         except ValueError as exc:  # oslo's ConfigSourceValueError and kin
             cause = str(exc).rpartition(" is not valid: ")[2]
             raise _invalid(conf, name, cause, sources) from None
-    model_type = (values["model_type"] or "").strip()
-    if not model_type:
-        raise _invalid(conf, "model_type", "give 'auto' or a backend name", sources)
-    for name in ("detect_timeout", "load_timeout"):
-        if not 0 < values[name] <= MAX_TIMEOUT:
-            raise _invalid(conf, name, "must be a number of seconds greater than 0", sources)
-    stop = values["stop_timeout"]
-    if not 0 <= stop <= MAX_TIMEOUT:
-        raise _invalid(conf, "stop_timeout", "must be a number of seconds, 0 or more", sources)
-    for name in ("enabled_backends", "disabled_backends"):
-        if any(not item for item in values[name]):
-            raise _invalid(conf, name, "the list holds an empty backend name", sources)
     origins = {
         name: where
         for name in _OPT_NAMES
         if (where := _where(conf, name, sources or ())) != "the default"
     }
     return Settings(
-        model_type=model_type,
+        model_type=values["model_type"],
         enabled=tuple(values["enabled_backends"]) or None,
         disabled=tuple(values["disabled_backends"]),
-        detect_timeout=float(values["detect_timeout"]),
-        load_timeout=float(values["load_timeout"]),
-        stop_timeout=float(stop),
+        detect_timeout=values["detect_timeout"],
+        load_timeout=values["load_timeout"],
+        stop_timeout=values["stop_timeout"],
         source=_describe_sources(conf, sources),
         origins=origins,
     )
