@@ -11,16 +11,18 @@ defaults.
 Every function works on a private :class:`~oslo_config.cfg.ConfigOpts`
 (never the global ``CONF``), so loading is re-entrant. :func:`load_settings`
 reads each file once (a pipe too), refuses one it cannot read rather than
-skip it, and hands oslo.config a private copy of what it read. Bad configuration
-becomes a one-line :class:`~sglang_backends.errors.ConfigurationError`
-naming the file (or variable) and the option. Importing this module imports
-oslo.config and nothing heavier; ``serve`` imports it only when
+skip it, and hands oslo.config a private copy of what it read. Each option's
+type validates its values (oslo.config's ``max``; the lower bounds and empty
+names in the project's words); bad configuration becomes a one-line
+:class:`~sglang_backends.errors.ConfigurationError` naming the file (or
+variable) and the option. Where a value was set is asked of oslo.config
+(``get_location()``) only when a message needs it. Importing this module
+imports oslo.config and nothing heavier; ``serve`` imports it only when
 configuration is in use.
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import stat
@@ -42,15 +44,12 @@ if TYPE_CHECKING:
 __all__ = [
     "GROUP",
     "OPTS",
-    "describe_origin",
     "list_opts",
     "load_settings",
-    "make_conf",
     "register_opts",
     "registry_from_conf",
     "select_backend",
     "settings_from_conf",
-    "unknown_names",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -58,14 +57,15 @@ LOG = logging.getLogger(__name__)
 #: The configuration group every option lives in.
 GROUP = "serve_backends"
 
-_GROUP_HELP = (
-    "Which serve backend (driver) handles a request, and which installed plugins may be loaded."
-)
-
 
 def _new_group() -> cfg.OptGroup:
     """A fresh group object: an ``OptGroup`` remembers the options registered in it."""
-    return cfg.OptGroup(GROUP, title="Serve backends", help=_GROUP_HELP)
+    return cfg.OptGroup(
+        GROUP,
+        title="Serve backends",
+        help="Which serve backend (driver) handles a request, and which installed plugins "
+        "may be loaded.",
+    )
 
 
 class _Name(types.String):
@@ -187,92 +187,6 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(OPTS, group=_new_group())
 
 
-def make_conf(
-    *,
-    config_files: Sequence[str] = (),
-    config_dirs: Sequence[str] = (),
-    opts: Sequence[cfg.Opt] = OPTS,
-) -> cfg.ConfigOpts:
-    """Return a new ``ConfigOpts`` with the options registered and the sources read.
-
-    Files are read in order, then each directory's ``*.conf`` files in name
-    order; later files win, the environment (:data:`os.environ`, through
-    oslo.config's own environment source) beats every file. No default
-    file is searched for.
-
-    :raises ConfigurationError: a file or directory is missing, unreadable
-        or not valid INI.
-    """
-    conf = cfg.ConfigOpts()
-    conf.register_opts(list(opts), group=_new_group())
-    args: list[str] = []
-    for path in config_files:
-        args.append(f"--config-file={os.fspath(path)}")
-    for path in config_dirs:
-        args.append(f"--config-dir={os.fspath(path)}")
-    _check_readable(config_files, config_dirs)
-    try:
-        conf(
-            args=args,
-            project="sglang-backends",
-            prog="sglang-backends",
-            default_config_files=[],
-            default_config_dirs=[],
-        )
-    except cfg.ConfigFileParseError as exc:
-        raise ConfigurationError(
-            f"Cannot parse configuration file {exc.config_file}: {exc.msg}"
-        ) from None
-    except cfg.ConfigFilesNotFoundError as exc:
-        raise ConfigurationError(
-            f"Configuration file not found: {', '.join(exc.config_files)}"
-        ) from None
-    except cfg.ConfigFilesPermissionDeniedError as exc:
-        raise ConfigurationError(
-            f"Configuration file not readable: {', '.join(exc.config_files)}"
-        ) from None
-    except cfg.ConfigDirNotFoundError as exc:
-        raise ConfigurationError(
-            f"Configuration directory not found: {os.path.abspath(exc.config_dir)}"
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError(
-            f"Cannot read configuration: a file is not UTF-8 text ({exc.reason} at byte "
-            f"{exc.start}) in {', '.join(_files_named(config_files, config_dirs))}"
-        ) from None
-    except OSError as exc:
-        raise ConfigurationError(
-            f"Cannot read configuration file {exc.filename}: {exc.strerror}"
-        ) from None
-    except cfg.Error as exc:
-        raise ConfigurationError(f"Invalid configuration: {exc}") from None
-    return conf
-
-
-def _files_named(config_files: Sequence[str], config_dirs: Sequence[str]) -> list[str]:
-    """The files the arguments designate, in reading order."""
-    files = [os.path.abspath(path) for path in config_files]
-    for directory in config_dirs:
-        files += sorted(glob.glob(os.path.join(os.path.abspath(directory), "*.conf")))
-    return files
-
-
-def _check_readable(config_files: Sequence[str], config_dirs: Sequence[str]) -> None:
-    """Reject what oslo.config would report obscurely: a directory given as a file."""
-    for path in config_files:
-        if os.path.isdir(path):
-            raise ConfigurationError(
-                f"Configuration file {os.fspath(path)} is a directory; "
-                "pass directories with --config-dir"
-            )
-    for path in config_dirs:
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise ConfigurationError(
-                f"Configuration directory {os.fspath(path)} is not a directory; "
-                "pass files with --config-file"
-            )
-
-
 #: Bytes a configuration file may hold; more is not configuration (``/dev/zero``, say).
 _MAX_FILE_BYTES = 1 << 20
 
@@ -348,6 +262,19 @@ def _read_file(path: str, *, in_directory: bool) -> bytes:
     return data
 
 
+def _parse(path: str, shown: str) -> _Sections:
+    """File *path* parsed by oslo.config's own parser; messages name it *shown*."""
+    sections: _Sections = {}
+    try:
+        cfg.ConfigParser(path, sections).parse()
+    except cfg.ParseError as exc:
+        raise ConfigurationError(
+            f"Cannot parse configuration file {shown}: at line {exc.lineno}, "
+            f"{exc.msg}: {exc.line!r}"
+        ) from None
+    return sections
+
+
 def _read_sources(
     config_files: Sequence[str], config_dirs: Sequence[str], private: str
 ) -> list[_Source]:
@@ -377,101 +304,57 @@ def _read_sources(
         copy = os.path.join(private, f"{index}.conf")
         with open(copy, "wb") as stream:
             stream.write(data)
-        sections: _Sections = {}
-        try:
-            cfg.ConfigParser(copy, sections).parse()
-        except cfg.ParseError as exc:
-            raise ConfigurationError(
-                f"Cannot parse configuration file {path}: at line {exc.lineno}, "
-                f"{exc.msg}: {exc.line!r}"
-            ) from None
-        sources.append(_Source(path, copy, sections))
+        sources.append(_Source(path, copy, _parse(copy, path)))
     return sources
 
 
-def _where(conf: cfg.ConfigOpts, name: str, sources: Sequence[_Source] = ()) -> str:
-    """Where option *name*'s value comes from: a file, a variable or the default.
+def _files_read(conf: cfg.ConfigOpts) -> list[str]:
+    """The configuration files a service's *conf* read, in reading order."""
+    files = [os.path.abspath(path) for path in getattr(conf, "config_file", None) or ()]
+    for directory in getattr(conf, "config_dir", None) or ():
+        files += _dir_files(directory)
+    return files
 
-    :param sources: the files as read, to name a copy by its original.
+
+def _locator(conf: cfg.ConfigOpts, sources: Sequence[_Source]) -> Callable[[str], str | None]:
+    """Where an option was set, asked of *conf* when a message needs it; ``None``: the default.
+
+    :param sources: the files as read, to name a private copy by its original.
     """
-    location = conf.get_location(name, GROUP)
-    if location is None or location.location is cfg.Locations.opt_default:
-        return "the default"
-    if location.location is cfg.Locations.environment:
-        return f"environment variable {location.detail}"
     originals = {source.copy: source.path for source in sources}
-    if location.location is cfg.Locations.user:
-        return originals.get(str(location.detail), str(location.detail))
-    return str(location.detail or location.location.name)
+
+    def where(option: str) -> str | None:
+        location = conf.get_location(option, GROUP)
+        if location is None or location.location is cfg.Locations.opt_default:
+            return None
+        if location.location is cfg.Locations.environment:
+            return f"environment variable {location.detail}"
+        detail = str(location.detail or location.location.name)
+        return originals.get(detail, detail)
+
+    return where
 
 
-def _raw(name: str, sources: Sequence[_Source]) -> tuple[str, str] | None:
-    """Option *name*'s text and where it was set, from what was read; ``None`` if unset.
-
-    The environment beats every file, and a later file an earlier one, as in oslo.config.
-    """
-    variable = ENVIRONMENT_PREFIX + name.upper()
-    if variable in os.environ:
-        return os.environ[variable], f"environment variable {variable}"
-    for source in reversed(sources):
-        for section, options in source.sections.items():
-            if section.lower() == GROUP and options.get(name):
-                return options[name][-1], source.path
-    return None
-
-
-def _config_option(conf: cfg.ConfigOpts, name: str) -> list[str]:
-    """*conf*'s ``--config-file``/``--config-dir`` values; empty if it was never called."""
-    try:
-        value = conf[name]
-    except cfg.NoSuchOptError:
-        return []
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
-
-
-def _invalid(
-    conf: cfg.ConfigOpts, name: str, cause: object, sources: Sequence[_Source] | None = None
-) -> ConfigurationError:
+def _invalid(name: str, cause: str, sources: Sequence[_Source]) -> ConfigurationError:
     """A one-line error for option *name*, quoting its text and saying where it was set.
 
-    :param sources: the files as read; without them (a service's own
-        ``ConfigOpts``) its files are read again as raw text.
+    oslo.config cannot say where a value it refuses came from
+    (``get_location()`` converts it too), so the text is found as it does:
+    the environment beats every file, and a later file an earlier one.
     """
-    if sources is not None:
-        found = _raw(name, sources)
-        if found is None:
-            return ConfigurationError(f"Invalid value for option [{GROUP}] {name}: {cause}")
-        return ConfigurationError(
-            f"Invalid value {found[0]!r} for option [{GROUP}] {name} in {found[1]}: {cause}"
-        )
-    raw = make_conf(
-        config_files=_config_option(conf, "config_file"),
-        config_dirs=_config_option(conf, "config_dir"),
-        opts=[cfg.StrOpt(opt) for opt in _OPT_NAMES],
-    )
-    where = _where(raw, name)
-    if where == "the default":
+    variable = ENVIRONMENT_PREFIX + name.upper()
+    found = None
+    for source in sources:
+        for section, options in source.sections.items():
+            if section.lower() == GROUP and options.get(name):
+                found = options[name][-1], source.path
+    if variable in os.environ:
+        found = os.environ[variable], f"environment variable {variable}"
+    if found is None:
         return ConfigurationError(f"Invalid value for option [{GROUP}] {name}: {cause}")
     return ConfigurationError(
-        f"Invalid value {raw[GROUP][name]!r} for option [{GROUP}] {name} in {where}: {cause}"
+        f"Invalid value {found[0]!r} for option [{GROUP}] {name} in {found[1]}: {cause}"
     )
-
-
-def _files_read(conf: cfg.ConfigOpts) -> list[str]:
-    """The configuration files *conf* read, in reading order."""
-    return _files_named(_config_option(conf, "config_file"), _config_option(conf, "config_dir"))
-
-
-def _describe_sources(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None = None) -> str:
-    """The files and variables the values came from, for messages."""
-    parts = _files_read(conf) if sources is None else [source.path for source in sources]
-    for name in _OPT_NAMES:
-        location = conf.get_location(name, GROUP)
-        if location is not None and location.location is cfg.Locations.environment:
-            parts.append(f"environment variable {location.detail}")
-    return ", ".join(parts) or "defaults"
 
 
 def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
@@ -487,19 +370,21 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
 
 
 def _settings(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None) -> Settings:
-    """:func:`settings_from_conf`; *sources* are the files as read, when this module read them."""
+    """:func:`settings_from_conf`; *sources* are the files as read, when this module read them.
+
+    A service's own files are read here only to quote a value its types refused.
+    """
     values: dict[str, Any] = {}
     for name in _OPT_NAMES:
         try:
             values[name] = conf[GROUP][name]
         except ValueError as exc:  # oslo's ConfigSourceValueError and kin
-            cause = str(exc).rpartition(" is not valid: ")[2]
-            raise _invalid(conf, name, cause, sources) from None
-    origins = {
-        name: where
-        for name in _OPT_NAMES
-        if (where := _where(conf, name, sources or ())) != "the default"
-    }
+            if sources is None:
+                sources = [_Source(path, path, _parse(path, path)) for path in _files_read(conf)]
+            raise _invalid(name, str(exc).rpartition(" is not valid: ")[2], sources) from None
+    files = [source.path for source in sources] if sources is not None else _files_read(conf)
+    variables = [ENVIRONMENT_PREFIX + name.upper() for name in _OPT_NAMES]
+    files += [f"environment variable {name}" for name in variables if name in os.environ]
     return Settings(
         model_type=values["model_type"],
         enabled=tuple(values["enabled_backends"]) or None,
@@ -507,8 +392,8 @@ def _settings(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None) -> Settin
         detect_timeout=values["detect_timeout"],
         load_timeout=values["load_timeout"],
         stop_timeout=values["stop_timeout"],
-        source=_describe_sources(conf, sources),
-        origins=origins,
+        source=", ".join(files) or "defaults",
+        locate=_locator(conf, sources or ()),
     )
 
 
@@ -521,8 +406,7 @@ def load_settings(
 
     Names that nothing reads (a misspelt option, group or
     ``OS_SERVE_BACKENDS__*`` variable) are logged as WARNINGs, one line
-    each, naming the file or variable and the closest known name; see
-    :func:`unknown_names`.
+    each, naming the file or variable and the closest known name.
 
     Each file is read once (a pipe or FIFO given as ``--config-file`` too),
     and messages quote what was read. A file or directory that cannot be
@@ -539,45 +423,39 @@ def load_settings(
     """
     with tempfile.TemporaryDirectory(prefix="sglang-backends-conf-") as private:
         sources = _read_sources(config_files, config_dirs, private)
-        conf = make_conf(config_files=[source.copy for source in sources])
-        parsed = [(source.path, source.sections) for source in sources]
-        for problem in _unknown(parsed, os.environ):
+        conf = cfg.ConfigOpts()
+        register_opts(conf)
+        try:
+            conf(
+                args=[f"--config-file={source.copy}" for source in sources],
+                project="sglang-backends",
+                prog="sglang-backends",
+                default_config_files=[],
+                default_config_dirs=[],
+            )
+        except cfg.Error as exc:  # the copies were read and parsed above; not expected
+            raise ConfigurationError(f"Invalid configuration: {exc}") from None
+        for problem in _unknown(sources, os.environ):
             LOG.warning("%s", problem)
         return _settings(conf, sources)
 
 
-def unknown_names(files: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+def _unknown(sources: Sequence[_Source], environ: Mapping[str, str]) -> list[str]:
     """Name every group, option and variable that nothing reads, one line each.
 
     oslo.config ignores what it does not know, so ``model_typ = echo`` or a
-    ``[serve_backend]`` group would silently leave the default in place.
-    Files are read with oslo.config's own parser (:class:`cfg.ConfigParser`,
-    as ``oslo-config-validator`` does); a group other than
-    ``[serve_backends]`` (or an empty ``[DEFAULT]``), an option not in
-    :data:`OPTS` and an ``OS_SERVE_BACKENDS__*`` variable naming no option
-    are reported, with the closest known name.
-
-    :param files: the configuration files read, in order.
-    :param environ: the environment.
-    :returns: one message per unknown name, in file then variable order.
+    ``[serve_backend]`` group would silently leave the default in place. A
+    group other than ``[serve_backends]`` (or an empty ``[DEFAULT]``), an
+    option not in :data:`OPTS` and an ``OS_SERVE_BACKENDS__*`` variable
+    naming no option are reported, with the closest known name.
+    ``oslo-config-validator`` checks a file the same way, but only as a
+    command, without the closest name, and not the environment.
     """
-    parsed = []
-    for path in files:
-        sections: _Sections = {}
-        try:
-            cfg.ConfigParser(path, sections).parse()
-        except (OSError, ValueError, cfg.Error):  # already reported by make_conf
-            continue
-        parsed.append((path, sections))
-    return _unknown(parsed, environ)
-
-
-def _unknown(parsed: Sequence[tuple[str, _Sections]], environ: Mapping[str, str]) -> list[str]:
-    """:func:`unknown_names` over files already parsed: ``(path, sections)`` in order."""
     known = list(_OPT_NAMES)
     problems: list[str] = []
-    for path, sections in parsed:
-        for section, options in sections.items():
+    for source in sources:
+        path = source.path
+        for section, options in source.sections.items():
             if section.lower() == GROUP:  # oslo.config folds group names to lower case
                 for option in options:
                     if option not in known:
@@ -607,14 +485,6 @@ def _unknown(parsed: Sequence[tuple[str, _Sections]], environ: Mapping[str, str]
                 f"{', '.join(sorted(variables))}."
             )
     return problems
-
-
-def describe_origin(settings: Settings, option: str) -> str:
-    """``[serve_backends] OPTION, set in WHERE``, for messages about one option's value."""
-    where = settings.origins.get(option)
-    if where is None:
-        return f"[{GROUP}] {option} (the default)"
-    return f"[{GROUP}] {option}, set in {where}"
 
 
 # -- registries --------------------------------------------------------------

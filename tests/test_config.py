@@ -363,14 +363,13 @@ def test_settings_say_where_each_option_was_set(tmp_path, monkeypatch):
     path = write(tmp_path / "a.conf", "[serve_backends]\nmodel_type = omni\n")
     monkeypatch.setenv("OS_SERVE_BACKENDS__DETECT_TIMEOUT", "3")
     settings = config.load_settings(config_files=[str(path)])
-    assert settings.origins == {
+    assert {name: settings.set_in(name) for name in ("model_type", "detect_timeout")} == {
         "model_type": str(path),
         "detect_timeout": "environment variable OS_SERVE_BACKENDS__DETECT_TIMEOUT",
     }
-    assert config.describe_origin(settings, "model_type") == (
-        f"[serve_backends] model_type, set in {path}"
-    )
-    assert config.describe_origin(settings, "enabled_backends") == (
+    assert [settings.set_in(opt.dest) for opt in config.OPTS].count(None) == len(config.OPTS) - 2
+    assert settings.describe("model_type") == f"[serve_backends] model_type, set in {path}"
+    assert settings.describe("enabled_backends") == (
         "[serve_backends] enabled_backends (the default)"
     )
 
