@@ -518,14 +518,16 @@ def select_backend(
     ``model_type = auto`` runs automatic detection; any other value is
     looked up by name.
 
-    :param registry: reuse one; by default built with :func:`registry_from_conf`.
+    :param registry: reuse one; by default built from the same settings.
     :raises ConfigurationError: an option has an invalid value.
     :raises UnknownBackendError: ``model_type`` names no available backend.
     :raises AmbiguousDetectionError: ``auto`` and several detectors matched.
     """
     settings = settings_from_conf(conf)
     if registry is None:
-        registry = registry_from_conf(conf)
+        from sglang_backends.registry import ServeBackendRegistry
+
+        registry = ServeBackendRegistry.from_settings(settings)
     if settings.model_type == "auto":
         return registry.auto_detect(request)
     return registry.get(settings.model_type)
