@@ -1,24 +1,16 @@
 """Driver selection by configuration, the OpenStack way (oslo.config).
 
-The ``[serve_backends]`` group chooses the backend (``model_type``), which
-plugins may load (``enabled_backends``, ``disabled_backends``) and how long a
-detector may run (``detect_timeout``) and how long a backend may take to
-load during automatic detection (``load_timeout``). Values come, highest first, from the
-command line, the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on,
-oslo.config's environment source), the configuration files, then the
-defaults.
+The ``[serve_backends]`` group chooses the backend (``model_type``), which plugins may
+load (``enabled_backends``, ``disabled_backends``) and how long detection and stopping may
+take (``detect_timeout``, ``load_timeout``, ``stop_timeout``). Values come, highest first,
+from the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on, oslo.config's own
+source), the configuration files, then the defaults; each option's type validates them.
 
-Every function works on a private :class:`~oslo_config.cfg.ConfigOpts`
-(never the global ``CONF``), so loading is re-entrant. :func:`load_settings`
-reads each file once (a pipe too), refuses one it cannot read rather than
-skip it, and hands oslo.config a private copy of what it read. Each option's
-type validates its values (oslo.config's ``max``; the lower bounds and empty
-names in the project's words); bad configuration becomes a one-line
-:class:`~sglang_backends.errors.ConfigurationError` naming the file (or
-variable) and the option. Where a value was set is asked of oslo.config
-(``get_location()``) only when a message needs it. Importing this module
-imports oslo.config and nothing heavier; ``serve`` imports it only when
-configuration is in use.
+Every function works on a private :class:`~oslo_config.cfg.ConfigOpts` (never ``CONF``).
+:func:`load_settings` reads each file once (a pipe too), refuses one it cannot read rather
+than skip it, and hands oslo.config a private copy. Bad configuration is a one-line
+:class:`~sglang_backends.errors.ConfigurationError` naming the file (or variable) and the
+option. ``serve`` imports this module (and so oslo.config) only when configuration is in use.
 """
 
 from __future__ import annotations
@@ -116,61 +108,56 @@ OPTS = [
         "model_type",
         type=_Name(),
         default="auto",
-        help="The serve backend to use. 'auto' runs every enabled backend's "
-        "detector on the request and picks the one that claims it, falling "
-        "back to 'llm'; any other value names a backend: a built-in ('llm', "
-        "'diffusion') or an installed plugin's entry point name, or "
-        "DIST:NAME to pick one distribution's plugin when several register "
-        "the same name. The serve command's --model-type overrides it.",
+        help="The serve backend to use. 'auto' runs every enabled backend's detector on the "
+        "request and picks the one that claims it, falling back to 'llm'; any other value "
+        "names a backend: a built-in ('llm', 'diffusion') or an installed plugin's entry point "
+        "name, or DIST:NAME to pick one distribution's plugin when several register the same "
+        "name. The serve command's --model-type overrides it.",
     ),
     cfg.Opt(
         "enabled_backends",
         type=_Names(),
         default=[],
-        help="Comma-separated plugin names that may be loaded; empty (the "
-        "default) allows every installed plugin. Built-ins are always "
-        "available. A plugin left out is never imported.",
+        help="Comma-separated plugin names that may be loaded; empty (the default) allows every "
+        "installed plugin. Built-ins are always available. A plugin left out is never imported.",
     ),
     cfg.Opt(
         "disabled_backends",
         type=_Names(),
         default=[],
-        help="Comma-separated plugin names that are never loaded, even when "
-        "listed in enabled_backends. Use it to switch off a broken or "
-        "unwanted plugin without uninstalling it.",
+        help="Comma-separated plugin names that are never loaded, even when listed in "
+        "enabled_backends. Use it to switch off a broken or unwanted plugin without "
+        "uninstalling it.",
     ),
     cfg.Opt(
         "detect_timeout",
         type=_Seconds(),
         default=DEFAULT_DETECT_TIMEOUT,
-        help="Seconds each backend's detector may take during automatic "
-        "detection (model_type = auto) before it counts as inconclusive; "
-        f"a number greater than 0, at most {MAX_TIMEOUT:g}. Detectors run "
-        "concurrently. The default is "
-        "generous because a detector may query a model hub (SGLang's diffusion "
-        "detector asks the Hugging Face Hub); offline checks take milliseconds.",
+        help="Seconds each backend's detector may take during automatic detection (model_type "
+        "= auto) before it counts as inconclusive; a number greater than 0, at most "
+        f"{MAX_TIMEOUT:g}. Detectors run concurrently. The default is generous because a "
+        "detector may query a model hub (SGLang's diffusion detector asks the Hugging Face "
+        "Hub); offline checks take milliseconds.",
     ),
     cfg.Opt(
         "load_timeout",
         type=_Seconds(),
         default=DEFAULT_LOAD_TIMEOUT,
-        help="Seconds each backend's load (its import and factory call) may "
-        "take during automatic detection (model_type = auto) before it is "
-        f"skipped with a warning; a number greater than 0, at most {MAX_TIMEOUT:g}. "
-        "A load still running "
-        "after a few seconds is logged. The default is generous so a healthy "
-        "but heavy plugin (a cold import of a torch-based runtime takes tens of "
-        "seconds) is never given up on; it only ends a hung import.",
+        help="Seconds each backend's load (its import and factory call) may take during "
+        "automatic detection (model_type = auto) before it is skipped with a warning; a number "
+        f"greater than 0, at most {MAX_TIMEOUT:g}. A load still running after a few seconds is "
+        "logged. The default is generous so a healthy but heavy plugin (a cold import of a "
+        "torch-based runtime takes tens of seconds) is never given up on; it only ends a hung "
+        "import.",
     ),
     cfg.Opt(
         "stop_timeout",
         type=_Seconds(zero=True),
         default=DEFAULT_STOP_TIMEOUT,
-        help="Seconds the serve command gives its processes between SIGTERM and "
-        "SIGKILL when it stops them: the backend after a stop signal, then every "
-        f"process the backend left behind; 0 kills at once; at most {MAX_TIMEOUT:g}. "
-        "The environment "
-        "variable SGLANG_BACKENDS_STOP_TIMEOUT, when set, overrides it.",
+        help="Seconds the serve command gives its processes between SIGTERM and SIGKILL when it "
+        "stops them: the backend after a stop signal, then every process the backend left "
+        f"behind; 0 kills at once; at most {MAX_TIMEOUT:g}. The environment variable "
+        "SGLANG_BACKENDS_STOP_TIMEOUT, when set, overrides it.",
     ),
 ]
 
@@ -190,22 +177,16 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 #: Bytes a configuration file may hold; more is not configuration (``/dev/zero``, say).
 _MAX_FILE_BYTES = 1 << 20
 
-#: A parsed file: ``{section: {option: [values, in order]}}``, as oslo.config parses it.
-_Sections = dict[str, dict[str, list[str]]]
-
 
 @dataclass(frozen=True)
 class _Source:
-    """One configuration file as it was read, once.
-
-    :param path: the file, as messages name it (absolute).
-    :param copy: the private copy oslo.config reads in its place.
-    :param sections: what it held, parsed once.
+    """One file as read once: its *path* for messages, the private *copy* oslo.config reads,
+    and its *sections* as oslo.config's parser gives them (``{section: {option: [values]}}``).
     """
 
     path: str
     copy: str
-    sections: _Sections
+    sections: dict[str, dict[str, list[str]]]
 
 
 def _fail_reading(path: str, exc: OSError, what: str = "file") -> ConfigurationError:
@@ -225,30 +206,19 @@ def _fail_reading(path: str, exc: OSError, what: str = "file") -> ConfigurationE
 def _dir_files(directory: str) -> list[str]:
     """The ``*.conf`` files of *directory* in name order, as oslo.config's ``--config-dir``.
 
-    :raises ConfigurationError: it is missing, not a directory or not readable:
-        a directory that was not read must not pass for an empty one.
+    A directory that cannot be listed is an error, never taken for an empty one.
     """
     path = os.path.abspath(directory)
     try:
         names = os.listdir(path)
     except OSError as exc:
         raise _fail_reading(path, exc, "directory") from None
-    return [
-        os.path.join(path, name)
-        for name in sorted(names)
-        if name.endswith(".conf") and not name.startswith(".")
-    ]
+    return [os.path.join(path, n) for n in sorted(names) if n.endswith(".conf") and n[0] != "."]
 
 
 def _read_file(path: str, *, in_directory: bool) -> bytes:
-    """The bytes of configuration file *path*, read once.
-
-    A file named on the command line may be a pipe (``--config-file <(...)``);
-    one found in a directory must be a regular file, so that a FIFO dropped
-    there cannot make every command wait for a writer.
-
-    :raises ConfigurationError: missing, unreadable, not a regular file in a
-        directory, or larger than 1 MiB.
+    """The bytes of *path*, read once: a pipe may be named, but a file found in a directory
+    must be a regular one, so that a FIFO dropped there cannot make every command wait.
     """
     try:
         if in_directory and not stat.S_ISREG(os.stat(path).st_mode):
@@ -259,12 +229,19 @@ def _read_file(path: str, *, in_directory: bool) -> bytes:
         raise _fail_reading(path, exc) from None
     if len(data) > _MAX_FILE_BYTES:
         raise ConfigurationError(f"Configuration file {path} is larger than 1 MiB")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"Cannot read configuration file {path}: it is not UTF-8 text "
+            f"({exc.reason} at byte {exc.start})"
+        ) from None
     return data
 
 
-def _parse(path: str, shown: str) -> _Sections:
+def _parse(path: str, shown: str) -> dict[str, dict[str, list[str]]]:
     """File *path* parsed by oslo.config's own parser; messages name it *shown*."""
-    sections: _Sections = {}
+    sections: dict[str, dict[str, list[str]]] = {}
     try:
         cfg.ConfigParser(path, sections).parse()
     except cfg.ParseError as exc:
@@ -275,35 +252,18 @@ def _parse(path: str, shown: str) -> _Sections:
     return sections
 
 
-def _read_sources(
-    config_files: Sequence[str], config_dirs: Sequence[str], private: str
-) -> list[_Source]:
-    """Read every configuration file once, in oslo.config's order; copy each into *private*.
-
-    Files first, then each directory's ``*.conf`` files in name order. Each
-    is read once and parsed from what was read; oslo.config reads the copy,
-    so what it uses and what messages quote are the same bytes, and a pipe
-    or FIFO is read only once.
-
-    :raises ConfigurationError: naming the file or directory that could not
-        be read, decoded or parsed.
+def _read_sources(files: Sequence[str], dirs: Sequence[str], private: str) -> list[_Source]:
+    """Read every file once, in oslo.config's order (files, then each directory's), and
+    copy each into *private*, so that what oslo.config uses and messages quote are the same.
     """
-    named = [(os.path.abspath(os.fspath(path)), False) for path in config_files]
-    for directory in config_dirs:
+    named = [(os.path.abspath(os.fspath(path)), False) for path in files]
+    for directory in dirs:
         named += [(path, True) for path in _dir_files(os.fspath(directory))]
     sources = []
     for index, (path, in_directory) in enumerate(named):
-        data = _read_file(path, in_directory=in_directory)
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigurationError(
-                f"Cannot read configuration file {path}: it is not UTF-8 text "
-                f"({exc.reason} at byte {exc.start})"
-            ) from None
         copy = os.path.join(private, f"{index}.conf")
         with open(copy, "wb") as stream:
-            stream.write(data)
+            stream.write(_read_file(path, in_directory=in_directory))
         sources.append(_Source(path, copy, _parse(copy, path)))
     return sources
 
@@ -338,9 +298,9 @@ def _locator(conf: cfg.ConfigOpts, sources: Sequence[_Source]) -> Callable[[str]
 def _invalid(name: str, cause: str, sources: Sequence[_Source]) -> ConfigurationError:
     """A one-line error for option *name*, quoting its text and saying where it was set.
 
-    oslo.config cannot say where a value it refuses came from
-    (``get_location()`` converts it too), so the text is found as it does:
-    the environment beats every file, and a later file an earlier one.
+    oslo.config cannot say where a value it refuses came from (``get_location()``
+    converts it too), so it is found as oslo.config finds it: the environment beats
+    every file, and a later file an earlier one.
     """
     variable = ENVIRONMENT_PREFIX + name.upper()
     found = None
@@ -358,13 +318,10 @@ def _invalid(name: str, cause: str, sources: Sequence[_Source]) -> Configuration
 
 
 def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
-    """Validate *conf*'s ``[serve_backends]`` values and return them as :class:`Settings`.
+    """*conf*'s ``[serve_backends]`` values as :class:`Settings`; *conf* is any called
+    ``ConfigOpts`` the options were registered on (:func:`register_opts`).
 
-    *conf* is any ``ConfigOpts`` the options were registered on (see
-    :func:`register_opts`), already called.
-
-    :raises ConfigurationError: an option has an invalid value; the message
-        names the option and the file or variable that set it.
+    :raises ConfigurationError: a value is invalid, naming the option and where it was set.
     """
     return _settings(conf, None)
 
@@ -404,22 +361,16 @@ def load_settings(
 ) -> Settings:
     """Read ``[serve_backends]`` from files, directories and the environment.
 
-    Names that nothing reads (a misspelt option, group or
-    ``OS_SERVE_BACKENDS__*`` variable) are logged as WARNINGs, one line
-    each, naming the file or variable and the closest known name.
-
-    Each file is read once (a pipe or FIFO given as ``--config-file`` too),
-    and messages quote what was read. A file or directory that cannot be
-    read is an error, never skipped: a ``disabled_backends`` that was not
-    read must not let its plugins run.
+    Names that nothing reads (a misspelt option, group or ``OS_SERVE_BACKENDS__*``
+    variable) are logged as WARNINGs, one line each, with the closest known name. Each
+    file is read once (a pipe or FIFO too). A file or directory that cannot be read is
+    an error, never skipped: a ``disabled_backends`` not read must not let its plugins run.
 
     :param config_files: files read in order; later ones win.
     :param config_dirs: directories whose ``*.conf`` files are read after them.
-    :returns: validated :class:`Settings`; ``enabled`` is ``None`` when the
-        list is empty (every plugin allowed).
-    :raises ConfigurationError: a file or directory is missing, unreadable
-        or malformed, or a value is invalid; the message names the file and
-        option.
+    :returns: validated :class:`Settings`; ``enabled`` is ``None`` for an empty list.
+    :raises ConfigurationError: a source is missing, unreadable or malformed, or a value
+        is invalid; the message names the file and option.
     """
     with tempfile.TemporaryDirectory(prefix="sglang-backends-conf-") as private:
         sources = _read_sources(config_files, config_dirs, private)
@@ -487,19 +438,11 @@ def _unknown(sources: Sequence[_Source], environ: Mapping[str, str]) -> list[str
     return problems
 
 
-# -- registries --------------------------------------------------------------
-
-
 def registry_from_conf(
     conf: cfg.ConfigOpts,
     builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
 ) -> ServeBackendRegistry:
-    """Build a registry from a service's ``ConfigOpts``.
-
-    The options must have been registered with :func:`register_opts`.
-
-    Honours ``enabled_backends``, ``disabled_backends``, ``detect_timeout``
-    and ``load_timeout``.
+    """The registry a service's ``ConfigOpts`` describes (options from :func:`register_opts`).
 
     :raises ConfigurationError: an option has an invalid value.
     """
@@ -513,10 +456,8 @@ def select_backend(
     request: ServeRequest,
     registry: ServeBackendRegistry | None = None,
 ) -> RegisteredServeBackend:
-    """Select the configured backend for *request*, as an OpenStack service selects a driver.
-
-    ``model_type = auto`` runs automatic detection; any other value is
-    looked up by name.
+    """Select the configured backend for *request*, as an OpenStack service selects a driver:
+    ``model_type = auto`` runs automatic detection, any other value is looked up by name.
 
     :param registry: reuse one; by default built from the same settings.
     :raises ConfigurationError: an option has an invalid value.
