@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg, types
 
+from sglang_backends.configfiles import Source, dir_files, parse, read_sources
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
 from sglang_backends.errors import ConfigurationError, did_you_mean
 from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, ENVIRONMENT_PREFIX, Settings
@@ -174,109 +173,15 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(OPTS, group=_new_group())
 
 
-#: Bytes a configuration file may hold; more is not configuration (``/dev/zero``, say).
-_MAX_FILE_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class _Source:
-    """One file as read once: its *path* for messages, the private *copy* oslo.config reads,
-    and its *sections* as oslo.config's parser gives them (``{section: {option: [values]}}``).
-    """
-
-    path: str
-    copy: str
-    sections: dict[str, dict[str, list[str]]]
-
-
-def _fail_reading(path: str, exc: OSError, what: str = "file") -> ConfigurationError:
-    if isinstance(exc, FileNotFoundError):
-        return ConfigurationError(f"Configuration {what} not found: {path}")
-    if isinstance(exc, IsADirectoryError):
-        return ConfigurationError(
-            f"Configuration file {path} is a directory; pass directories with --config-dir"
-        )
-    if isinstance(exc, NotADirectoryError) and what == "directory":
-        return ConfigurationError(
-            f"Configuration directory {path} is not a directory; pass files with --config-file"
-        )
-    return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
-
-
-def _dir_files(directory: str) -> list[str]:
-    """The ``*.conf`` files of *directory* in name order, as oslo.config's ``--config-dir``.
-
-    A directory that cannot be listed is an error, never taken for an empty one.
-    """
-    path = os.path.abspath(directory)
-    try:
-        names = os.listdir(path)
-    except OSError as exc:
-        raise _fail_reading(path, exc, "directory") from None
-    return [os.path.join(path, n) for n in sorted(names) if n.endswith(".conf") and n[0] != "."]
-
-
-def _read_file(path: str, *, in_directory: bool) -> bytes:
-    """The bytes of *path*, read once: a pipe may be named, but a file found in a directory
-    must be a regular one, so that a FIFO dropped there cannot make every command wait.
-    """
-    try:
-        if in_directory and not stat.S_ISREG(os.stat(path).st_mode):
-            raise ConfigurationError(f"Configuration file {path} is not a regular file")
-        with open(path, "rb") as stream:
-            data = stream.read(_MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise _fail_reading(path, exc) from None
-    if len(data) > _MAX_FILE_BYTES:
-        raise ConfigurationError(f"Configuration file {path} is larger than 1 MiB")
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError(
-            f"Cannot read configuration file {path}: it is not UTF-8 text "
-            f"({exc.reason} at byte {exc.start})"
-        ) from None
-    return data
-
-
-def _parse(path: str, shown: str) -> dict[str, dict[str, list[str]]]:
-    """File *path* parsed by oslo.config's own parser; messages name it *shown*."""
-    sections: dict[str, dict[str, list[str]]] = {}
-    try:
-        cfg.ConfigParser(path, sections).parse()
-    except cfg.ParseError as exc:
-        raise ConfigurationError(
-            f"Cannot parse configuration file {shown}: at line {exc.lineno}, "
-            f"{exc.msg}: {exc.line!r}"
-        ) from None
-    return sections
-
-
-def _read_sources(files: Sequence[str], dirs: Sequence[str], private: str) -> list[_Source]:
-    """Read every file once, in oslo.config's order (files, then each directory's), and
-    copy each into *private*, so that what oslo.config uses and messages quote are the same.
-    """
-    named = [(os.path.abspath(os.fspath(path)), False) for path in files]
-    for directory in dirs:
-        named += [(path, True) for path in _dir_files(os.fspath(directory))]
-    sources = []
-    for index, (path, in_directory) in enumerate(named):
-        copy = os.path.join(private, f"{index}.conf")
-        with open(copy, "wb") as stream:
-            stream.write(_read_file(path, in_directory=in_directory))
-        sources.append(_Source(path, copy, _parse(copy, path)))
-    return sources
-
-
 def _files_read(conf: cfg.ConfigOpts) -> list[str]:
     """The configuration files a service's *conf* read, in reading order."""
     files = [os.path.abspath(path) for path in getattr(conf, "config_file", None) or ()]
     for directory in getattr(conf, "config_dir", None) or ():
-        files += _dir_files(directory)
+        files += dir_files(directory)
     return files
 
 
-def _locator(conf: cfg.ConfigOpts, sources: Sequence[_Source]) -> Callable[[str], str | None]:
+def _locator(conf: cfg.ConfigOpts, sources: Sequence[Source]) -> Callable[[str], str | None]:
     """Where an option was set, asked of *conf* when a message needs it; ``None``: the default.
 
     :param sources: the files as read, to name a private copy by its original.
@@ -295,7 +200,7 @@ def _locator(conf: cfg.ConfigOpts, sources: Sequence[_Source]) -> Callable[[str]
     return where
 
 
-def _invalid(name: str, cause: str, sources: Sequence[_Source]) -> ConfigurationError:
+def _invalid(name: str, cause: str, sources: Sequence[Source]) -> ConfigurationError:
     """A one-line error for option *name*, quoting its text and saying where it was set.
 
     oslo.config cannot say where a value it refuses came from (``get_location()``
@@ -326,7 +231,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     return _settings(conf, None)
 
 
-def _settings(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None) -> Settings:
+def _settings(conf: cfg.ConfigOpts, sources: Sequence[Source] | None) -> Settings:
     """:func:`settings_from_conf`; *sources* are the files as read, when this module read them.
 
     A service's own files are read here only to quote a value its types refused.
@@ -337,7 +242,7 @@ def _settings(conf: cfg.ConfigOpts, sources: Sequence[_Source] | None) -> Settin
             values[name] = conf[GROUP][name]
         except ValueError as exc:  # oslo's ConfigSourceValueError and kin
             if sources is None:
-                sources = [_Source(path, path, _parse(path, path)) for path in _files_read(conf)]
+                sources = [Source(path, path, parse(path, path)) for path in _files_read(conf)]
             raise _invalid(name, str(exc).rpartition(" is not valid: ")[2], sources) from None
     files = [source.path for source in sources] if sources is not None else _files_read(conf)
     variables = [ENVIRONMENT_PREFIX + name.upper() for name in _OPT_NAMES]
@@ -373,7 +278,7 @@ def load_settings(
         is invalid; the message names the file and option.
     """
     with tempfile.TemporaryDirectory(prefix="sglang-backends-conf-") as private:
-        sources = _read_sources(config_files, config_dirs, private)
+        sources = read_sources(config_files, config_dirs, private)
         conf = cfg.ConfigOpts()
         register_opts(conf)
         try:
@@ -391,7 +296,7 @@ def load_settings(
         return _settings(conf, sources)
 
 
-def _unknown(sources: Sequence[_Source], environ: Mapping[str, str]) -> list[str]:
+def _unknown(sources: Sequence[Source], environ: Mapping[str, str]) -> list[str]:
     """Name every group, option and variable that nothing reads, one line each.
 
     oslo.config ignores what it does not know, so ``model_typ = echo`` or a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -387,7 +388,11 @@ def test_oslo_config_validator_checks_a_file_against_the_namespace(tmp_path):
     assert "serve_backends/model_typ is not part of the sample config" in failed.stderr
 
 
-def test_config_module_uses_no_private_oslo_config_name():
-    source = Path(config.__file__).read_text(encoding="utf-8")
-    for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
-        assert private not in source
+def test_config_modules_use_no_private_oslo_config_name():
+    from sglang_backends import configfiles
+
+    for module in (config, configfiles):
+        source = Path(module.__file__).read_text(encoding="utf-8")
+        for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
+            assert private not in source
+        assert not re.search(r"\b(cfg|types)\._", source), module
