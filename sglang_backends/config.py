@@ -93,7 +93,7 @@ class _Seconds(types.Float):
 
     def __call__(self, value: Any) -> float:
         seconds = super().__call__(value)
-        if seconds is None or seconds < 0 or (seconds == 0 and not self.zero):
+        if seconds is None or not (seconds > 0 or (self.zero and seconds == 0)):  # NaN too
             raise ValueError(
                 "must be a number of seconds, 0 or more"
                 if self.zero

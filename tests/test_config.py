@@ -142,6 +142,8 @@ def test_process_environment_is_read_by_default(tmp_path):
         ("detect_timeout = -1", "detect_timeout", "greater than 0"),
         ("detect_timeout = 0", "detect_timeout", "greater than 0"),
         ("load_timeout =", "load_timeout", "greater than 0"),
+        ("load_timeout = nan", "load_timeout", "greater than 0"),
+        ("stop_timeout = nan", "stop_timeout", "0 or more"),
         ("detect_timeout = abc", "detect_timeout", "could not convert"),
         ("model_type =", "model_type", "backend name"),
         ("enabled_backends = a,,b", "enabled_backends", "empty backend name"),
