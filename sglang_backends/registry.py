@@ -172,15 +172,15 @@ class ServeBackendRegistry:
 
         :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
         :param origins: where the enabled/disabled lists were set, for the
-            warning about names not installed; by default where each list
-            option was set (``settings.origins``), else ``settings.source``.
+            warning about names not installed; by default where configuration
+            set each list (:meth:`~sglang_backends.settings.Settings.list_origins`).
         """
         if builtins is None:
             from sglang_backends.host import default_builtins
 
             builtins = default_builtins()
         if origins is None:
-            origins = selection.list_origins(settings.source, settings.origins)
+            origins = settings.list_origins()
         return cls(
             builtins,
             enabled=settings.enabled,

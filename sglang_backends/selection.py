@@ -41,7 +41,6 @@ __all__ = [
     "choose",
     "inventory",
     "is_allowed",
-    "list_origins",
     "refuse_conflicts",
     "warn_unknown_selection",
 ]
@@ -196,32 +195,6 @@ def choose(
             providers=providers,
         )
     return candidates[0]
-
-
-def list_origins(source: str, where: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Where the two lists were set, for the warnings about names they select nothing with.
-
-    :param source: where the settings as a whole came from; ``"defaults"``
-        gives no origins (the default lists are empty).
-    :param where: where each option was set, by option name, when known
-        (configuration knows it per option); it wins over *source*.
-    """
-    if where:
-        return {
-            label: f"[serve_backends] {option}, set in {where[option]}"
-            if option in where
-            else f"[serve_backends] {option} (the default)"
-            for label, option in (
-                ("enabled", "enabled_backends"),
-                ("disabled", "disabled_backends"),
-            )
-        }
-    if source == "defaults":
-        return {}
-    return {
-        "enabled": f"[serve_backends] enabled_backends, set in {source}",
-        "disabled": f"[serve_backends] disabled_backends, set in {source}",
-    }
 
 
 def warn_unknown_selection(

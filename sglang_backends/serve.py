@@ -380,7 +380,7 @@ def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: Serv
     """
     import os
 
-    from sglang_backends.selection import PluginStatus, list_origins
+    from sglang_backends.selection import PluginStatus
 
     reasons = []
     model = request.model_path
@@ -388,7 +388,7 @@ def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: Serv
         reasons.append("no model was given")
     elif not os.path.exists(model):
         reasons.append(f"the model path {model!r} does not exist (nor did a plugin claim it)")
-    origins = list_origins(settings.source, settings.origins)
+    origins = settings.list_origins()
     disabled = [r.plugin for r in registry.plugins if r.status is PluginStatus.DISABLED]
     for plugin in disabled:
         by_disabled = plugin.name in settings.disabled
@@ -464,7 +464,7 @@ def _serve(host: HostOptions) -> int:
 
 def _model_type_origin(host: HostOptions, settings: Settings) -> str | None:
     """Where configuration set the backend name, when it was not given as ``--model-type``."""
-    return None if host.model_type is not None else settings.origins.get("model_type")
+    return None if host.model_type is not None else settings.set_in("model_type")
 
 
 def _stop_timeout(settings: Settings) -> float:

@@ -9,7 +9,7 @@ stays free of oslo.config.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
@@ -45,8 +45,9 @@ class Settings:
     :param stop_timeout: seconds ``serve``'s processes get between SIGTERM
         and SIGKILL when it stops them (``0`` kills at once).
     :param source: where the values came from, for messages.
-    :param origins: where each option was set (a file, ``environment variable
-        NAME``), by option name; an option left at its default is absent.
+    :param locate: where an option was set (a file, ``environment variable
+        NAME``), or ``None`` at its default: configuration asks oslo.config
+        when a message needs it; settings built by hand know nothing of it.
     """
 
     model_type: str = "auto"
@@ -56,7 +57,30 @@ class Settings:
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
     source: str = "defaults"
-    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    locate: Callable[[str], str | None] | None = field(default=None, compare=False, repr=False)
+
+    def set_in(self, option: str) -> str | None:
+        """Where *option* was set; ``None`` at its default or when no configuration was read."""
+        return None if self.locate is None else self.locate(option)
+
+    def describe(self, option: str) -> str:
+        """``[serve_backends] OPTION, set in WHERE`` (or ``(the default)``), for messages."""
+        where = self.set_in(option)
+        if where is None:
+            return f"[serve_backends] {option} (the default)"
+        return f"[serve_backends] {option}, set in {where}"
+
+    def list_origins(self) -> dict[str, str]:
+        """Where the enabled and disabled lists were set, for warnings about their names.
+
+        Keyed ``"enabled"`` and ``"disabled"``; empty when no configuration was read.
+        """
+        if self.locate is None:
+            return {}
+        return {
+            "enabled": self.describe("enabled_backends"),
+            "disabled": self.describe("disabled_backends"),
+        }
 
 
 def configuration_in_environment(environ: Mapping[str, str] | None = None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -140,6 +141,9 @@ def test_process_environment_is_read_by_default(tmp_path):
     [
         ("detect_timeout = -1", "detect_timeout", "greater than 0"),
         ("detect_timeout = 0", "detect_timeout", "greater than 0"),
+        ("load_timeout =", "load_timeout", "greater than 0"),
+        ("load_timeout = nan", "load_timeout", "greater than 0"),
+        ("stop_timeout = nan", "stop_timeout", "0 or more"),
         ("detect_timeout = abc", "detect_timeout", "could not convert"),
         ("model_type =", "model_type", "backend name"),
         ("enabled_backends = a,,b", "enabled_backends", "empty backend name"),
@@ -362,14 +366,13 @@ def test_settings_say_where_each_option_was_set(tmp_path, monkeypatch):
     path = write(tmp_path / "a.conf", "[serve_backends]\nmodel_type = omni\n")
     monkeypatch.setenv("OS_SERVE_BACKENDS__DETECT_TIMEOUT", "3")
     settings = config.load_settings(config_files=[str(path)])
-    assert settings.origins == {
+    assert {name: settings.set_in(name) for name in ("model_type", "detect_timeout")} == {
         "model_type": str(path),
         "detect_timeout": "environment variable OS_SERVE_BACKENDS__DETECT_TIMEOUT",
     }
-    assert config.describe_origin(settings, "model_type") == (
-        f"[serve_backends] model_type, set in {path}"
-    )
-    assert config.describe_origin(settings, "enabled_backends") == (
+    assert [settings.set_in(opt.dest) for opt in config.OPTS].count(None) == len(config.OPTS) - 2
+    assert settings.describe("model_type") == f"[serve_backends] model_type, set in {path}"
+    assert settings.describe("enabled_backends") == (
         "[serve_backends] enabled_backends (the default)"
     )
 
@@ -387,7 +390,11 @@ def test_oslo_config_validator_checks_a_file_against_the_namespace(tmp_path):
     assert "serve_backends/model_typ is not part of the sample config" in failed.stderr
 
 
-def test_config_module_uses_no_private_oslo_config_name():
-    source = Path(config.__file__).read_text(encoding="utf-8")
-    for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
-        assert private not in source
+def test_config_modules_use_no_private_oslo_config_name():
+    from sglang_backends import configfiles
+
+    for module in (config, configfiles):
+        source = Path(module.__file__).read_text(encoding="utf-8")
+        for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
+            assert private not in source
+        assert not re.search(r"\b(cfg|types)\._", source), module

@@ -239,15 +239,15 @@ class SelectionOptions(SafeDisplay):
 
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
         """
-        from sglang_backends.config import describe_origin, load_settings
+        from sglang_backends.config import load_settings
 
         settings = load_settings(
             config_files=parsed_args.config_file, config_dirs=parsed_args.config_dir
         )
         origins = {
-            "enabled": describe_origin(settings, "enabled_backends"),
-            "disabled": describe_origin(settings, "disabled_backends"),
-            "model_type": describe_origin(settings, "model_type"),
+            "enabled": settings.describe("enabled_backends"),
+            "disabled": settings.describe("disabled_backends"),
+            "model_type": settings.describe("model_type"),
         }
         enable = _names(parsed_args.enable, "--enable")
         disable = _names(parsed_args.disable, "--disable")
