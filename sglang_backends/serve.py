@@ -65,6 +65,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     describe,
 )
+from sglang_backends.processes import exit_status
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import (
     Settings,
@@ -194,17 +195,6 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
     return f"{registered.name!r} (from an entry point without distribution metadata)"
 
 
-def _exit_status(exc: SystemExit) -> int:
-    """The status a :class:`SystemExit` asks for, printing a message code."""
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return EXIT_FAILURE
-
-
 def _failed(description: str, exc: BaseException) -> _Failure:
     """The one-line failure of *description*'s ``run()``: its message, or its type."""
     failure = _Failure(f"serve backend {description} failed: {describe(exc)}", EXIT_FAILURE)
@@ -223,7 +213,7 @@ def _forward_help(
     try:
         registered.backend.run(request)
     except SystemExit as exc:
-        return _exit_status(exc)
+        return exit_status(exc)
     except Exception as exc:
         raise _failed(_describe(registry, registered), exc) from exc
     return None
@@ -243,7 +233,7 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
     except SystemExit as exc:
-        return _exit_status(exc)
+        return exit_status(exc)
     except Exception as exc:  # any failure of run() is reported
         raise _failed(description, exc) from exc
     return 0
@@ -253,11 +243,15 @@ def _launch_here(
     description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
-    from sglang_backends.processes import StopSignals, become_subreaper, terminate_descendants
+    from sglang_backends.processes import StopSignals, become_subreaper, stop_descendants
 
     become_subreaper()
     # A forced stop (second signal, expired deadline) kills at once: no grace period.
-    guard = StopSignals(timeout=2 * timeout, on_force=lambda: terminate_descendants(0))
+    guard = StopSignals(
+        on_signal=lambda: LOG.info("Received %s; stopping the serve backend", guard.signal_name),
+        timeout=2 * timeout,
+        on_force=lambda: stop_descendants(0),
+    )
     status = 0
     failure: _Failure | None = None
     with guard:
@@ -272,10 +266,10 @@ def _launch_here(
         except KeyboardInterrupt:
             status = 128 + signal.SIGINT
         except SystemExit as exc:
-            status = _exit_status(exc)
+            status = exit_status(exc)
         except _Failure as exc:
             failure = exc
-        count = terminate_descendants(timeout)
+        count = stop_descendants(timeout)
         if count:
             LOG.info("Stopped %d remaining process(es)", count)
     if guard.exit_status is not None:
