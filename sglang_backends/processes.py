@@ -21,8 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import psutil
@@ -35,8 +34,7 @@ __all__ = [
     "die_with_parent",
     "exit_status",
     "freeze_and_kill",
-    "kill_processes",
-    "kill_tree",
+    "kill_trees",
     "mark",
     "marked",
     "send",
@@ -155,61 +153,42 @@ class StopSignals:
 
     SIGINT raises :class:`KeyboardInterrupt`, the others :class:`StopRequested`.
     Entering installs the handlers (in the main thread; elsewhere nothing
-    changes), which only record a signal until :meth:`arm`; arming raises at
-    once for a signal that came before, so none is lost. Disarmed again
-    (during clean-up), a signal is only recorded. In a process forked
+    changes); they only record a signal until :meth:`arm`, which raises at
+    once for a signal that came before, so none is lost. In a process forked
     meanwhile, a signal has its default action.
 
-    :param on_signal: called just before the main thread is unwound.
+    :param on_signal: given the signal, just before the main thread is unwound.
     :param on_force: called, then the process exits at once, on a second
         signal or when the main thread has not unwound *timeout* seconds
         after the first. Without it, further signals are only recorded
-        (where another process, ``serve``'s supervisor, forces the stop).
+        (``serve``'s supervisor, another process, forces the stop).
     """
 
     def __init__(
         self,
         *,
-        on_signal: Callable[[], object] | None = None,
+        on_signal: Callable[[int], object] | None = None,
         timeout: float = 0.0,
         on_force: Callable[[], object] | None = None,
     ) -> None:
         self.signum: int | None = None
         self.armed = False
-        self._on_signal = on_signal
-        self._timeout = timeout
-        self._on_force = on_force
+        self._on_signal, self._timeout, self._on_force = on_signal, timeout, on_force
         self._pid = os.getpid()
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}
         self._watchdog: threading.Timer | None = None
-
-    @property
-    def exit_status(self) -> int | None:
-        """``128 + signal number`` once a signal arrived (130 for SIGINT, 143 for SIGTERM)."""
-        return None if self.signum is None else 128 + self.signum
-
-    @property
-    def signal_name(self) -> str | None:
-        """The name of the signal received (``SIGTERM``), if any."""
-        return None if self.signum is None else signal_name(self.signum)
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
-            for signum in stop_signals():
-                self._previous[signum] = signal.signal(signum, self._handle)
+            self._previous = {n: signal.signal(n, self._handle) for n in stop_signals()}
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.armed = False
         if self._watchdog is not None:
             self._watchdog.cancel()
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)  # type: ignore[arg-type]
+            signal.signal(signum, previous)
 
     def arm(self) -> None:
         """Raise on the first signal from now on, or now if one already came."""
@@ -218,34 +197,28 @@ class StopSignals:
             self._unwind(self.signum)
 
     def disarm(self) -> None:
-        """Stop raising: from now on a signal is only recorded."""
+        """Stop raising (for the clean-up): from now on a signal is only recorded."""
         self.armed = False
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def _handle(self, signum: int, frame: object) -> None:
         if os.getpid() != self._pid:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
-            return
-        first = self.signum is None
-        if first:
+        elif self.signum is None:
             self.signum = signum
-        if not self.armed:
-            return
-        if first:
-            self._unwind(signum)
-        elif self._on_force is not None:
+            if self.armed:
+                self._unwind(signum)
+        elif self.armed and self._on_force is not None:
             self._force()
 
     def _unwind(self, signum: int) -> NoReturn:
         if self._on_signal is not None:
-            self._on_signal()
+            self._on_signal(signum)
         if self._on_force is not None:
             self._watchdog = threading.Timer(self._timeout, self._expire)
             self._watchdog.daemon = True
             self._watchdog.start()
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise StopRequested(128 + signum)
+        raise KeyboardInterrupt() if signum == signal.SIGINT else StopRequested(128 + signum)
 
     def _expire(self) -> None:
         if self.armed:
@@ -257,7 +230,7 @@ class StopSignals:
             if self._on_force is not None:
                 self._on_force()
         finally:
-            os._exit(self.exit_status or 1)
+            os._exit(128 + self.signum if self.signum else 1)
 
 
 # -- process trees ----------------------------------------------------------------
@@ -386,24 +359,17 @@ def stop_descendants(timeout: float) -> int:
     return stop_tree(descendants, timeout)
 
 
-def kill_processes(pids: Iterable[int]) -> None:
-    """Freeze and SIGKILL *pids* and their descendants at once; wait for them to go."""
-    roots = list(pids)
-    stop_tree(lambda: [p for pid in roots for p in descendants(pid, itself=True)], 0)
+def kill_trees(*pids: int, groups: bool = False) -> None:
+    """Freeze and SIGKILL processes *pids* and their descendants at once; wait for them to go.
 
-
-def kill_tree(pid: int, *, group: bool = False) -> None:
-    """Freeze and SIGKILL process *pid* and its descendants; wait for them to go.
-
-    :param group: *pid* leads a process group: its members are stopped
-        first and killed last too, even those that left the tree.
+    :param groups: each of *pids* leads a process group: its members are
+        stopped first and killed last too, even those that left the tree.
     """
-    if group:
+    for pid in pids if groups else ():
         send(pid, signal.SIGSTOP, group=True)  # nothing in the group forks from now on
-    killed = freeze_and_kill(lambda: descendants(pid, itself=True))
-    if group:
+    stop_tree(lambda: [p for pid in pids for p in descendants(pid, itself=True)], 0)
+    for pid in pids if groups else ():
         send(pid, signal.SIGKILL, group=True)
-    _wait_gone(killed, _KILL_WAIT)
 
 
 # -- the tree's mark --------------------------------------------------------------

@@ -65,7 +65,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     describe,
 )
-from sglang_backends.processes import exit_status
+from sglang_backends.processes import exit_status, signal_name
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import (
     Settings,
@@ -248,7 +248,7 @@ def _launch_here(
     become_subreaper()
     # A forced stop (second signal, expired deadline) kills at once: no grace period.
     guard = StopSignals(
-        on_signal=lambda: LOG.info("Received %s; stopping the serve backend", guard.signal_name),
+        on_signal=lambda n: LOG.info("Received %s; stopping the serve backend", signal_name(n)),
         timeout=2 * timeout,
         on_force=lambda: stop_descendants(0),
     )
@@ -272,9 +272,9 @@ def _launch_here(
         count = stop_descendants(timeout)
         if count:
             LOG.info("Stopped %d remaining process(es)", count)
-    if guard.exit_status is not None:
-        LOG.info("Serve backend %s stopped by %s", description, guard.signal_name)
-        return guard.exit_status
+    if guard.signum is not None:
+        LOG.info("Serve backend %s stopped by %s", description, signal_name(guard.signum))
+        return 128 + guard.signum
     if failure is not None:
         raise failure
     return status

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
-from sglang_backends.processes import StopSignals, kill_tree, send, signal_name
+from sglang_backends.processes import StopSignals, kill_trees, send, signal_name
 
 __all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_many"]
 
@@ -68,7 +68,7 @@ class _Workers:
             if not self.stopped:
                 self.running.add(pid)
                 return True
-        kill_tree(pid, group=True)
+        kill_trees(pid, groups=True)
         return False
 
     def discard(self, pid: int) -> None:
@@ -81,7 +81,7 @@ class _Workers:
             self.stopped = True
             pids = list(self.running)
         for pid in pids:
-            kill_tree(pid, group=True)
+            kill_trees(pid, groups=True)
 
 
 _WORKERS = _Workers()
@@ -90,7 +90,7 @@ _WORKERS = _Workers()
 @contextmanager
 def _stop_signals_kill_workers() -> Iterator[None]:
     """While workers run, a stop signal kills them, then ends the command (main thread only)."""
-    with StopSignals(on_signal=_WORKERS.stop) as stops:
+    with StopSignals(on_signal=lambda signum: _WORKERS.stop()) as stops:
         stops.arm()
         yield
 
@@ -159,7 +159,7 @@ def _run_isolated(
                 return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            kill_tree(process.pid, group=True)
+            kill_trees(process.pid, groups=True)
             try:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
