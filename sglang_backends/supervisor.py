@@ -1,34 +1,30 @@
 """``serve``'s process model on Linux: nothing the backend starts outlives ``serve``.
 
 :func:`supervise` runs the backend's work in three processes, in the manner
-of tini and dumb-init. Each is apart from the others for a requirement one
-process could not meet; the operator guide's "Supervision" and "What serve
-guarantees" tell the whole story.
+of tini and dumb-init; the operator guide's "Supervision" and "What serve
+guarantees" tell the whole story. Each process is apart for a requirement:
 
 ``serve`` (the *front*)
     Waits for the supervisor and relays stop signals to it. Apart from the
-    supervisor so that a program calling :func:`sglang_backends.serve.main`
-    in-process keeps its own children, their exit statuses and its signal
-    handlers (the supervisor is a subreaper and reaps any child), and so
-    that a SIGKILL of the supervisor leaves a process that runs no plugin
-    code to stop the tree (:func:`~sglang_backends.processes.sweep`).
+    supervisor (a subreaper, which reaps any child) so that a program
+    embedding :func:`sglang_backends.serve.main` keeps its children, their
+    exit statuses and its signal handlers; and so that a SIGKILL of the
+    supervisor leaves a process running no plugin code to sweep the tree.
 the supervisor
-    A child subreaper: it adopts the backend's orphans, relays stop signals,
-    keeps the deadline of automatic detection and, once the backend process
-    has ended, stops every descendant. Apart from the backend process so
-    that it survives that process's SIGKILL or crash and keeps a deadline
-    that a plugin holding the GIL cannot hold up; apart from the front so
-    that a SIGKILL of ``serve`` leaves it to stop the backend (its
-    parent-death signal).
+    Adopts the backend's orphans, relays stop signals, keeps the deadline of
+    automatic detection and stops every descendant once the backend process
+    has ended. Apart from the backend process so that it survives that
+    process's SIGKILL and keeps a deadline a plugin holding the GIL cannot
+    hold up; apart from the front so that it survives a SIGKILL of
+    ``serve`` (its parent-death signal stops the backend).
 the backend process
-    Chooses the backend, loads it and calls ``run()``, telling the
-    supervisor over a :class:`Channel` which backend runs and how the work
-    ended. Like the supervisor it ends with ``os._exit``: a forked copy of an
-    embedding program must not run on.
+    Chooses, loads and runs the backend, telling the supervisor over a
+    :class:`Channel` which backend runs and how the work ended.
 
-Signals are never lost: the front and the supervisor block the stop signals
-and SIGCHLD before forking and collect them with ``sigtimedwait``; the
-backend process installs its handlers before unblocking them.
+The front and the supervisor block the stop signals and SIGCHLD before
+forking and take them with ``sigtimedwait``, so none is lost; the supervisor
+and the backend process end with ``os._exit``, so that a forked copy of an
+embedding program never runs on.
 """
 
 from __future__ import annotations
@@ -39,24 +35,9 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any, NamedTuple, NoReturn
 
-from sglang_backends.processes import (
-    StopRequested,
-    StopSignals,
-    become_subreaper,
-    descendants,
-    die_with_parent,
-    exit_status,
-    freeze_and_kill,
-    mark,
-    send,
-    signal_name,
-    stop_signals,
-    stop_tree,
-    sweep,
-)
+from sglang_backends import processes
 from sglang_backends.titles import take_role
 
 __all__ = ["SUPPORTED", "Channel", "supervise"]
@@ -67,6 +48,18 @@ LOG = logging.getLogger(__name__)
 SUPPORTED: bool = (
     sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(signal, "sigtimedwait")
 )
+
+# siginfo's si_code for a signal the kernel sent, such as the terminal's Ctrl+C.
+_SI_KERNEL = 0x80
+# Seconds between reads of what the backend process says while it chooses a backend.
+_POLL = 0.1
+# Longest wait for a signal while nothing happens: SIGCHLD and the parent-death
+# signal bring every event, so this only bounds a wait that should never time out.
+_IDLE = 60.0
+# The front's longest wait: a stop signal another thread of the program takes
+# reaches the Python handler only once the main thread wakes up.
+_FRONT_IDLE = 1.0
+_EXIT_FAILURE = 1
 
 
 class Channel:
@@ -81,13 +74,12 @@ class Channel:
 
     def say(self, kind: str, value: str = "") -> None:
         """Send ``kind value`` (whitespace in *value* collapsed)."""
-        if os.getpid() != self._pid:
-            return
-        line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
-        try:
-            os.write(self._fd, line.encode("utf-8", "replace"))
-        except OSError:
-            pass
+        if os.getpid() == self._pid:
+            line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
+            try:
+                os.write(self._fd, line.encode("utf-8", "replace"))
+            except OSError:
+                pass
 
     def backend(self, description: str) -> None:
         """The backend is chosen and about to ``run()``: *description*."""
@@ -96,8 +88,7 @@ class Channel:
     def deadline(self, seconds: float, why: str) -> None:
         """Choosing a backend must be over within *seconds* (*why*: the sum that bounds it).
 
-        At that deadline the supervisor ends the backend process, whatever
-        the plugins do (even a detector that never releases the GIL).
+        At that deadline the supervisor ends the backend process.
         """
         self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
 
@@ -109,17 +100,16 @@ class Channel:
 #: The backend process's work: given the :class:`Channel`, returns the exit status.
 BackendWork = Callable[[Channel], int]
 
-# siginfo's si_code for a signal the kernel sent, such as the terminal's Ctrl+C.
-_SI_KERNEL = 0x80
-# Seconds between reads of what the backend process says while it chooses a backend.
-_POLL = 0.1
-# Longest wait for a signal while nothing happens: SIGCHLD and PR_SET_PDEATHSIG
-# bring every event, so this only bounds a wait that should never time out.
-_IDLE = 60.0
-# The front's longest wait: in a program with other threads, a stop signal one
-# of them takes reaches the relay handler only once the main thread wakes up.
-_FRONT_IDLE = 1.0
-_EXIT_FAILURE = 1
+
+class _Setup(NamedTuple):
+    """What the supervisor and the backend process are started with."""
+
+    front: int
+    timeout: float  # the stop timeout
+    prog: str
+    stops: tuple[int, ...]
+    token: str  # the tree's mark
+    news: int  # where the supervisor tells the front which process is the backend's
 
 
 def _error(prog: str, text: str) -> None:
@@ -139,78 +129,47 @@ def _flush() -> None:
             pass
 
 
-class _Setup(NamedTuple):
-    """What the supervisor and the backend process are started with."""
-
-    front: int
-    timeout: float  # the stop timeout
-    prog: str
-    stops: tuple[int, ...]
-    token: str  # the tree's mark
-    news: int  # where the supervisor tells the front which process is the backend's
-
-
 # -- the front ------------------------------------------------------------------
-
-
-class _Relay:
-    """The front's handler for a stop signal another thread takes: relayed to the supervisor."""
-
-    def __init__(self) -> None:
-        self.target: int | None = None
-        self.pending: list[int] = []
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        if self.target is None:
-            self.pending.append(signum)
-        else:
-            send(self.target, signum)
-
-    def start(self, target: int) -> None:
-        self.target = target
-        for signum in self.pending:
-            send(target, signum)
 
 
 def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     """Run *work* in a supervised backend process; return ``serve``'s exit status.
 
     Call it from the main thread, before any plugin code runs. Returns once
-    the backend process and every process it started have ended, with the
-    signal mask and handlers as before.
+    every process of the tree has ended, with the signal mask and handlers
+    as before.
 
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     :param prog: the program name prefixing error lines.
     """
-    stops = stop_signals()
+    stops = processes.stop_signals()
     waited = {*stops, signal.SIGCHLD}
-    front = os.getpid()
-    token = f"{front}-{os.urandom(8).hex()}"
-    relay = _Relay()
+    token = f"{os.getpid()}-{os.urandom(8).hex()}"
+    taken: list[int] = []  # stop signals another thread took, for the loop to relay
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     previous: dict[int, Any] = {}
     try:
         try:
             for signum in stops:
-                previous[signum] = signal.signal(signum, relay)
+                previous[signum] = signal.signal(signum, lambda n, frame: taken.append(n))
             if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
                 # Ignored, SIGCHLD makes exited children vanish unreaped: the
                 # supervisor's status would be lost.
                 previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         except ValueError:  # not the main thread: signals stay with the host
             pass
-        news, news_writer = os.pipe()
+        news, writer = os.pipe()
+        setup = _Setup(os.getpid(), stop_timeout, prog, stops, token, writer)
         _flush()
         pid = os.fork()
         if pid == 0:
             os.close(news)
-            _supervisor_process(work, _Setup(front, stop_timeout, prog, stops, token, news_writer))
-        os.close(news_writer)
-        relay.start(pid)
+            _supervisor_process(work, setup)
+        os.close(writer)
         try:
-            status = _wait_for_supervisor(pid, prog, waited)
+            status = _wait_for_supervisor(pid, prog, waited, taken)
             if os.WIFSIGNALED(status):
-                return _last_resort(pid, os.WTERMSIG(status), news, token, stop_timeout, prog)
+                return _last_resort(pid, os.WTERMSIG(status), news, setup)
             return os.WEXITSTATUS(status)
         finally:
             os.close(news)
@@ -220,14 +179,16 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
                 signal.signal(number, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if callable(signal.getsignal(signal.SIGCHLD)):
-            # SIGCHLD was blocked and collected here; the host's handler may
-            # be waiting for one of its own children.
+            # SIGCHLD was blocked and taken here; the program's handler may be
+            # waiting for one of its own children.
             signal.raise_signal(signal.SIGCHLD)
 
 
-def _wait_for_supervisor(pid: int, prog: str, waited: set[int]) -> int:
+def _wait_for_supervisor(pid: int, prog: str, waited: set[int], taken: list[int]) -> int:
     """The front's loop: relay stop signals to the supervisor until it exits; its wait status."""
     while True:
+        while taken:
+            processes.send(pid, taken.pop(0))
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
@@ -239,14 +200,14 @@ def _wait_for_supervisor(pid: int, prog: str, waited: set[int]) -> int:
         # The terminal signals the whole foreground group, which holds the
         # supervisor and the backend: passing it on would double it.
         if info is not None and info.si_signo != signal.SIGCHLD and info.si_code != _SI_KERNEL:
-            send(pid, info.si_signo)
+            processes.send(pid, info.si_signo)
 
 
-def _last_resort(pid: int, signum: int, news: int, token: str, timeout: float, prog: str) -> int:
+def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
     """The supervisor was killed: sweep the backend process and whatever carries the mark.
 
     The only time ``serve``'s own process stops anything, and only its own
-    tree's processes; none of them is its child.
+    tree's processes, none of them its child.
     """
     import psutil
 
@@ -263,10 +224,10 @@ def _last_resort(pid: int, signum: int, news: int, token: str, timeout: float, p
                 roots.append(process)
         except (psutil.Error, ValueError):
             pass
-    count = sweep(roots, token, timeout=timeout)
+    count = processes.sweep(roots, setup.token, timeout=setup.timeout)
     _error(
-        prog,
-        f"the serve supervisor (pid {pid}) was killed by {signal_name(signum)}; "
+        setup.prog,
+        f"the serve supervisor (pid {pid}) was killed by {processes.signal_name(signum)}; "
         f"serve stopped the backend process and the processes it left ({count} in all)",
     )
     return 128 + signum
@@ -276,25 +237,32 @@ def _last_resort(pid: int, signum: int, news: int, token: str, timeout: float, p
 
 
 def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
-    """The supervisor's life, in the forked child."""
+    """The supervisor's life, in the front's child."""
+    import psutil
+
     status = _EXIT_FAILURE
     try:
-        die_with_parent()
+        processes.die_with_parent()
         take_role("supervisor")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
-        if not become_subreaper():
+        if not processes.become_subreaper():
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
-        mark(setup.token)  # inherited by every process the backend starts
+        processes.mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
         reader, writer = os.pipe()
         _flush()
         child = os.fork()
         if child == 0:
             os.close(reader)
-            _backend_process(work, channel=writer, supervisor=me, setup=setup)
+            _backend_process(work, writer, me, setup)
         os.close(writer)
         supervision = _Supervision(child, reader, setup)
-        _tell_front(setup.news, child)
+        try:  # tell the front which process is the backend's, should the supervisor be killed
+            started = psutil.Process(child).create_time()
+            os.write(setup.news, f"backend {child} {started!r}\n".encode("ascii"))
+        except (OSError, psutil.Error):
+            pass
+        os.close(setup.news)
         status = supervision.run()
     except BaseException:
         LOG.exception("The serve supervisor failed")
@@ -303,28 +271,14 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
         os._exit(status)
 
 
-def _tell_front(news: int, child: int) -> None:
-    """Tell ``serve`` which process is the backend's, should the supervisor be killed."""
-    import psutil
-
-    try:
-        started = psutil.Process(child).create_time()
-        os.write(news, f"backend {child} {started!r}\n".encode("ascii"))
-    except (OSError, psutil.Error):
-        pass
-    finally:
-        os.close(news)
-
-
 class _Supervision:
     """The supervisor's loop: stop signals, what the backend process says, deadlines."""
 
     def __init__(self, child: int, channel: int, setup: _Setup) -> None:
         from sglang_backends.registry import Underway
 
-        self.child = child
-        self.channel = channel
-        self.setup = setup
+        self.child, self.channel, self.setup = child, channel, setup
+        os.set_blocking(channel, False)
         self.waited = {*setup.stops, signal.SIGCHLD}
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
@@ -344,7 +298,7 @@ class _Supervision:
         while self.wait_status is None:
             now = time.monotonic()
             # Until the backend is chosen, read what the backend process says often.
-            if self.forced or not ({"backend", "status"} & self.messages.keys()):
+            if self.forced or not {"backend", "status"} & self.messages.keys():
                 pause = _POLL
             else:
                 pause = _IDLE if self.deadline is None else self.deadline - now
@@ -360,27 +314,24 @@ class _Supervision:
                 self._kill()
         self._read()
         problem, status = self._verdict()
-        count = stop_tree(
-            descendants, self.setup.timeout, pause=self._wait, forced=lambda: self.forced
+        count = processes.stop_tree(
+            processes.descendants, self.setup.timeout, pause=self._wait, forced=lambda: self.forced
         )
         if count:
             LOG.info("Stopped %d remaining process(es)", count)
         if self.overran is not None:
             _error(self.setup.prog, self.overran)
             return _EXIT_FAILURE
-        if self.signum is not None:
+        if self.signum is None:
             if problem:
-                LOG.info("While stopping, %s", problem)
-            backend = self.messages.get("backend")
-            LOG.info(
-                "Serve backend %sstopped by %s",
-                f"{backend} " if backend else "",
-                signal_name(self.signum),
-            )
-            return 128 + self.signum
+                _error(self.setup.prog, problem)
+            return status
         if problem:
-            _error(self.setup.prog, problem)
-        return status
+            LOG.info("While stopping, %s", problem)
+        backend = self.messages.get("backend")
+        name = processes.signal_name(self.signum)
+        LOG.info("Serve backend %sstopped by %s", f"{backend} " if backend else "", name)
+        return 128 + self.signum
 
     def _wait(self, timeout: float) -> None:
         """Wait up to *timeout* s for a signal; reap children; read; act on a stop signal."""
@@ -401,10 +352,7 @@ class _Supervision:
 
     def _read(self) -> None:
         """Take in every complete line the backend process has written."""
-        if self.channel < 0:
-            return
-        os.set_blocking(self.channel, False)
-        while True:
+        while self.channel >= 0:
             try:
                 chunk = os.read(self.channel, 65536)
             except BlockingIOError:
@@ -412,7 +360,6 @@ class _Supervision:
             if not chunk:
                 os.close(self.channel)
                 self.channel = -1
-                break
             self.unread += chunk
         *lines, self.unread = self.unread.split(b"\n")
         for line in lines:
@@ -444,11 +391,10 @@ class _Supervision:
         self._kill()
 
     def _check_front(self) -> None:
-        if self.front_gone or os.getppid() == self.setup.front:
-            return
-        self.front_gone = True
-        LOG.warning("serve (pid %d) has ended; stopping the serve backend", self.setup.front)
-        self._stop(signal.SIGTERM, forward=True)
+        if not self.front_gone and os.getppid() != self.setup.front:
+            self.front_gone = True
+            LOG.warning("serve (pid %d) has ended; stopping the serve backend", self.setup.front)
+            self._stop(signal.SIGTERM, forward=True)
 
     def _on_stop_signal(self, info: Any) -> None:
         if info.si_code == _SI_KERNEL:
@@ -458,7 +404,7 @@ class _Supervision:
         else:
             sender = f"pid {info.si_pid}"
         count = self.senders[sender] = self.senders.get(sender, 0) + 1
-        name = signal_name(info.si_signo)
+        name = processes.signal_name(info.si_signo)
         if self.signum is None:
             LOG.info("Received %s; stopping the serve backend", name)
             # The terminal's signal reached the backend process already,
@@ -479,16 +425,15 @@ class _Supervision:
         if self.signum is not None:
             return
         self.signum = signum
-        if self.wait_status is not None:
-            return  # the backend process has ended; the clean-up follows
-        if forward:
-            send(self.child, signum)
-        self.deadline = time.monotonic() + self.setup.timeout
+        if self.wait_status is None:  # else the backend process has ended: the clean-up follows
+            if forward:
+                processes.send(self.child, signum)
+            self.deadline = time.monotonic() + self.setup.timeout
 
     def _kill(self) -> None:
         """Freeze and SIGKILL every descendant; from now on nothing gets a grace period."""
         self.forced = True
-        freeze_and_kill(descendants)
+        processes.freeze_and_kill(processes.descendants)
 
     def _verdict(self) -> tuple[str | None, int]:
         """The problem to report (``None`` when the work finished) and the exit status."""
@@ -498,7 +443,7 @@ class _Supervision:
         if os.WIFSIGNALED(status):
             signum = os.WTERMSIG(status)
             where = "" if backend else " before a backend was chosen"
-            return f"{who} was killed by {signal_name(signum)}{where}", 128 + signum
+            return f"{who} was killed by {processes.signal_name(signum)}{where}", 128 + signum
         code = os.WEXITSTATUS(status)
         if "status" in self.messages:
             return None, code
@@ -512,28 +457,25 @@ class _Supervision:
 # -- the backend process ----------------------------------------------------------
 
 
-def _backend_process(
-    work: BackendWork, *, channel: int, supervisor: int, setup: _Setup
-) -> NoReturn:
+def _backend_process(work: BackendWork, channel: int, supervisor: int, setup: _Setup) -> NoReturn:
     """The backend process's life, in the supervisor's child."""
     me = os.getpid()
     tell = Channel(channel)
     status = _EXIT_FAILURE
     try:
-        die_with_parent()
+        processes.die_with_parent()
         take_role("backend")  # serve adds the backend's name once it is chosen
         os.close(setup.news)
-        # A stop signal unwinds run() once, whatever dispositions serve
-        # inherited; should it not end, the supervisor forces the stop.
-        with StopSignals() as stops:
+        # A stop signal unwinds run() once, whatever dispositions serve inherited;
+        # should it not end, the supervisor forces the stop.
+        with processes.StopSignals() as stops:
             stops.arm()
-            # A clean mask: serve may have been started with signals blocked.
-            signal.pthread_sigmask(signal.SIG_SETMASK, ())
-            if os.getppid() != supervisor:
-                raise StopRequested(128 + signal.SIGTERM)  # the supervisor has gone already
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
+            if os.getppid() != supervisor:  # the supervisor has gone already
+                raise processes.StopRequested(128 + signal.SIGTERM)
             status = work(tell)
     except SystemExit as exc:
-        status = exit_status(exc)
+        status = processes.exit_status(exc)
     except KeyboardInterrupt:
         status = 128 + signal.SIGINT
     except BaseException:
@@ -542,6 +484,6 @@ def _backend_process(
         tell.say("status", str(status))
         if os.getpid() == me and os.getppid() != supervisor:
             # The supervisor was killed: stop what is left, marked processes included.
-            sweep([], setup.token, timeout=setup.timeout)
+            processes.sweep([], setup.token, timeout=setup.timeout)
         _flush()
         os._exit(status)
