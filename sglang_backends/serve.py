@@ -83,7 +83,7 @@ from sglang_backends.usage import (
 )
 
 if TYPE_CHECKING:
-    from sglang_backends import supervisor
+    from sglang_backends.backend_process import Channel
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -285,7 +285,7 @@ def _select(
     model_type: str,
     request: ServeRequest,
     origin: str | None,
-    channel: supervisor.Channel | None,
+    channel: Channel | None,
 ) -> RegisteredServeBackend:
     if model_type == AUTO:
         progress = None
@@ -328,7 +328,7 @@ def _backend(
     model_type: str,
     request: ServeRequest,
     launch: _Launch,
-    channel: supervisor.Channel | None = None,
+    channel: Channel | None = None,
 ) -> int:
     """Choose and load the backend, check the request, then *launch* it.
 
@@ -438,7 +438,7 @@ def _serve(host: HostOptions) -> int:
             lambda description, registered: _launch_here(description, registered, request, timeout),
         )
 
-    def work(channel: supervisor.Channel) -> int:
+    def work(channel: Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:

@@ -19,7 +19,8 @@ the supervisor
     ``serve`` (its parent-death signal stops the backend).
 the backend process
     Chooses, loads and runs the backend, telling the supervisor over a
-    :class:`Channel` which backend runs and how the work ended.
+    :class:`~sglang_backends.backend_process.Channel` which backend runs and
+    how the work ended (:mod:`sglang_backends.backend_process`).
 
 The front and the supervisor block the stop signals and SIGCHLD before
 forking and take them with ``sigtimedwait``, so none is lost; the supervisor
@@ -34,13 +35,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
 
-from sglang_backends import processes
+from sglang_backends import backend_process, processes
+from sglang_backends.backend_process import BackendWork, flush
 from sglang_backends.titles import take_role
 
-__all__ = ["SUPPORTED", "Channel", "supervise"]
+__all__ = ["SUPPORTED", "supervise"]
 
 LOG = logging.getLogger(__name__)
 
@@ -62,47 +63,8 @@ _FRONT_IDLE = 1.0
 _EXIT_FAILURE = 1
 
 
-class Channel:
-    """What the backend process tells the supervisor: ``kind value`` lines over a pipe.
-
-    Only the backend process itself speaks: a process it forked is silent.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._pid = os.getpid()
-
-    def say(self, kind: str, value: str = "") -> None:
-        """Send ``kind value`` (whitespace in *value* collapsed)."""
-        if os.getpid() == self._pid:
-            line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
-            try:
-                os.write(self._fd, line.encode("utf-8", "replace"))
-            except OSError:
-                pass
-
-    def backend(self, description: str) -> None:
-        """The backend is chosen and about to ``run()``: *description*."""
-        self.say("backend", description)
-
-    def deadline(self, seconds: float, why: str) -> None:
-        """Choosing a backend must be over within *seconds* (*why*: the sum that bounds it).
-
-        At that deadline the supervisor ends the backend process.
-        """
-        self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
-
-    def progress(self, event: str, label: str) -> None:
-        """A plugin's load or detector starts or ends: a registry's ``Progress`` event."""
-        self.say(event, label)
-
-
-#: The backend process's work: given the :class:`Channel`, returns the exit status.
-BackendWork = Callable[[Channel], int]
-
-
 class _Setup(NamedTuple):
-    """What the supervisor and the backend process are started with."""
+    """What the supervisor is started with."""
 
     front: int
     timeout: float  # the stop timeout
@@ -118,15 +80,6 @@ def _error(prog: str, text: str) -> None:
         print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
-
-
-def _flush() -> None:
-    """Flush Python's standard streams, so output is neither lost nor written twice."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
 
 
 # -- the front ------------------------------------------------------------------
@@ -160,7 +113,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             pass
         news, writer = os.pipe()
         setup = _Setup(os.getpid(), stop_timeout, prog, stops, token, writer)
-        _flush()
+        flush()
         pid = os.fork()
         if pid == 0:
             os.close(news)
@@ -204,26 +157,16 @@ def _wait_for_supervisor(pid: int, prog: str, waited: set[int], taken: list[int]
 
 
 def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
-    """The supervisor was killed: sweep the backend process and whatever carries the mark.
-
-    The only time ``serve``'s own process stops anything, and only its own
-    tree's processes, none of them its child.
-    """
+    """The supervisor was killed: sweep the backend process and whatever carries the mark."""
     import psutil
 
-    roots = []
-    os.set_blocking(news, False)
-    try:
-        said = os.read(news, 4096).decode("ascii", "replace").split()
-    except OSError:
-        said = []
-    if len(said) == 3 and said[0] == "backend":
-        try:
-            process = psutil.Process(int(said[1]))
-            if repr(process.create_time()) == said[2]:
-                roots.append(process)
-        except (psutil.Error, ValueError):
-            pass
+    try:  # the backend process, as the supervisor told: "PID CREATE_TIME"
+        os.set_blocking(news, False)
+        pid_text, started = os.read(news, 4096).decode("ascii").split()
+        backend = psutil.Process(int(pid_text))
+        roots = [backend] if repr(backend.create_time()) == started else []
+    except (OSError, ValueError, psutil.Error):
+        roots = []
     count = processes.sweep(roots, setup.token, timeout=setup.timeout)
     _error(
         setup.prog,
@@ -250,16 +193,18 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
         processes.mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
         reader, writer = os.pipe()
-        _flush()
+        flush()
         child = os.fork()
         if child == 0:
             os.close(reader)
-            _backend_process(work, writer, me, setup)
+            os.close(setup.news)
+            backend_process.run(
+                work, writer, supervisor=me, token=setup.token, stop_timeout=setup.timeout
+            )
         os.close(writer)
         supervision = _Supervision(child, reader, setup)
         try:  # tell the front which process is the backend's, should the supervisor be killed
-            started = psutil.Process(child).create_time()
-            os.write(setup.news, f"backend {child} {started!r}\n".encode("ascii"))
+            os.write(setup.news, f"{child} {psutil.Process(child).create_time()!r}".encode())
         except (OSError, psutil.Error):
             pass
         os.close(setup.news)
@@ -267,7 +212,7 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
     except BaseException:
         LOG.exception("The serve supervisor failed")
     finally:
-        _flush()
+        flush()
         os._exit(status)
 
 
@@ -282,7 +227,7 @@ class _Supervision:
         self.waited = {*setup.stops, signal.SIGCHLD}
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
-        self.senders: dict[str, int] = {}
+        self.senders: dict[object, int] = {}  # stop signals by sender
         self.deadline: float | None = None  # for the backend process, once stopped
         self.forced = False
         self.front_gone = False
@@ -397,12 +342,7 @@ class _Supervision:
             self._stop(signal.SIGTERM, forward=True)
 
     def _on_stop_signal(self, info: Any) -> None:
-        if info.si_code == _SI_KERNEL:
-            sender = "terminal"
-        elif info.si_pid == self.setup.front:
-            sender = "serve"
-        else:
-            sender = f"pid {info.si_pid}"
+        sender = "terminal" if info.si_code == _SI_KERNEL else info.si_pid
         count = self.senders[sender] = self.senders.get(sender, 0) + 1
         name = processes.signal_name(info.si_signo)
         if self.signum is None:
@@ -452,38 +392,3 @@ class _Supervision:
         else:
             what = f"ended with os._exit({code}) before a backend was chosen"
         return f"{who} {what}; serve stopped the processes it left", code or _EXIT_FAILURE
-
-
-# -- the backend process ----------------------------------------------------------
-
-
-def _backend_process(work: BackendWork, channel: int, supervisor: int, setup: _Setup) -> NoReturn:
-    """The backend process's life, in the supervisor's child."""
-    me = os.getpid()
-    tell = Channel(channel)
-    status = _EXIT_FAILURE
-    try:
-        processes.die_with_parent()
-        take_role("backend")  # serve adds the backend's name once it is chosen
-        os.close(setup.news)
-        # A stop signal unwinds run() once, whatever dispositions serve inherited;
-        # should it not end, the supervisor forces the stop.
-        with processes.StopSignals() as stops:
-            stops.arm()
-            signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
-            if os.getppid() != supervisor:  # the supervisor has gone already
-                raise processes.StopRequested(128 + signal.SIGTERM)
-            status = work(tell)
-    except SystemExit as exc:
-        status = processes.exit_status(exc)
-    except KeyboardInterrupt:
-        status = 128 + signal.SIGINT
-    except BaseException:
-        LOG.exception("The serve backend process failed")
-    finally:
-        tell.say("status", str(status))
-        if os.getpid() == me and os.getppid() != supervisor:
-            # The supervisor was killed: stop what is left, marked processes included.
-            processes.sweep([], setup.token, timeout=setup.timeout)
-        _flush()
-        os._exit(status)
