@@ -1,13 +1,10 @@
 """Signals and process trees: the one module that signals or stops a process.
 
-``serve``'s supervisor (:mod:`sglang_backends.supervisor`), ``serve`` run
-in its own process (not Linux), the operator commands' workers and the
-plugin-author kit all stop processes through it. How and why (freeze
-before kill, the tree's mark, the sweep after a killed supervisor): the
-operator guide's "What serve guarantees".
-
-psutil is imported only by the functions that walk processes, so that
-``serve``'s own process can ask for :func:`stop_signals` without it.
+``serve`` (its supervisor, or elsewhere than Linux its own process), the
+operator commands' workers and the plugin-author kit stop processes through
+it. How and why (freeze before kill, the tree's mark, the sweep after a
+killed supervisor): the operator guide's "What serve guarantees". psutil is
+imported only by the functions that walk processes.
 
 Internal module: its names may change between releases without notice.
 """
@@ -36,10 +33,8 @@ __all__ = [
     "freeze_and_kill",
     "kill_trees",
     "mark",
-    "marked",
     "send",
     "signal_name",
-    "stop_descendants",
     "stop_signals",
     "stop_tree",
     "sweep",
@@ -47,29 +42,21 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 
-#: The environment variable every process ``serve``'s backend starts carries:
-#: the tree's token, so :func:`sweep` finds processes that left the tree.
+#: The environment variable holding the tree's mark (see :func:`mark`).
 MARKER = "SGLANG_BACKENDS_SERVE_TREE"
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-# Seconds freeze_and_kill() keeps finding new processes before it kills what it has.
-_FREEZE_BOUND = 10.0
-# Seconds SIGKILLed processes get to disappear before giving up on them.
-_KILL_WAIT = 5.0
-# Seconds between checks while waiting for processes to end.
-_POLL = 0.02
+_FREEZE_BOUND = 10.0  # seconds freeze_and_kill() keeps finding new processes
+_KILL_WAIT = 5.0  # seconds SIGKILLed processes get to disappear
+_POLL = 0.02  # seconds between checks while waiting for processes to end
 
 
 # -- signals ----------------------------------------------------------------------
 
 
 class StopRequested(SystemExit):
-    """Raised in the main thread by a stop signal other than SIGINT: ``SystemExit(128 + N)``.
-
-    Its own class, so that code turning a plugin's ``sys.exit()`` into a load
-    error lets the operator's stop through.
-    """
+    """``SystemExit(128 + N)`` raised by stop signal N, so that code guarding plugins lets it by."""
 
 
 def stop_signals() -> tuple[int, ...]:
@@ -105,11 +92,7 @@ def exit_status(exc: SystemExit) -> int:
 def send(pid: int, signum: int, *, group: bool = False) -> None:
     """Send *signum* to process *pid* (to process group *pid* with *group*); gone is fine."""
     try:
-        if group:
-            if hasattr(os, "killpg"):
-                os.killpg(pid, signum)
-        else:
-            os.kill(pid, signum)
+        (os.killpg if group else os.kill)(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -149,19 +132,16 @@ def die_with_parent() -> bool:
 
 
 class StopSignals:
-    """While entered, a stop signal (:func:`stop_signals`) unwinds the main thread, once.
+    """While entered, a stop signal unwinds the main thread, once (SIGINT as KeyboardInterrupt).
 
-    SIGINT raises :class:`KeyboardInterrupt`, the others :class:`StopRequested`.
-    Entering installs the handlers (in the main thread; elsewhere nothing
-    changes); they only record a signal until :meth:`arm`, which raises at
-    once for a signal that came before, so none is lost. In a process forked
-    meanwhile, a signal has its default action.
+    The handlers (main thread only) record a signal until :meth:`arm`, which
+    raises at once for one that came before. In a forked child the default
+    action applies.
 
     :param on_signal: given the signal, just before the main thread is unwound.
     :param on_force: called, then the process exits at once, on a second
-        signal or when the main thread has not unwound *timeout* seconds
-        after the first. Without it, further signals are only recorded
-        (``serve``'s supervisor, another process, forces the stop).
+        signal or *timeout* seconds after the first. Without it, further
+        signals are only recorded (the supervisor forces the stop).
     """
 
     def __init__(
@@ -250,14 +230,12 @@ def running(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
     return found
 
 
-def descendants(
-    of: int | psutil.Process | None = None, *, itself: bool = False
-) -> list[psutil.Process]:
-    """The running descendants of process *of* (this one by default), with it if *itself*."""
+def descendants(pid: int | None = None, *, itself: bool = False) -> list[psutil.Process]:
+    """The running descendants of process *pid* (this one by default), with it if *itself*."""
     import psutil
 
     try:
-        root = of if isinstance(of, psutil.Process) else psutil.Process(of)
+        root = psutil.Process(pid)
         found = root.children(recursive=True)
     except psutil.Error:
         return []
@@ -273,9 +251,8 @@ def _wait_gone(
 ) -> list[psutil.Process]:
     """Wait up to *timeout* s, or *until*, for *processes* to end; return those still running.
 
-    A zombie counts as gone; those that are this process's children are
-    reaped (only these pids: an embedding program's other children keep
-    their exit status for it).
+    Zombies count as gone; this process's children among them are reaped
+    (only they: an embedding program's other children keep their status).
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -298,25 +275,16 @@ def freeze_and_kill(find: Callable[[], Iterable[psutil.Process]]) -> list[psutil
     no process not yet stopped (or :data:`_FREEZE_BOUND` seconds pass), then
     every one gets SIGKILL. Returns the processes signalled, without waiting.
     """
-    import psutil
-
-    frozen: dict[tuple[int, float], psutil.Process] = {}
+    frozen: dict[psutil.Process, None] = {}  # a Process is its pid and start time
     deadline = time.monotonic() + _FREEZE_BOUND
     while time.monotonic() < deadline:
-        new = []
-        for process in running(find()):
-            try:
-                key = (process.pid, process.create_time())
-            except psutil.Error:
-                continue
-            if key not in frozen:
-                frozen[key] = process
-                new.append(process)
+        new = [process for process in running(find()) if process not in frozen]
         if not new:
             break
+        frozen.update(dict.fromkeys(new))
         _send_all(new, signal.SIGSTOP)
-    _send_all(frozen.values(), signal.SIGKILL)
-    return list(frozen.values())
+    _send_all(frozen, signal.SIGKILL)
+    return list(frozen)
 
 
 def stop_tree(
@@ -331,8 +299,7 @@ def stop_tree(
     They get SIGTERM and *timeout* seconds to end (``0``: none), then the
     survivors and any newcomers are frozen and killed (:func:`freeze_and_kill`).
 
-    :param pause: waits between checks (``serve``'s supervisor reaps and
-        takes signals meanwhile).
+    :param pause: waits between checks (the supervisor takes signals meanwhile).
     :param forced: whether a forced stop came meanwhile: the grace period ends.
     """
     found = find()
@@ -352,11 +319,6 @@ def stop_tree(
     killed = freeze_and_kill(find)
     _wait_gone(killed, _KILL_WAIT, pause=pause)
     return len({p.pid for p in [*found, *killed]})
-
-
-def stop_descendants(timeout: float) -> int:
-    """Stop every descendant of this process (:func:`stop_tree`); return how many."""
-    return stop_tree(descendants, timeout)
 
 
 def kill_trees(*pids: int, groups: bool = False) -> None:
@@ -404,42 +366,33 @@ def mark(token: str) -> None:
         os.close(fd)
 
 
-def _carries(process: psutil.Process, token: str) -> bool:
-    """Whether *process* carries *token*'s mark (see :func:`mark`)."""
-    import psutil
-
-    try:
-        if token in process.environ().get(MARKER, "").split():
-            return True
-    except (psutil.Error, OSError, ValueError):
-        return False
-    try:
-        with open(f"/proc/{process.pid}/maps", "rb") as maps:
-            return f"/memfd:{MARKER}={token} ".encode() in maps.read()
-    except OSError:
-        return False
-
-
 def marked(token: str) -> list[psutil.Process]:
     """Live processes, other than this one, that carry *token*'s mark (those readable here)."""
     import psutil
 
-    me = os.getpid()
-    return running(p for p in psutil.process_iter() if p.pid != me and _carries(p, token))
+    def carries(process: psutil.Process) -> bool:
+        try:
+            if token in process.environ().get(MARKER, "").split():
+                return True
+            with open(f"/proc/{process.pid}/maps", "rb") as maps:
+                return f"/memfd:{MARKER}={token} ".encode() in maps.read()
+        except (psutil.Error, OSError, ValueError):
+            return False
+
+    return running(p for p in psutil.process_iter() if p.pid != os.getpid() and carries(p))
 
 
 def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:
-    """Stop *roots*, their descendants and every process marked *token* (:func:`stop_tree`).
+    """Stop *roots*, their descendants and every process marked *token*; return how many.
 
-    For when the process that watched them (``serve``'s supervisor) has
-    been killed: none of them need be this process's child. Returns how many.
+    For when the supervisor that watched them is gone: none need be a child here.
     """
     roots = list(roots)
 
     def find() -> list[psutil.Process]:
         found: dict[int, psutil.Process] = {}
         for top in [*running(roots), *marked(token)]:
-            found.update((p.pid, p) for p in descendants(top, itself=True))
+            found.update((p.pid, p) for p in descendants(top.pid, itself=True))
         return list(found.values())
 
     return stop_tree(find, timeout)

@@ -243,14 +243,14 @@ def _launch_here(
     description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
-    from sglang_backends.processes import StopSignals, become_subreaper, stop_descendants
+    from sglang_backends.processes import StopSignals, become_subreaper, descendants, stop_tree
 
     become_subreaper()
     # A forced stop (second signal, expired deadline) kills at once: no grace period.
     guard = StopSignals(
         on_signal=lambda n: LOG.info("Received %s; stopping the serve backend", signal_name(n)),
         timeout=2 * timeout,
-        on_force=lambda: stop_descendants(0),
+        on_force=lambda: stop_tree(descendants, 0),
     )
     status = 0
     failure: _Failure | None = None
@@ -269,7 +269,7 @@ def _launch_here(
             status = exit_status(exc)
         except _Failure as exc:
             failure = exc
-        count = stop_descendants(timeout)
+        count = stop_tree(descendants, timeout)
         if count:
             LOG.info("Stopped %d remaining process(es)", count)
     if guard.signum is not None:

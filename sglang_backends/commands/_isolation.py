@@ -80,8 +80,7 @@ class _Workers:
         with self.lock:
             self.stopped = True
             pids = list(self.running)
-        for pid in pids:
-            kill_trees(pid, groups=True)
+        kill_trees(*pids, groups=True)
 
 
 _WORKERS = _Workers()

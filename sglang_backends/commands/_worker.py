@@ -159,14 +159,14 @@ def main() -> None:
     stdin, not a command-line argument: one argument holds at most 128 KiB
     on Linux, and a request (detect's) may be longer.
     """
-    from sglang_backends.processes import become_subreaper, stop_descendants
+    from sglang_backends.processes import become_subreaper, descendants, stop_tree
 
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     become_subreaper()
     result = run_job(json.load(sys.stdin))
-    stop_descendants(0)  # what the plugin started, orphaned grandchildren included
+    stop_tree(descendants, 0)  # what the plugin started, orphaned grandchildren included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(result, out)
     sys.stdout.flush()
