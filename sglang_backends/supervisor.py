@@ -134,7 +134,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
         if callable(signal.getsignal(signal.SIGCHLD)):
             # SIGCHLD was blocked and taken here; the program's handler may be
             # waiting for one of its own children.
-            signal.raise_signal(signal.SIGCHLD)
+            processes.send(os.getpid(), signal.SIGCHLD)
 
 
 def _wait_for_supervisor(pid: int, prog: str, waited: set[int], taken: list[int]) -> int:
