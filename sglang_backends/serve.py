@@ -65,6 +65,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     describe,
 )
+from sglang_backends.processes import exit_status, signal_name
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import (
     Settings,
@@ -82,7 +83,7 @@ from sglang_backends.usage import (
 )
 
 if TYPE_CHECKING:
-    from sglang_backends import supervisor
+    from sglang_backends.backend_process import Channel
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -194,17 +195,6 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
     return f"{registered.name!r} (from an entry point without distribution metadata)"
 
 
-def _exit_status(exc: SystemExit) -> int:
-    """The status a :class:`SystemExit` asks for, printing a message code."""
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return EXIT_FAILURE
-
-
 def _failed(description: str, exc: BaseException) -> _Failure:
     """The one-line failure of *description*'s ``run()``: its message, or its type."""
     failure = _Failure(f"serve backend {description} failed: {describe(exc)}", EXIT_FAILURE)
@@ -223,7 +213,7 @@ def _forward_help(
     try:
         registered.backend.run(request)
     except SystemExit as exc:
-        return _exit_status(exc)
+        return exit_status(exc)
     except Exception as exc:
         raise _failed(_describe(registry, registered), exc) from exc
     return None
@@ -243,7 +233,7 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
     except SystemExit as exc:
-        return _exit_status(exc)
+        return exit_status(exc)
     except Exception as exc:  # any failure of run() is reported
         raise _failed(description, exc) from exc
     return 0
@@ -253,11 +243,15 @@ def _launch_here(
     description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
-    from sglang_backends.processes import StopSignals, become_subreaper, terminate_descendants
+    from sglang_backends.processes import StopSignals, become_subreaper, descendants, stop_tree
 
     become_subreaper()
     # A forced stop (second signal, expired deadline) kills at once: no grace period.
-    guard = StopSignals(timeout=2 * timeout, on_force=lambda: terminate_descendants(0))
+    guard = StopSignals(
+        on_signal=lambda n: LOG.info("Received %s; stopping the serve backend", signal_name(n)),
+        timeout=2 * timeout,
+        on_force=lambda: stop_tree(descendants, 0),
+    )
     status = 0
     failure: _Failure | None = None
     with guard:
@@ -272,15 +266,15 @@ def _launch_here(
         except KeyboardInterrupt:
             status = 128 + signal.SIGINT
         except SystemExit as exc:
-            status = _exit_status(exc)
+            status = exit_status(exc)
         except _Failure as exc:
             failure = exc
-        count = terminate_descendants(timeout)
+        count = stop_tree(descendants, timeout)
         if count:
             LOG.info("Stopped %d remaining process(es)", count)
-    if guard.exit_status is not None:
-        LOG.info("Serve backend %s stopped by %s", description, guard.signal_name)
-        return guard.exit_status
+    if guard.signum is not None:
+        LOG.info("Serve backend %s stopped by %s", description, signal_name(guard.signum))
+        return 128 + guard.signum
     if failure is not None:
         raise failure
     return status
@@ -291,7 +285,7 @@ def _select(
     model_type: str,
     request: ServeRequest,
     origin: str | None,
-    channel: supervisor.Channel | None,
+    channel: Channel | None,
 ) -> RegisteredServeBackend:
     if model_type == AUTO:
         progress = None
@@ -334,7 +328,7 @@ def _backend(
     model_type: str,
     request: ServeRequest,
     launch: _Launch,
-    channel: supervisor.Channel | None = None,
+    channel: Channel | None = None,
 ) -> int:
     """Choose and load the backend, check the request, then *launch* it.
 
@@ -444,7 +438,7 @@ def _serve(host: HostOptions) -> int:
             lambda description, registered: _launch_here(description, registered, request, timeout),
         )
 
-    def work(channel: supervisor.Channel) -> int:
+    def work(channel: Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:

@@ -1,18 +1,10 @@
-"""Process titles: ``ps`` and ``top`` tell serve's processes apart.
+"""Process titles: ``ps`` and ``top`` tell serve's three processes apart.
 
-``serve`` runs as three processes (the front, the supervisor, the backend)
-started from one command line, so all three would show the same one. The
-supervisor and the backend process each call :func:`take_role` once, when
-they take their role, and show as ``sglang-backends serve [supervisor] ARGS``
-and ``sglang-backends serve [backend NAME] ARGS``; the front keeps the
-command line it was started with (it may be a program embedding
-:func:`sglang_backends.serve.main`, whose title is its own). Every title
-still holds ``sglang-backends``, so ``pgrep -f sglang-backends`` finds them
-all.
-
-setproctitle does the work (it rewrites the argument area the way ``ps``
-reads it, and names the process for ``top``); it is imported only here,
-when a title is set.
+The supervisor and the backend process each call :func:`take_role` once and
+show as ``sglang-backends serve [ROLE] ARGS``; the front keeps its own title
+(it may be a program embedding :func:`sglang_backends.serve.main`). Every
+title holds ``sglang-backends``, so ``pgrep -f sglang-backends`` finds all
+three. setproctitle is imported only here, when a title is set.
 
 Internal module: its names may change between releases without notice.
 """

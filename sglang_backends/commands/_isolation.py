@@ -22,8 +22,9 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType
 from typing import IO, Any
+
+from sglang_backends.processes import StopSignals, kill_trees, send, signal_name
 
 __all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_many"]
 
@@ -67,7 +68,7 @@ class _Workers:
             if not self.stopped:
                 self.running.add(pid)
                 return True
-        _kill_tree(pid)
+        kill_trees(pid, groups=True)
         return False
 
     def discard(self, pid: int) -> None:
@@ -79,8 +80,7 @@ class _Workers:
         with self.lock:
             self.stopped = True
             pids = list(self.running)
-        for pid in pids:
-            _kill_tree(pid)
+        kill_trees(*pids, groups=True)
 
 
 _WORKERS = _Workers()
@@ -89,49 +89,15 @@ _WORKERS = _Workers()
 @contextmanager
 def _stop_signals_kill_workers() -> Iterator[None]:
     """While workers run, a stop signal kills them, then ends the command (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
+    with StopSignals(on_signal=lambda signum: _WORKERS.stop()) as stops:
+        stops.arm()
         yield
-        return
-    from sglang_backends.processes import StopRequested, stop_signals
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        _WORKERS.stop()
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise StopRequested(128 + signum)
-
-    previous = {signum: signal.signal(signum, stop) for signum in stop_signals()}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _kill_tree(pid: int) -> None:
-    """Kill worker *pid*, every descendant and its process group (it leads one)."""
-    from sglang_backends.processes import kill_tree
-
-    kill_tree(pid, group=True)
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL what is left of the worker's process group (it led one)."""
-    from sglang_backends.processes import kill_group
-
-    kill_group(pgid)
 
 
 def _describe_exit(returncode: int) -> str:
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        how = f"the interpreter was killed by {name}"
-    else:
-        how = f"the interpreter exited with status {returncode} before reporting"
-    return how
+        return f"the interpreter was killed by {signal_name(-returncode)}"
+    return f"the interpreter exited with status {returncode} before reporting"
 
 
 def last_line(text: str) -> str:
@@ -192,7 +158,7 @@ def _run_isolated(
                 return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_tree(process.pid)
+            kill_trees(process.pid, groups=True)
             try:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -206,7 +172,7 @@ def _run_isolated(
             )
         finally:
             _WORKERS.discard(process.pid)
-            _kill_group(process.pid)
+            send(process.pid, signal.SIGKILL, group=True)  # what is left of its group
         seconds = time.perf_counter() - started
         stdout, stderr = _read(out), _read(err)
     try:

@@ -159,34 +159,20 @@ def main() -> None:
     stdin, not a command-line argument: one argument holds at most 128 KiB
     on Linux, and a request (detect's) may be longer.
     """
-    from sglang_backends.processes import become_subreaper
+    from sglang_backends.processes import become_subreaper, descendants, stop_tree
 
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     become_subreaper()
     result = run_job(json.load(sys.stdin))
-    _kill_descendants()
+    stop_tree(descendants, 0)  # what the plugin started, orphaned grandchildren included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(result, out)
     sys.stdout.flush()
     sys.stderr.flush()
     # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
     os._exit(0)
-
-
-def _kill_descendants() -> None:
-    """SIGKILL every process the plugin started, orphaned grandchildren included."""
-    import psutil
-
-    from sglang_backends.processes import kill_processes
-
-    try:
-        pids = [child.pid for child in psutil.Process().children(recursive=True)]
-    except psutil.Error:
-        return
-    if pids:
-        kill_processes(pids)
 
 
 if __name__ == "__main__":

@@ -160,9 +160,9 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
             f"{sorted(opened)}; --help must not launch a server"
         )
     if spawned:
-        from sglang_backends.processes import kill_processes
+        from sglang_backends.processes import kill_trees
 
-        kill_processes(spawned)
+        kill_trees(*spawned)
         raise ContractViolation(
             f"Serve backend {name!r}: run(['--help']) started processes {sorted(spawned)}; "
             "--help must not launch a server"

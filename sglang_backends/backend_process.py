@@ -1,0 +1,110 @@
+"""``serve``'s backend process on Linux: runs the backend's work below the supervisor.
+
+The supervisor (:mod:`sglang_backends.supervisor`) forks it before any plugin
+code runs; it chooses, loads and runs the backend, and tells the supervisor
+over a :class:`Channel` which backend runs and how the work ended.
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+from sglang_backends import processes
+from sglang_backends.titles import take_role
+
+__all__ = ["BackendWork", "Channel", "flush", "run"]
+
+LOG = logging.getLogger(__name__)
+
+
+class Channel:
+    """What the backend process tells the supervisor: ``kind value`` lines over a pipe.
+
+    Only the backend process itself speaks: a process it forked is silent.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pid = os.getpid()
+
+    def say(self, kind: str, value: str = "") -> None:
+        """Send ``kind value`` (whitespace in *value* collapsed)."""
+        if os.getpid() == self._pid:
+            line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
+            try:
+                os.write(self._fd, line.encode("utf-8", "replace"))
+            except OSError:
+                pass
+
+    def backend(self, description: str) -> None:
+        """The backend is chosen and about to ``run()``: *description*."""
+        self.say("backend", description)
+
+    def deadline(self, seconds: float, why: str) -> None:
+        """Choosing a backend must be over within *seconds* (*why*: the sum that bounds it).
+
+        At that deadline the supervisor ends the backend process.
+        """
+        self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
+
+    def progress(self, event: str, label: str) -> None:
+        """A plugin's load or detector starts or ends: a registry's ``Progress`` event."""
+        self.say(event, label)
+
+
+#: The backend process's work: given the :class:`Channel`, returns the exit status.
+BackendWork = Callable[[Channel], int]
+
+
+def flush() -> None:
+    """Flush Python's standard streams, so output is neither lost nor written twice."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def run(
+    work: BackendWork, channel: int, *, supervisor: int, token: str, stop_timeout: float
+) -> NoReturn:
+    """The backend process's life, in the supervisor's child: *work*, then ``os._exit``.
+
+    :param channel: the pipe to the supervisor, process *supervisor*.
+    :param token: the tree's mark, to sweep should the supervisor be killed.
+    """
+    me = os.getpid()
+    tell = Channel(channel)
+    status = 1
+    try:
+        processes.die_with_parent()
+        take_role("backend")  # serve adds the backend's name once it is chosen
+        # A stop signal unwinds run() once, whatever dispositions serve inherited;
+        # should it not end, the supervisor forces the stop.
+        with processes.StopSignals() as stops:
+            stops.arm()
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
+            if os.getppid() != supervisor:  # the supervisor has gone already
+                raise processes.StopRequested(128 + signal.SIGTERM)
+            status = work(tell)
+    except SystemExit as exc:
+        status = processes.exit_status(exc)
+    except KeyboardInterrupt:
+        status = 128 + signal.SIGINT
+    except BaseException:
+        LOG.exception("The serve backend process failed")
+    finally:
+        tell.say("status", str(status))
+        if os.getpid() == me and os.getppid() != supervisor:
+            # The supervisor was killed: stop what is left, marked processes included.
+            processes.sweep([], token, timeout=stop_timeout)
+        flush()
+        os._exit(status)
