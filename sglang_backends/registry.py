@@ -139,9 +139,7 @@ class ServeBackendRegistry:
         self._records = selection.inventory(
             self._discovered, self._builtins, enabled=self._enabled, disabled=self._disabled
         )
-        usable = (selection.PluginStatus.ENABLED, selection.PluginStatus.DUPLICATE)
-        plugins = sorted({r.plugin.name for r in self._records if r.status in usable})
-        self._available = (*self._builtins, *plugins)
+        self._available = (*self._builtins, *selection.usable_names(self._records))
         self._loader = BackendLoader()  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
