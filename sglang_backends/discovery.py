@@ -27,9 +27,7 @@ __all__ = [
     "discover",
     "has_metadata",
     "is_regular_file",
-    "metadata_directory",
     "normalize_distribution",
-    "read_metadata",
     "split_qualified_name",
 ]
 

@@ -42,7 +42,6 @@ __all__ = [
     "conflict_warning",
     "designates",
     "inventory",
-    "is_allowed",
     "list_origins",
     "refuse_conflicts",
     "usable_names",
