@@ -65,7 +65,6 @@ from sglang_backends.errors import (
     UnknownBackendError,
     describe,
 )
-from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import (
     Settings,
     configuration_in_environment,
@@ -83,6 +82,7 @@ from sglang_backends.usage import (
 
 if TYPE_CHECKING:
     from sglang_backends import supervisor
+    from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -347,6 +347,8 @@ def _backend(
         detection at its deadline.
     """
     _before_dispatch()
+    from sglang_backends.registry import ServeBackendRegistry  # not for the general help
+
     registry = ServeBackendRegistry.from_settings(settings)
     registered = _select(registry, model_type, request, _model_type_origin(host, settings), channel)
     description = _describe(registry, registered)
@@ -423,6 +425,8 @@ def _serve(host: HostOptions) -> int:
                 LOG.warning("%s", warning)
             sys.stdout.write(text)
         else:
+            from sglang_backends.registry import ServeBackendRegistry
+
             registry = ServeBackendRegistry.from_settings(settings)
             registered = _get(registry, model_type, _model_type_origin(host, settings))
             status = _forward_help(registry, registered, request)
