@@ -230,28 +230,24 @@ class BackendLoader:
         self._lock = threading.Lock()
         self._loads: dict[Hashable, _BackendLoad] = {}
 
-    def _claim(self, key: Hashable, name: str, provider: str) -> tuple[_BackendLoad, bool]:
-        """The load for *key*, and whether this caller created it (so must run it)."""
+    def _claim(self, name: str, candidate: Candidate) -> tuple[_BackendLoad, bool]:
+        """*candidate*'s load, and whether this caller created it (so must run it)."""
+        key, plugin, _ = candidate
         with self._lock:
             load = self._loads.get(key)
             if load is not None:
                 return load, False
-            load = self._loads[key] = _BackendLoad(name, provider)
+            load = self._loads[key] = _BackendLoad(name, plugin.provider if plugin else "built-in")
             return load, True
 
-    def load(
-        self,
-        key: Hashable,
-        name: str,
-        provider: str,
-        produce: Callable[[], RegisteredServeBackend],
-    ) -> RegisteredServeBackend:
-        """Run *produce* here unless another caller has; return its backend, unbounded.
+    def load(self, name: str, candidate: Candidate) -> RegisteredServeBackend:
+        """Load *candidate* here unless another caller has; return its backend, unbounded.
 
         :raises BackendLoadError: the load is under way in this very thread
             (a factory asked the registry for its own backend).
         """
-        load, mine = self._claim(key, name, provider)
+        key, _, produce = candidate
+        load, mine = self._claim(name, candidate)
         if mine:
             timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, SLOW_LOAD_NOTICE))
             timer.daemon = True
@@ -266,7 +262,7 @@ class BackendLoader:
                 timer.cancel()
         elif not load.finished.is_set() and load.thread is threading.current_thread():
             raise BackendLoadError(
-                f"Failed to load serve backend {name!r} from {provider}: its factory "
+                f"Failed to load serve backend {name!r} from {load.provider}: its factory "
                 "asked the registry for it while it was loading",
                 name=name,
             )
@@ -293,13 +289,14 @@ class BackendLoader:
         mine: list[tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]] = []
         for name in names:
             try:
-                key, plugin, produce = resolve(name)
+                candidate = resolve(name)
             except ServeBackendError as exc:
                 loads.append(skipped(name, exc.distribution, 0.0, str(exc)))
                 continue
-            load, created = self._claim(key, name, plugin.provider if plugin else "built-in")
+            load, created = self._claim(name, candidate)
             if created:
-                mine.append((load, produce))
+                mine.append((load, candidate[2]))
+            plugin = candidate[1]
             loads.append((name, plugin.distribution if plugin else None, load))
         start_each(mine, lambda job: job[0].run(job[1]), name=lambda job: f"load-{job[0].name}")
         watch = _SlowLoadWatch([load for load, _ in mine], timeout)

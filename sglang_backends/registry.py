@@ -13,7 +13,7 @@ imports neither plugins nor stevedore.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -206,14 +206,14 @@ class ServeBackendRegistry:
         """Every installed plugin entry point with its status; imports nothing."""
         return tuple(self._records)
 
-    def _resolve(self, name: str) -> tuple[Hashable, PluginEntryPoint | None]:
-        """The backend *name* designates: ``(key, plugin)``, ``plugin`` ``None`` for a built-in.
+    def _resolve(self, name: str) -> Candidate:
+        """The backend *name* designates, as a :data:`~sglang_backends.loading.Candidate`.
 
         An installed entry point named exactly *name* wins over reading it
-        as ``DIST:NAME``.
+        as ``DIST:NAME``; a plugin is loaded under its own name.
         """
         if name in self._builtins:
-            return ("built-in", name), None
+            return ("built-in", name), None, partial(self._produce, None, name)
         plugin = selection.choose(
             name,
             self._discovered,
@@ -222,7 +222,7 @@ class ServeBackendRegistry:
             enabled=self._enabled,
             disabled=self._disabled,
         )
-        return plugin, plugin
+        return plugin, plugin, partial(self._produce, plugin, plugin.name)
 
     def get(self, name: str) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
@@ -244,10 +244,7 @@ class ServeBackendRegistry:
         """
         registered = self._by_name.get(name)
         if registered is None:
-            key, plugin = self._resolve(name)
-            provider = "built-in" if plugin is None else plugin.provider
-            produce = partial(self._produce, plugin, name if plugin is None else plugin.name)
-            registered = self._loader.load(key, name, provider, produce)
+            registered = self._loader.load(name, self._resolve(name))
             self._by_name[name] = registered
         return registered
 
@@ -300,8 +297,7 @@ class ServeBackendRegistry:
         """
 
         def candidate(name: str) -> Candidate:
-            key, plugin = self._resolve(name)
-            produce = partial(self._produce, plugin, name)
+            key, plugin, produce = self._resolve(name)
             if progress is not None:
                 label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
                 produce = partial(_told, produce, progress, ("loading", "loaded"), label)
