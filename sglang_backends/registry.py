@@ -3,7 +3,7 @@
 :class:`ServeBackendRegistry` re-implements SGLang's registry of the same
 name on stevedore. It resolves a name to one backend
 (:mod:`~sglang_backends.selection` decides which plugins may be used),
-loads it (:mod:`~sglang_backends.loading`, stevedore's managers), validates
+loads it (:mod:`~sglang_backends.loading`, a stevedore ``DriverManager``), validates
 what the factory returned and memoises it: every factory runs once, however
 many threads ask. Automatic detection loads every candidate with a time
 bound, then hands them to :mod:`~sglang_backends.detection`. Listing
