@@ -171,22 +171,6 @@ def start_each(
         threading.Thread(target=worker, daemon=True).start()
 
 
-class _Slot:
-    """Where one detector thread leaves its result."""
-
-    __slots__ = ("detail", "done", "result", "seconds")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.result: object = None
-        self.detail: str | None = None
-        self.seconds = 0.0
-
-
-def _skip(name: str, cause: str) -> None:
-    LOG.warning("Skipping automatic detection for serve backend %r: %s", name, cause)
-
-
 def skipped(
     name: str,
     distribution: str | None,
@@ -198,7 +182,7 @@ def skipped(
 
     :param cause: one line; it names the distribution when there is one.
     """
-    _skip(name, cause)
+    LOG.warning("Skipping automatic detection for serve backend %r: %s", name, cause)
     return DetectionOutcome(name, verdict, seconds, cause, distribution)
 
 
@@ -233,6 +217,18 @@ def report(
     )
 
 
+class _DetectorRun:
+    """One detector's run in a worker thread: its answer or failure, and its time."""
+
+    __slots__ = ("done", "failure", "result", "seconds")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: object = None
+        self.failure: str | None = None
+        self.seconds = 0.0
+
+
 def run_detectors(
     backends: Sequence[RegisteredServeBackend],
     request: ServeRequest,
@@ -245,64 +241,46 @@ def run_detectors(
     raises, returns something other than a detection, or has not returned
     within *timeout* seconds is logged as a WARNING and claims nothing.
     """
-    condition = threading.Condition()
-    slots: dict[int, _Slot] = {}
-    running = [0]  # detectors not yet returned: each end costs O(1), not a scan
+    deadline = time.perf_counter() + timeout
+    runs = {i: _DetectorRun() for i, b in enumerate(backends) if b.backend.detect is not None}
 
     def work(index: int) -> None:
-        slot, detector = slots[index], backends[index].backend.detect
+        run, detector = runs[index], backends[index].backend.detect
         # Each detector gets its own copy: one that mutates its request (with
         # object.__setattr__, say) changes neither the others' nor the backend's.
         own = dataclasses.replace(request, argv=tuple(request.argv))
         started = time.perf_counter()
         try:
-            slot.result = detector(own)  # type: ignore[misc]
+            run.result = detector(own)  # type: ignore[misc]
         except BaseException as exc:  # noqa: BLE001 - a detector must not escape
-            slot.detail = f"detector raised {type(exc).__name__}: {describe(exc)}"
-        slot.seconds = time.perf_counter() - started
-        with condition:
-            slot.done = True
-            running[0] -= 1
-            if not running[0]:
-                condition.notify_all()
+            run.failure = f"detector raised {type(exc).__name__}: {describe(exc)}"
+        run.seconds = time.perf_counter() - started
+        run.done.set()
 
-    started = time.perf_counter()
-    for index, registered in enumerate(backends):
-        if registered.backend.detect is not None:
-            slots[index] = _Slot()
-    running[0] = len(slots)
-    start_each(slots, work, name=lambda index: f"detect-{backends[index].name}")
+    start_each(runs, work, name=lambda index: f"detect-{backends[index].name}")
+    for run in runs.values():  # one shared deadline: N waits in all
+        run.done.wait(max(0.0, deadline - time.perf_counter()))
+    finished = {index: run.done.is_set() for index, run in runs.items()}
+    return [_outcome(b, runs.get(i), finished.get(i), timeout) for i, b in enumerate(backends)]
 
-    deadline = started + timeout
-    with condition:
-        while running[0]:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                break
-            condition.wait(remaining)
-        finished = {index: slot.done for index, slot in slots.items()}
 
-    outcomes = []
-    for index, registered in enumerate(backends):
-        name, dist = registered.name, registered.distribution
-        if index not in slots:
-            outcomes.append(DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist))
-            continue
-        slot = slots[index]
-        if not finished[index]:
-            cause = f"detector did not return within {timeout:g} s"
-            _skip(name, cause)
-            outcomes.append(DetectionOutcome(name, Verdict.TIMEOUT, timeout, cause, dist))
-            continue
-        if slot.detail is not None:
-            _skip(name, slot.detail)
-            outcomes.append(DetectionOutcome(name, Verdict.ERROR, slot.seconds, slot.detail, dist))
-            continue
-        detection = coerce_detection(slot.result)
-        if detection is None:
-            cause = f"detector must return ServeBackendDetection, got {type(slot.result).__name__}"
-            _skip(name, cause)
-            outcomes.append(DetectionOutcome(name, Verdict.ERROR, slot.seconds, cause, dist))
-            continue
-        outcomes.append(DetectionOutcome(name, Verdict(detection.value), slot.seconds, None, dist))
-    return outcomes
+def _outcome(
+    registered: RegisteredServeBackend,
+    run: _DetectorRun | None,
+    finished: bool | None,
+    timeout: float,
+) -> DetectionOutcome:
+    """What *run*, the run of *registered*'s detector (``None``: it has none), concluded."""
+    name, dist = registered.name, registered.distribution
+    if run is None:
+        return DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist)
+    if not finished:
+        cause = f"detector did not return within {timeout:g} s"
+        return skipped(name, dist, timeout, cause, Verdict.TIMEOUT)
+    if run.failure is not None:
+        return skipped(name, dist, run.seconds, run.failure)
+    detection = coerce_detection(run.result)
+    if detection is None:
+        cause = f"detector must return ServeBackendDetection, got {type(run.result).__name__}"
+        return skipped(name, dist, run.seconds, cause)
+    return DetectionOutcome(name, Verdict(detection.value), run.seconds, None, dist)

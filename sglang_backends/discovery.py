@@ -27,9 +27,7 @@ __all__ = [
     "discover",
     "has_metadata",
     "is_regular_file",
-    "metadata_directory",
     "normalize_distribution",
-    "read_metadata",
     "split_qualified_name",
 ]
 
@@ -243,24 +241,10 @@ def _plugins(group: str) -> list[PluginEntryPoint]:
                 name,
                 _describe(exc),
             )
-        plugins.extend(_plugin(ep, name, version, problem) for ep in selected)
+        plugins.extend(
+            PluginEntryPoint(ep.name, ep.value, name, version, ep, problem) for ep in selected
+        )
     return plugins
-
-
-def _plugin(
-    entry_point: importlib.metadata.EntryPoint,
-    distribution: str | None,
-    version: str | None,
-    problem: str | None = None,
-) -> PluginEntryPoint:
-    return PluginEntryPoint(
-        name=entry_point.name,
-        target=entry_point.value,
-        distribution=distribution,
-        version=version,
-        entry_point=entry_point,
-        problem=problem,
-    )
 
 
 def normalize_distribution(name: str) -> str:

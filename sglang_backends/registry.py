@@ -3,7 +3,7 @@
 :class:`ServeBackendRegistry` re-implements SGLang's registry of the same
 name on stevedore. It resolves a name to one backend
 (:mod:`~sglang_backends.selection` decides which plugins may be used),
-loads it (:mod:`~sglang_backends.loading`, stevedore's managers), validates
+loads it (:mod:`~sglang_backends.loading`, a stevedore ``DriverManager``), validates
 what the factory returned and memoises it: every factory runs once, however
 many threads ask. Automatic detection loads every candidate with a time
 bound, then hands them to :mod:`~sglang_backends.detection`. Listing
@@ -13,7 +13,7 @@ imports neither plugins nor stevedore.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -35,7 +35,7 @@ from sglang_backends.detection import (
     report,
 )
 from sglang_backends.discovery import PluginEntryPoint, discover
-from sglang_backends.loading import Loads, Produce, call_plugin_code, load_one
+from sglang_backends.loading import BackendLoader, Candidate, call_plugin_code, load_driver
 
 if TYPE_CHECKING:
     from sglang_backends.settings import Settings
@@ -86,7 +86,6 @@ class Underway:
         )
 
 
-_A = TypeVar("_A")
 _R = TypeVar("_R")
 
 #: A built-in: a backend, or a zero-argument factory returning one.
@@ -140,10 +139,8 @@ class ServeBackendRegistry:
         self._records = selection.inventory(
             self._discovered, self._builtins, enabled=self._enabled, disabled=self._disabled
         )
-        usable = (selection.PluginStatus.ENABLED, selection.PluginStatus.DUPLICATE)
-        plugins = sorted({r.plugin.name for r in self._records if r.status in usable})
-        self._available = (*self._builtins, *plugins)
-        self._loads = Loads()  # one load per backend, shared by every caller
+        self._available = (*self._builtins, *selection.usable_names(self._records))
+        self._loader = BackendLoader()  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
             name: RegisteredServeBackend(name=name, backend=backend)
@@ -209,14 +206,14 @@ class ServeBackendRegistry:
         """Every installed plugin entry point with its status; imports nothing."""
         return tuple(self._records)
 
-    def _resolve(self, name: str) -> tuple[Hashable, PluginEntryPoint | None]:
-        """The backend *name* designates: ``(key, plugin)``, ``plugin`` ``None`` for a built-in.
+    def _resolve(self, name: str) -> Candidate:
+        """The backend *name* designates, as a :data:`~sglang_backends.loading.Candidate`.
 
         An installed entry point named exactly *name* wins over reading it
-        as ``DIST:NAME``.
+        as ``DIST:NAME``; a plugin is loaded under its own name.
         """
         if name in self._builtins:
-            return ("built-in", name), None
+            return ("built-in", name), None, partial(self._produce, None, name)
         plugin = selection.choose(
             name,
             self._discovered,
@@ -225,7 +222,7 @@ class ServeBackendRegistry:
             enabled=self._enabled,
             disabled=self._disabled,
         )
-        return plugin, plugin
+        return plugin, plugin, partial(self._produce, plugin, plugin.name)
 
     def get(self, name: str) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
@@ -247,24 +244,18 @@ class ServeBackendRegistry:
         """
         registered = self._by_name.get(name)
         if registered is None:
-            key, plugin = self._resolve(name)
-            importer = (lambda: None) if plugin is None else partial(load_one, plugin)
-            provider = "built-in" if plugin is None else plugin.provider
-            produce = partial(self._produce, plugin, name if plugin is None else plugin.name)
-            registered = self._loads.one(key, name, provider, partial(produce, importer))
+            registered = self._loader.load(name, self._resolve(name))
             self._by_name[name] = registered
         return registered
 
-    def _produce(
-        self, plugin: PluginEntryPoint | None, name: str, importer: Callable[[], object]
-    ) -> RegisteredServeBackend:
-        """Import (*importer*), call the factory and validate: one backend's whole load."""
+    def _produce(self, plugin: PluginEntryPoint | None, name: str) -> RegisteredServeBackend:
+        """Import (a ``DriverManager`` of its own), call the factory, validate: one whole load."""
         dist = plugin.distribution if plugin else None
         origin = f" from {plugin.provider}" if plugin else ""
         kind = "serve backend" if plugin else "built-in serve backend"
         by = f" (provided by {plugin.provider})" if plugin else ""
         try:
-            factory = importer() if plugin else self._builtins[name]
+            factory = load_driver(plugin) if plugin else self._builtins[name]
             if plugin and not callable(factory):
                 raise TypeError("the entry point must resolve to a callable factory")
             obj = call_plugin_code(factory) if callable(factory) else factory
@@ -305,16 +296,15 @@ class ServeBackendRegistry:
         :param progress: told as each load and detector starts and ends.
         """
 
-        def candidate(name: str) -> tuple[Hashable, PluginEntryPoint | None, Produce]:
-            key, plugin = self._resolve(name)
-            produce: Produce = partial(self._produce, plugin, name)
+        def candidate(name: str) -> Candidate:
+            key, plugin, produce = self._resolve(name)
             if progress is not None:
                 label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-                produce = _told(produce, progress, ("loading", "loaded"), label)
+                produce = partial(_told, produce, progress, ("loading", "loaded"), label)
             return key, plugin, produce
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
-        loaded = self._loads.bounded(names, candidate, timeout=self.load_timeout)
+        loaded = self._loader.load_each_within(names, candidate, timeout=self.load_timeout)
         if progress is not None:
             loaded = [_watched_detector(c, progress) for c in loaded]
         return report(loaded, request, timeout=self.detect_timeout)
@@ -337,18 +327,18 @@ class ServeBackendRegistry:
 
 
 def _told(
-    function: Callable[[_A], _R], progress: Progress, events: tuple[str, str], label: str
-) -> Callable[[_A], _R]:
-    """*function*, telling *progress* ``events[0]`` before and ``events[1]`` after each call."""
-
-    def told(argument: _A) -> _R:
-        progress(events[0], label)
-        try:
-            return function(argument)
-        finally:
-            progress(events[1], label)
-
-    return told
+    function: Callable[..., _R],
+    progress: Progress,
+    events: tuple[str, str],
+    label: str,
+    *args: object,
+) -> _R:
+    """Call *function*, telling *progress* ``events[0]`` before and ``events[1]`` after."""
+    progress(events[0], label)
+    try:
+        return function(*args)
+    finally:
+        progress(events[1], label)
 
 
 def _watched_detector(
@@ -358,7 +348,7 @@ def _watched_detector(
     if not isinstance(candidate, RegisteredServeBackend) or candidate.backend.detect is None:
         return candidate
     label = f"{candidate.name!r} ({candidate.distribution or 'built-in'})"
-    detect = _told(candidate.backend.detect, progress, ("detecting", "detected"), label)
+    detect = partial(_told, candidate.backend.detect, progress, ("detecting", "detected"), label)
     return dataclasses.replace(
         candidate, backend=dataclasses.replace(candidate.backend, detect=detect)
     )

@@ -39,9 +39,11 @@ __all__ = [
     "PluginStatus",
     "check_lists",
     "choose",
+    "conflict_warning",
+    "designates",
     "inventory",
-    "is_allowed",
     "refuse_conflicts",
+    "usable_names",
     "warn_unknown_selection",
 ]
 
@@ -56,6 +58,11 @@ class PluginStatus(str, enum.Enum):
     DUPLICATE = "duplicate"
     CONFLICT = "conflicts with a built-in"
 
+    @property
+    def usable(self) -> bool:
+        """Whether a plugin of this status may be loaded (a duplicate, as ``DIST:NAME``)."""
+        return self in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
+
 
 @dataclass(frozen=True)
 class PluginRecord:
@@ -63,6 +70,27 @@ class PluginRecord:
 
     plugin: PluginEntryPoint
     status: PluginStatus
+
+
+def usable_names(records: Iterable[PluginRecord]) -> list[str]:
+    """The names of the usable plugins among *records*, sorted, each once."""
+    return sorted({r.plugin.name for r in records if r.status.usable})
+
+
+def designates(name: str, plugin: PluginEntryPoint) -> bool:
+    """Whether *name*, ``NAME`` or ``DIST:NAME``, names *plugin*: the one ``DIST:NAME`` rule.
+
+    ``DIST`` is compared as packaging tools compare distribution names
+    (PEP 503). :func:`choose` lets an entry point named exactly *name* win.
+    """
+    if plugin.name == name:
+        return True
+    dist, plain = split_qualified_name(name)
+    return (
+        dist is not None
+        and plain == plugin.name
+        and normalize_distribution(dist) == normalize_distribution(plugin.distribution or "")
+    )
 
 
 def check_lists(builtin_names: Collection[str], enabled: object, disabled: object) -> None:
@@ -123,6 +151,16 @@ def inventory(
     return records
 
 
+def conflict_warning(plugin: PluginEntryPoint) -> str:
+    """What to tell an operator about *plugin*, which claims a built-in or reserved name."""
+    version = f" {plugin.version}" if plugin.version else ""
+    return (
+        f"Plugin {plugin.name!r} from {plugin.provider}{version} claims the built-in name "
+        f"{plugin.name!r}; every serve fails until you uninstall it (pip uninstall "
+        f"{plugin.distribution or '...'}) or add {plugin.name!r} to disabled_backends"
+    )
+
+
 def refuse_conflicts(records: Iterable[PluginRecord]) -> None:
     """Refuse usable plugins that claim a reserved or built-in name.
 
@@ -159,13 +197,10 @@ def choose(
     :raises DisabledBackendError: the lists exclude it.
     :raises DuplicateBackendError: several distributions provide it.
     """
-    dist, plain = (None, name) if name in discovered else split_qualified_name(name)
-    candidates = discovered.get(plain, ())
-    if dist is not None:
-        wanted = normalize_distribution(dist)
-        candidates = tuple(
-            c for c in candidates if normalize_distribution(c.distribution or "") == wanted
-        )
+    plain = name if name in discovered else split_qualified_name(name)[1]
+    candidates = discovered.get(name) or tuple(
+        c for c in discovered.get(plain, ()) if designates(name, c)
+    )
     if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
         values = ("auto", *available)
         raise UnknownBackendError(

@@ -66,7 +66,6 @@ from sglang_backends.errors import (
     describe,
 )
 from sglang_backends.processes import exit_status, signal_name
-from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import (
     Settings,
     configuration_in_environment,
@@ -84,6 +83,7 @@ from sglang_backends.usage import (
 
 if TYPE_CHECKING:
     from sglang_backends.backend_process import Channel
+    from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -341,6 +341,8 @@ def _backend(
         detection at its deadline.
     """
     _before_dispatch()
+    from sglang_backends.registry import ServeBackendRegistry  # not for the general help
+
     registry = ServeBackendRegistry.from_settings(settings)
     registered = _select(registry, model_type, request, _model_type_origin(host, settings), channel)
     description = _describe(registry, registered)
@@ -417,6 +419,8 @@ def _serve(host: HostOptions) -> int:
                 LOG.warning("%s", warning)
             sys.stdout.write(text)
         else:
+            from sglang_backends.registry import ServeBackendRegistry
+
             registry = ServeBackendRegistry.from_settings(settings)
             registered = _get(registry, model_type, _model_type_origin(host, settings))
             status = _forward_help(registry, registered, request)

@@ -137,16 +137,10 @@ def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]
 
 def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
     """One line per plugin claiming a built-in or reserved name: who, and how to fix it."""
+    from sglang_backends.selection import conflict_warning
+
     return [
-        printable(
-            f"Plugin {record.plugin.name!r} from {record.plugin.provider}"
-            f"{' ' + record.plugin.version if record.plugin.version else ''} claims the built-in "
-            f"name {record.plugin.name!r}; every serve fails until you uninstall it "
-            f"(pip uninstall {record.plugin.distribution or '...'}) or add {record.plugin.name!r} "
-            "to disabled_backends"
-        )
-        for record in records
-        if record.status is PluginStatus.CONFLICT
+        printable(conflict_warning(r.plugin)) for r in records if r.status is PluginStatus.CONFLICT
     ]
 
 
@@ -161,15 +155,13 @@ def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     """
     from sglang_backends.discovery import discover
     from sglang_backends.host import default_builtins
-    from sglang_backends.selection import inventory
+    from sglang_backends.selection import inventory, usable_names
 
     builtin_names = tuple(default_builtins())
     records = inventory(
         discover(), builtin_names, enabled=settings.enabled, disabled=settings.disabled
     )
-    usable = (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
-    plugins = sorted({r.plugin.name for r in records if r.status in usable})
-    text = _render((*builtin_names, *plugins), builtin_names, records)
+    text = _render((*builtin_names, *usable_names(records)), builtin_names, records)
     return text, conflict_warnings(records)
 
 

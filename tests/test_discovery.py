@@ -13,6 +13,7 @@ import pytest
 from sglang_backends import ServeBackendRegistry, ServeRequest
 from sglang_backends.discovery import discover, normalize_distribution, split_qualified_name
 from sglang_backends.host import default_builtins
+from sglang_backends.selection import designates
 
 
 def run_python(site, code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -61,6 +62,23 @@ def test_other_groups_are_ignored(site, preinstalled):
 )
 def test_split_qualified_name(text, expected):
     assert split_qualified_name(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "designated"),
+    [
+        ("omni", True),
+        ("Omni_Runtime:omni", True),  # DIST compared as PEP 503 normalizes it
+        ("omni-runtime:omni", True),
+        ("zed-runtime:omni", False),
+        ("omni-runtime:other", False),
+        ("other", False),
+    ],
+)
+def test_one_rule_says_which_plugin_a_name_designates(install_backend, text, designated):
+    install_backend("omni-runtime", "omni")
+    (omni,) = discover()["omni"]
+    assert designates(text, omni) is designated
 
 
 def test_normalize_distribution_follows_pep_503():

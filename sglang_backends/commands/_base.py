@@ -283,8 +283,8 @@ def model_type_problem(
     ``serve`` refuses a name nothing provides (or that the lists disable);
     the operator commands say so up front, naming where it was set.
     """
-    from sglang_backends.discovery import normalize_distribution, split_qualified_name
-    from sglang_backends.selection import PluginStatus
+    from sglang_backends.discovery import split_qualified_name
+    from sglang_backends.selection import designates, usable_names
 
     model_type = selection.settings.model_type
     if model_type == "auto":
@@ -292,18 +292,8 @@ def model_type_problem(
     dist, name = split_qualified_name(model_type)
     if dist is None and name in builtins:
         return None
-    matching = [
-        r
-        for r in records
-        if r.plugin.name == name
-        and name not in builtins
-        and (
-            dist is None
-            or normalize_distribution(r.plugin.distribution or "") == normalize_distribution(dist)
-        )
-    ]
-    usable = (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
-    if any(r.status in usable for r in matching):
+    matching = [r for r in records if designates(model_type, r.plugin) and name not in builtins]
+    if any(r.status.usable for r in matching):
         return None
     where = selection.origins.get("model_type", "model_type")
     if matching:
@@ -313,8 +303,7 @@ def model_type_problem(
         )
     from sglang_backends.errors import did_you_mean
 
-    names = sorted({r.plugin.name for r in records if r.status in usable})
-    values = ("auto", *builtins, *names)
+    values = ("auto", *builtins, *usable_names(records))
     return (
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"

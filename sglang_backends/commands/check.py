@@ -141,13 +141,7 @@ class CheckBackends(SelectionOptions, Lister):
         )
         # What each record is loaded as: its name, or DIST:NAME when that provider was asked for.
         keys = {id(r): _load_name(r, parsed_args.names) for r in records}
-        to_load = sorted(
-            {
-                keys[id(r)]
-                for r in records
-                if r.status in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
-            }
-        )
+        to_load = sorted({keys[id(r)] for r in records if r.status.usable})
         base = {
             "action": "contract" if parsed_args.contract else "load",
             # The kit bounds each call; a third of the worker's time leaves room to report.
@@ -257,16 +251,11 @@ def sglang_script_warnings(records: Iterable[Any]) -> list[str]:
 
 def _load_name(record: Any, names: Sequence[str]) -> str:
     """``DIST:NAME`` if *names* picks *record*'s provider that way, else its plain name."""
-    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+    from sglang_backends.selection import designates
 
     plugin = record.plugin
     for name in names:
-        dist, plain = split_qualified_name(name)
-        if (
-            dist is not None
-            and plain == plugin.name
-            and normalize_distribution(dist) == normalize_distribution(plugin.distribution or "")
-        ):
+        if name != plugin.name and designates(name, plugin):
             return name
     return str(plugin.name)
 
@@ -276,25 +265,17 @@ def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
-    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+    from sglang_backends.discovery import split_qualified_name
     from sglang_backends.errors import UnknownBackendError, did_you_mean
     from sglang_backends.host import default_builtins
+    from sglang_backends.selection import designates
 
     if not names:
         return list(records)
     chosen: list[Any] = []
     for name in names:
         dist, plain = split_qualified_name(name)
-        found = [
-            r
-            for r in records
-            if r.plugin.name == plain
-            and (
-                dist is None
-                or normalize_distribution(r.plugin.distribution or "")
-                == normalize_distribution(dist)
-            )
-        ]
+        found = [r for r in records if designates(name, r.plugin)]
         if not found and not (dist is None and plain in default_builtins()):
             known = sorted({*default_builtins(), *(r.plugin.name for r in records)})
             installed = ", ".join(sorted({r.plugin.name for r in records})) or "none"
