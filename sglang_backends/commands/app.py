@@ -14,11 +14,7 @@ from cliff.help import HelpCommand
 from sglang_backends.commands._base import SafeCommand, option_action
 from sglang_backends.usage import LOG_FORMAT, PrintableRecords
 
-__all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
-
-#: Entry-point group naming the commands, for documentation tools (the app
-#: registers them itself: see :class:`OperatorApp`).
-COMMAND_NAMESPACE = "sglang_backends.commands"
+__all__ = ["OperatorApp"]
 
 
 def _commands() -> dict[str, type[Command]]:
@@ -33,10 +29,6 @@ def _commands() -> dict[str, type[Command]]:
         "check": CheckBackends,
         "detect": DetectBackend,
     }
-
-
-#: The commands, by name.
-COMMANDS = ("list", "show", "check", "detect")
 
 
 class _ConsoleFilter(PrintableRecords):
@@ -184,8 +176,8 @@ class Help(SafeCommand, HelpCommand):
 class Serve(SafeCommand):
     """Serve a model with the backend --model-type names, or the one detection picks
 
-    ``serve`` never reaches cliff (:meth:`OperatorApp.run` and the console
-    script route it first); it is registered so that the command list names
+    ``serve`` never reaches cliff (the console script, :mod:`sglang_backends.cli`,
+    routes it first); it is registered so that the command list names
     it, and ``help serve`` prints its help.
     """
 
@@ -268,15 +260,7 @@ class OperatorApp(App):
         --config-file F list``); they are moved after the command name, where
         every command takes them, so nothing after the command is taken away.
         """
-        argv = _config_options_after_command(argv)
-        command = _command_index(argv)
-        if command is not None and argv[command] == "serve":
-            # "sglang-backends --config-file F serve MODEL": serve is not a cliff command.
-            from sglang_backends.serve import main as serve_main
-
-            debug = ["--debug"] if "--debug" in argv[:command] else []
-            return serve_main([*debug, *argv[command + 1 :]])
-        return super().run(argv)
+        return super().run(_config_options_after_command(argv))
 
     def configure_logging(self) -> None:
         """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.
