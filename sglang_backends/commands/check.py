@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cliff.lister import Lister
 
 from sglang_backends.commands._base import ENABLED, SelectionOptions, builtin_status
+from sglang_backends.commands._worker import Job, Result
 from sglang_backends.detection import MAX_TIMEOUT
 from sglang_backends.usage import printable
 
@@ -148,25 +150,17 @@ class CheckBackends(SelectionOptions, Lister):
                 if r.status in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
             }
         )
-        base = {
-            "action": "contract" if parsed_args.contract else "load",
-            # The kit bounds each call; a third of the worker's time leaves room to report.
-            "contract_timeout": parsed_args.timeout / 3,
-            "enabled": None if settings.enabled is None else list(settings.enabled),
+        base = Job(
+            action="contract" if parsed_args.contract else "load",
+            enabled=settings.enabled,
             # A conflict makes every registry fail; set it aside to check the rest.
-            "disabled": sorted({*settings.disabled, *conflicts}),
-        }
-        results = dict(
-            zip(
-                to_load,
-                run_many(
-                    [{**base, "name": name} for name in to_load],
-                    timeout=parsed_args.timeout,
-                    concurrency=parsed_args.jobs,
-                ),
-                strict=True,
-            )
+            disabled=tuple(sorted({*settings.disabled, *conflicts})),
+            # The kit bounds each call; a third of the worker's time leaves room to report.
+            contract_timeout=parsed_args.timeout / 3,
         )
+        jobs = [dataclasses.replace(base, name=name).to_json() for name in to_load]
+        workers = run_many(jobs, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
+        results = dict(zip(to_load, workers, strict=True))
 
         rows: list[tuple[Any, ...]] = []
         for name in builtins:
@@ -194,22 +188,23 @@ class CheckBackends(SelectionOptions, Lister):
                 if worker.failure == "crashed" and last_line(worker.stderr):
                     detail += f" (last output: {last_line(worker.stderr)})"
                 rows.append((*head, worker.failure, seconds, detail))
-            elif worker.result and worker.result.get("ok"):
-                result = worker.result
-                detail = (
-                    f"API version {result['api_version']}, "
-                    f"{'has a detector' if result['has_detector'] else 'no detector'}, "
-                    f"{'requires' if result['requires_model_path'] else 'does not require'} "
-                    "a model path"
+                continue
+            result = Result.from_json(worker.result or {})
+            if not result.ok:
+                rows.append((*head, "error", seconds, result.error))
+                continue
+            detail = (
+                f"API version {result.api_version}, "
+                f"{'has a detector' if result.has_detector else 'no detector'}, "
+                f"{'requires' if result.requires_model_path else 'does not require'} "
+                "a model path"
+            )
+            if parsed_args.contract:
+                detail += (
+                    f"; contract kept (--help in {result.help_seconds:.2f} s, "
+                    f"{result.detections} detector requests answered)"
                 )
-                if parsed_args.contract:
-                    detail += (
-                        f"; contract kept (--help in {result['help_seconds']:.2f} s, "
-                        f"{result['detections']} detector requests answered)"
-                    )
-                rows.append((*head, "ok", seconds, detail))
-            else:
-                rows.append((*head, "error", seconds, (worker.result or {}).get("error")))
+            rows.append((*head, "ok", seconds, detail))
         self.failed = any(row[4] in FAILURES for row in rows)
         return COLUMNS, self.safe_rows(parsed_args, rows)
 

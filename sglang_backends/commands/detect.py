@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from sglang_backends.commands._base import (
     builtin_status,
     option_action,
 )
+from sglang_backends.commands._worker import Job, Result
 from sglang_backends.commands.check import _positive
 
 __all__ = ["COLUMNS", "DetectBackend"]
@@ -57,7 +59,7 @@ WORKER_MARGIN = 10.0
 CULPRIT_TIMEOUT = 10.0
 
 
-def _why(underway: Any, job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
+def _why(underway: Any, job: Job, records: Iterable[Any], timeout: float) -> str:
     """Why detection did not finish: the detectors still running, else the loads' culprits.
 
     Detectors still running once every plugin had loaded are named: loading
@@ -74,7 +76,7 @@ def _why(underway: Any, job: dict[str, Any], records: Iterable[Any], timeout: fl
     return _culprits(job, records, timeout)
 
 
-def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
+def _culprits(job: Job, records: Iterable[Any], timeout: float) -> str:
     """Load the enabled plugins one per process to say why detection did not finish.
 
     Each gets ``max(timeout, CULPRIT_TIMEOUT)`` seconds. Only a plugin that
@@ -85,7 +87,7 @@ def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> st
     from sglang_backends.selection import PluginStatus
 
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
-    jobs = [{**job, "action": "load", "name": name} for name in names]
+    jobs = [dataclasses.replace(job, action="load", name=name).to_json() for name in names]
     bound = max(timeout, CULPRIT_TIMEOUT)
     results = run_many(jobs, timeout=bound, concurrency=default_jobs())
     broken, slow = [], []
@@ -201,7 +203,6 @@ class DetectBackend(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        import dataclasses
         import tempfile
 
         from sglang_backends.commands._isolation import run_isolated
@@ -229,38 +230,39 @@ class DetectBackend(SelectionOptions, Lister):
         if parsed_args.detect_timeout is not None:
             settings = dataclasses.replace(settings, detect_timeout=parsed_args.detect_timeout)
 
-        job = {
-            "action": "explain",
-            "argv": list(request.argv),
-            "model_path": request.model_path,
-            "positional": request.model_path_is_positional,
-            "enabled": None if settings.enabled is None else list(settings.enabled),
-            "disabled": list(settings.disabled),
-            "detect_timeout": settings.detect_timeout,
-            "load_timeout": settings.load_timeout,
-        }
+        job = Job(
+            action="explain",
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            detect_timeout=settings.detect_timeout,
+            load_timeout=settings.load_timeout,
+            argv=request.argv,
+            model_path=request.model_path,
+            positional=request.model_path_is_positional,
+        )
         timeout = parsed_args.timeout
         if timeout is None:
             timeout = settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
         with tempfile.NamedTemporaryFile(prefix="sglang-backends-detect-") as trace:
-            worker = run_isolated({**job, "progress": trace.name}, timeout=timeout)
+            traced = dataclasses.replace(job, progress=trace.name)
+            worker = run_isolated(traced.to_json(), timeout=timeout)
             underway = Underway().replay(trace.read().decode("utf-8", "replace"))
         if worker.failure is not None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
                 f"{_why(underway, job, survey.records, timeout)}"
             )
-        result = worker.result or {}
-        if not result.get("ok"):
-            raise ServeBackendError(str(result.get("error")))
+        result = Result.from_json(worker.result or {})
+        if not result.ok:
+            raise ServeBackendError(str(result.error))
 
         rows: list[tuple[Any, ...]] = [
-            (o["name"], o["distribution"], o["verdict"], round(o["seconds"], 4), o["detail"])
-            for o in result["outcomes"]
+            (o.name, o.distribution, o.verdict, round(o.seconds, 4), o.detail)
+            for o in result.outcomes
         ]
-        seconds = round(result["seconds"], 4)
-        if result["selected"] is None:
-            matches = ", ".join(result["matches"])
+        seconds = round(result.seconds, 4)
+        if result.selected is None:
+            matches = ", ".join(result.matches)
             detail = (
                 f"several backends matched: {matches}; serve refuses to guess. "
                 "Select one with --model-type BACKEND"
@@ -268,16 +270,16 @@ class DetectBackend(SelectionOptions, Lister):
             rows.append((None, None, "ambiguous", seconds, detail))
             self.app.LOG.warning("No selection: %s", detail)
             self.failed = True
-        elif result["fallback"]:
+        elif result.fallback:
             detail = "no backend claimed the request; llm is the fallback"
-            status = builtin_status(result["selected"])
+            status = builtin_status(result.selected)
             if status != ENABLED:  # as list, show and check say it
                 detail += f", which {status}: serve fails here"
-            rows.append((result["selected"], None, "fallback", seconds, detail))
-            self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
+            rows.append((result.selected, None, "fallback", seconds, detail))
+            self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         else:
             detail = "the only backend whose detector matched"
-            selected = next(o for o in result["outcomes"] if o["name"] == result["selected"])
-            rows.append((result["selected"], selected["distribution"], "selected", seconds, detail))
-            self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
+            selected = next(o for o in result.outcomes if o.name == result.selected)
+            rows.append((result.selected, selected.distribution, "selected", seconds, detail))
+            self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         return COLUMNS, self.safe_rows(parsed_args, rows)
