@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import stevedore
@@ -14,25 +14,16 @@ from cliff.display import DisplayCommandBase
 
 from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings
-from sglang_backends.usage import printable
+from sglang_backends.usage import USABLE, Survey, printable, survey
 
 __all__ = [
-    "CONFIG_HELP",
     "ENABLED",
-    "EXIT_USAGE",
-    "HUMAN_FORMATS",
     "SafeCommand",
-    "SafeDisplay",
-    "Selection",
     "SelectionOptions",
-    "Survey",
     "builtin_status",
     "builtin_target",
-    "model_type_problem",
     "option_action",
-    "printable",
     "summary_line",
-    "warn_not_installed",
 ]
 
 
@@ -111,15 +102,6 @@ class Selection:
 
     settings: Settings
     origins: Mapping[str, str]
-
-
-@dataclasses.dataclass(frozen=True)
-class Survey:
-    """The selection, the built-ins and every installed plugin's status under it."""
-
-    selection: Selection
-    builtins: Mapping[str, Any]
-    records: Sequence[Any]
 
 
 def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
@@ -211,28 +193,26 @@ class SelectionOptions(SafeDisplay):
         return status or (1 if self.failed else 0)
 
     def survey(self, parsed_args: argparse.Namespace) -> Survey:
-        """Read the selection and classify every installed plugin under it; imports none.
+        """Read the selection and every installed plugin's status under it; imports none.
 
-        Names in the lists that nothing installed provides are warned about.
+        Names in the lists that nothing installed provides are warned about,
+        and a ``model_type`` serve would refuse.
         """
-        from sglang_backends.discovery import discover
-        from sglang_backends.host import default_builtins
-        from sglang_backends.selection import inventory
+        from sglang_backends.selection import warn_unknown_selection
 
         selection = self.selection(parsed_args)
-        builtins = default_builtins()
-        discovered = discover()
-        warn_not_installed(selection, discovered, builtins)
-        records = inventory(
-            discovered,
-            builtins,
+        installed = survey(selection.settings)
+        warn_unknown_selection(
+            installed.installed,
+            installed.builtins,
             enabled=selection.settings.enabled,
             disabled=selection.settings.disabled,
+            origins=selection.origins,
         )
-        problem = model_type_problem(selection, builtins, records)
+        problem = model_type_problem(installed, selection.origins)
         if problem:
             self.app.LOG.warning("%s", problem)
-        return Survey(selection, builtins, records)
+        return installed
 
     def selection(self, parsed_args: argparse.Namespace) -> Selection:
         """Read configuration and apply the command-line overrides.
@@ -260,61 +240,29 @@ class SelectionOptions(SafeDisplay):
         return Selection(settings, origins)
 
 
-def warn_not_installed(
-    selection: Selection, installed: Collection[str], builtins: Collection[str]
-) -> None:
-    """Warn about list names that select no installed plugin, naming the option that set them."""
-    from sglang_backends.selection import warn_unknown_selection
-
-    warn_unknown_selection(
-        installed,
-        builtins,
-        enabled=selection.settings.enabled,
-        disabled=selection.settings.disabled,
-        origins=selection.origins,
-    )
-
-
-def model_type_problem(
-    selection: Selection, builtins: Collection[str], records: Sequence[Any]
-) -> str | None:
+def model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | None:
     """Why the configured ``model_type`` would make ``serve`` fail, or ``None``.
 
     ``serve`` refuses a name nothing provides (or that the lists disable);
     the operator commands say so up front, naming where it was set.
     """
-    from sglang_backends.discovery import normalize_distribution, split_qualified_name
-    from sglang_backends.selection import PluginStatus
+    from sglang_backends.discovery import split_qualified_name
+    from sglang_backends.errors import did_you_mean
 
-    model_type = selection.settings.model_type
-    if model_type == "auto":
-        return None
+    model_type = installed.settings.model_type
     dist, name = split_qualified_name(model_type)
-    if dist is None and name in builtins:
+    if model_type == "auto" or (dist is None and name in installed.builtins):
         return None
-    matching = [
-        r
-        for r in records
-        if r.plugin.name == name
-        and name not in builtins
-        and (
-            dist is None
-            or normalize_distribution(r.plugin.distribution or "") == normalize_distribution(dist)
-        )
-    ]
-    usable = (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
-    if any(r.status in usable for r in matching):
+    matching = [] if name in installed.builtins else installed.designated(model_type)
+    if any(r.status in USABLE for r in matching):
         return None
-    where = selection.origins.get("model_type", "model_type")
+    where = origins.get("model_type", "model_type")
     if matching:
         return (
             f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
             "it until the enabled/disabled lists allow it"
         )
-    from sglang_backends.errors import did_you_mean
-
-    names = sorted({r.plugin.name for r in records if r.status in usable})
-    values = ("auto", *builtins, *names)
+    values = ("auto", *installed.builtins, *installed.usable_names)
     return (
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff.lister import Lister
 
 from sglang_backends.commands._base import ENABLED, SelectionOptions, builtin_status
 from sglang_backends.commands._worker import Job, Result
 from sglang_backends.detection import MAX_TIMEOUT
-from sglang_backends.usage import printable
+from sglang_backends.usage import USABLE, Survey, designates, printable
+
+if TYPE_CHECKING:
+    from sglang_backends.selection import PluginRecord
 
 __all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
 
@@ -132,8 +135,8 @@ class CheckBackends(SelectionOptions, Lister):
         from sglang_backends.selection import PluginStatus
 
         survey = self.survey(parsed_args)
-        settings = survey.selection.settings
-        builtins, records = survey.builtins, _chosen(survey.records, parsed_args.names)
+        settings = survey.settings
+        builtins, records = survey.builtins, _chosen(survey, parsed_args.names)
         for warning in sglang_script_warnings(records):
             self.app.LOG.warning(printable(warning))
         if parsed_args.names:
@@ -143,13 +146,7 @@ class CheckBackends(SelectionOptions, Lister):
         )
         # What each record is loaded as: its name, or DIST:NAME when that provider was asked for.
         keys = {id(r): _load_name(r, parsed_args.names) for r in records}
-        to_load = sorted(
-            {
-                keys[id(r)]
-                for r in records
-                if r.status in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
-            }
-        )
+        to_load = sorted({keys[id(r)] for r in records if r.status in USABLE})
         base = Job(
             action="contract" if parsed_args.contract else "load",
             enabled=settings.enabled,
@@ -250,52 +247,35 @@ def sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     return lines
 
 
-def _load_name(record: Any, names: Sequence[str]) -> str:
+def _load_name(record: PluginRecord, names: Sequence[str]) -> str:
     """``DIST:NAME`` if *names* picks *record*'s provider that way, else its plain name."""
-    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+    from sglang_backends.discovery import split_qualified_name
 
-    plugin = record.plugin
-    for name in names:
-        dist, plain = split_qualified_name(name)
-        if (
-            dist is not None
-            and plain == plugin.name
-            and normalize_distribution(dist) == normalize_distribution(plugin.distribution or "")
-        ):
-            return name
-    return str(plugin.name)
+    qualified = (n for n in names if split_qualified_name(n)[0] is not None)
+    return next((n for n in qualified if designates(n, record)), record.plugin.name)
 
 
-def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
+def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
     """The records *names* designate (``NAME`` or ``DIST:NAME``); all of them without names.
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
-    from sglang_backends.discovery import normalize_distribution, split_qualified_name
+    from sglang_backends.discovery import split_qualified_name
     from sglang_backends.errors import UnknownBackendError, did_you_mean
-    from sglang_backends.host import default_builtins
 
     if not names:
-        return list(records)
-    chosen: list[Any] = []
+        return list(installed.records)
+    chosen: list[PluginRecord] = []
     for name in names:
         dist, plain = split_qualified_name(name)
-        found = [
-            r
-            for r in records
-            if r.plugin.name == plain
-            and (
-                dist is None
-                or normalize_distribution(r.plugin.distribution or "")
-                == normalize_distribution(dist)
-            )
-        ]
-        if not found and not (dist is None and plain in default_builtins()):
-            known = sorted({*default_builtins(), *(r.plugin.name for r in records)})
-            installed = ", ".join(sorted({r.plugin.name for r in records})) or "none"
+        found = installed.designated(name)
+        if not found and not (dist is None and plain in installed.builtins):
+            plugins = sorted(installed.installed)
+            known = sorted({*installed.builtins, *plugins})
             raise UnknownBackendError(
                 f"No installed plugin provides serve backend {name!r}{did_you_mean(name, known)} "
-                f"Installed plugins: {installed}. 'sglang-backends list' shows every backend.",
+                f"Installed plugins: {', '.join(plugins) or 'none'}. "
+                "'sglang-backends list' shows every backend.",
                 name=name,
             )
         chosen += [r for r in found if r not in chosen]

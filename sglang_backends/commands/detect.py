@@ -226,7 +226,7 @@ class DetectBackend(SelectionOptions, Lister):
             )
 
         survey = self.survey(parsed_args)
-        settings = survey.selection.settings
+        settings = survey.settings
         if parsed_args.detect_timeout is not None:
             settings = dataclasses.replace(settings, detect_timeout=parsed_args.detect_timeout)
 
