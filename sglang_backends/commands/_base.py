@@ -20,6 +20,7 @@ __all__ = [
     "ENABLED",
     "SafeCommand",
     "SelectionOptions",
+    "add_config_options",
     "builtin_status",
     "builtin_target",
     "option_action",
@@ -36,6 +37,31 @@ configuration:
   --enable/--disable override both. A misspelt option, group or variable is
   a warning. Exit status 2 means the configuration is invalid.
 """
+
+#: ``--config-file`` and ``--config-dir``: global options before the command name (as
+#: OpenStack clients take them), each command's own after it; the command reads both.
+_CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
+    "--config-file": {
+        "metavar": "PATH",
+        "help": "read [serve_backends] options from this file; repeatable, later files win",
+    },
+    "--config-dir": {
+        "metavar": "DIR",
+        "help": "also read every .conf file in DIR, in name order, after the --config-file "
+        "files; repeatable",
+    },
+}
+
+
+def add_config_options(parser: Any, *, documented: bool = True) -> None:
+    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group).
+
+    The global parser takes them undocumented: its description mentions them.
+    """
+    for flag, kwargs in _CONFIG_OPTIONS.items():
+        help_text = kwargs["help"] if documented else argparse.SUPPRESS
+        parser.add_argument(flag, **{**kwargs, "help": help_text}, action="append", default=[])
+
 
 #: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
 EXIT_USAGE = 2
@@ -138,21 +164,7 @@ class SelectionOptions(SafeDisplay):
         parser = super().get_parser(prog_name)
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         group = parser.add_argument_group("configuration and selection")
-        group.add_argument(
-            "--config-file",
-            metavar="PATH",
-            action="append",
-            default=[],
-            help="read [serve_backends] options from this file; repeatable, later files win",
-        )
-        group.add_argument(
-            "--config-dir",
-            metavar="DIR",
-            action="append",
-            default=[],
-            help="also read every .conf file in DIR, in name order, after the --config-file "
-            "files; repeatable",
-        )
+        add_config_options(group)
         group.add_argument(
             "--enable",
             metavar="NAME",
@@ -221,8 +233,10 @@ class SelectionOptions(SafeDisplay):
         """
         from sglang_backends.config import describe_origin, load_settings
 
+        before = self.app.options  # the global options, read before the command name
         settings = load_settings(
-            config_files=parsed_args.config_file, config_dirs=parsed_args.config_dir
+            config_files=[*before.config_file, *parsed_args.config_file],
+            config_dirs=[*before.config_dir, *parsed_args.config_dir],
         )
         origins = {
             "enabled": describe_origin(settings, "enabled_backends"),

@@ -11,7 +11,7 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends.commands._base import SafeCommand, option_action
+from sglang_backends.commands._base import SafeCommand, add_config_options, option_action
 from sglang_backends.usage import LOG_FORMAT, PrintableRecords
 
 __all__ = ["OperatorApp"]
@@ -52,43 +52,8 @@ class _ConsoleFilter(PrintableRecords):
         return True
 
 
-_CONFIG_OPTIONS = ("--config-file", "--config-dir")
-#: cliff's global options that take a value.
-_VALUED_GLOBALS = ("--log-file",)
-
-
-def _command_index(argv: list[str]) -> int | None:
-    """Where the command name is in *argv*: the first word not an option or its value."""
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        if not token.startswith("-"):
-            return index
-        if "=" not in token and token in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
-            index += 1
-        index += 1
-    return None
-
-
-def _config_options_after_command(argv: list[str]) -> list[str]:
-    """*argv* with configuration options given before the command name moved after it."""
-    command = _command_index(argv)
-    head = argv if command is None else argv[:command]
-    kept: list[str] = []
-    moved: list[str] = []
-    index = 0
-    while index < len(head):
-        token = head[index]
-        name = token.partition("=")[0]
-        target = moved if name in _CONFIG_OPTIONS else kept
-        target.append(token)
-        if "=" not in token and name in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
-            target.extend(head[index + 1 : index + 2])
-            index += 1
-        index += 1
-    if command is None:
-        return [*kept, *moved]  # no command: cliff reports what is wrong
-    return [*kept, argv[command], *moved, *argv[command + 1 :]]
+#: The configuration options' destinations: global options before the command name only.
+_CONFIG_DESTS = ("config_file", "config_dir")
 
 
 def _short_cluster(parser: argparse.ArgumentParser, token: str) -> bool:
@@ -102,13 +67,16 @@ def _short_cluster(parser: argparse.ArgumentParser, token: str) -> bool:
 
 
 class _GlobalOptions(argparse.ArgumentParser):
-    """cliff's global options, read from the whole command line in linear time.
+    """The global options, read from the whole command line in linear time.
 
     cliff reads its global options anywhere on the command line, a detect
     request included; argparse before 3.13 rescans every option-like string
     for each one it meets, O(N²) over the line. Only the strings that are
     global options (with their values) reach argparse here; every other
     string is returned as it came, in order, as argparse would.
+    ``--config-file`` and ``--config-dir`` are global only before the command
+    name: after it they are the command's own (and inside a detect request,
+    the request's).
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -117,6 +85,7 @@ class _GlobalOptions(argparse.ArgumentParser):
         args = list(args)
         mine: list[str] = []
         rest: list[str] = []
+        commanded = False  # whether the command name has been read
         index = 0
         while index < len(args):
             token = args[index]
@@ -125,6 +94,8 @@ class _GlobalOptions(argparse.ArgumentParser):
                 break
             name, sep, _ = token.partition("=")
             action = option_action(self, name) if token.startswith("-") else None
+            if action is not None and action.dest in _CONFIG_DESTS and commanded:
+                action = None
             if action is not None:
                 mine.append(token)
                 if not sep and action.nargs is None:  # --log-file FILE
@@ -134,6 +105,7 @@ class _GlobalOptions(argparse.ArgumentParser):
                 mine.append(token)
             else:
                 rest.append(token)
+                commanded = commanded or not token.startswith("-")
             index += 1
         namespace, extras = super().parse_known_args(mine, namespace)
         if extras:  # read otherwise than this scan assumed: let argparse read it all
@@ -235,8 +207,9 @@ class OperatorApp(App):
         version: str | None,
         argparse_kwargs: dict[str, Any] | None = None,
     ) -> argparse.ArgumentParser:
-        """The global options, with the description kept as written.
+        """The global options, ``--config-file`` and ``--config-dir`` among them.
 
+        The description is kept as written.
         No abbreviations: cliff parses global options anywhere on the line, and
         ``--deb`` or ``--log`` in a ``detect`` request must stay the request's.
         """
@@ -246,21 +219,12 @@ class OperatorApp(App):
         kwargs.setdefault("allow_abbrev", False)
         cliffs = super().build_option_parser(description, version, kwargs)
         # The same options in a parser that reads them in linear time (argparse's ``parents``).
-        return _GlobalOptions(
-            parents=[cliffs],
-            description=cliffs.description,
-            add_help=False,
-            **kwargs,
+        parser = _GlobalOptions(
+            parents=[cliffs], description=cliffs.description, add_help=False, **kwargs
         )
-
-    def run(self, argv: list[str]) -> int:
-        """Run the command line; ``--config-file``/``--config-dir`` may precede the command.
-
-        OpenStack clients take global options first (``sglang-backends
-        --config-file F list``); they are moved after the command name, where
-        every command takes them, so nothing after the command is taken away.
-        """
-        return super().run(_config_options_after_command(argv))
+        # As OpenStack clients take them: "sglang-backends --config-file F list".
+        add_config_options(parser, documented=False)
+        return parser
 
     def configure_logging(self) -> None:
         """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.
