@@ -19,8 +19,8 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend
@@ -29,8 +29,24 @@ if TYPE_CHECKING:
 __all__ = ["Job", "Result"]
 
 
+_T = TypeVar("_T", bound="_Json")
+
+
+class _Json:
+    """A dataclass sent to or from a worker: JSON by field name, the one wire format."""
+
+    def to_json(self) -> dict[str, Any]:
+        # Every subclass is a dataclass; mypy cannot tell from this base.
+        fields: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return fields
+
+    @classmethod
+    def from_json(cls: type[_T], data: Mapping[str, Any]) -> _T:
+        return cls(**data)
+
+
 @dataclasses.dataclass(frozen=True)
-class Job:
+class Job(_Json):
     """What one worker does, and under which selection.
 
     :param action: ``load`` one backend by :attr:`name`, check its
@@ -40,37 +56,20 @@ class Job:
     """
 
     action: Literal["load", "contract", "explain"]
-    enabled: tuple[str, ...] | None
-    disabled: tuple[str, ...]
+    enabled: Sequence[str] | None
+    disabled: Sequence[str]
     name: str = ""
     contract_timeout: float = 0.0
     detect_timeout: float | None = None
     load_timeout: float | None = None
-    argv: tuple[str, ...] = ()
+    argv: Sequence[str] = ()
     model_path: str | None = None
     positional: bool = False
     progress: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The job as the worker reads it (JSON on its stdin)."""
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Job:
-        enabled = data["enabled"]
-        return cls(
-            **{
-                **data,
-                "enabled": None if enabled is None else tuple(enabled),
-                "disabled": tuple(data["disabled"]),
-                "argv": tuple(data["argv"]),
-            }
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """One backend's verdict on an ``explain`` job's request."""
+class Outcome(NamedTuple):
+    """One backend's verdict on an ``explain`` job's request (a JSON array)."""
 
     name: str
     distribution: str | None
@@ -80,7 +79,7 @@ class Outcome:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
+class Result(_Json):
     """What one job found: the loaded backend's declarations, detection's outcomes, or an error."""
 
     ok: bool = False
@@ -91,24 +90,15 @@ class Result:
     requires_model_path: bool = False
     help_seconds: float = 0.0
     detections: int = 0
-    outcomes: tuple[Outcome, ...] = ()
-    matches: tuple[str, ...] = ()
+    outcomes: Sequence[Outcome] = ()
+    matches: Sequence[str] = ()
     selected: str | None = None
     fallback: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        """The result as the worker reports it (JSON on its saved stdout)."""
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Result:
-        return cls(
-            **{
-                **data,
-                "outcomes": tuple(Outcome(**o) for o in data.get("outcomes", ())),
-                "matches": tuple(data.get("matches", ())),
-            }
-        )
+        outcomes = [Outcome(*o) for o in data.get("outcomes", ())]  # JSON arrays
+        return cls(**{**data, "outcomes": outcomes})
 
 
 def _registry(job: Job) -> ServeBackendRegistry:
@@ -117,8 +107,8 @@ def _registry(job: Job) -> ServeBackendRegistry:
 
     defaults = Settings()
     settings = Settings(
-        enabled=job.enabled,
-        disabled=job.disabled,
+        enabled=None if job.enabled is None else tuple(job.enabled),
+        disabled=tuple(job.disabled),
         detect_timeout=job.detect_timeout or defaults.detect_timeout,
         load_timeout=job.load_timeout or defaults.load_timeout,
     )
@@ -170,18 +160,18 @@ def _explain(job: Job) -> Result:
 
     registry = _registry(job)
     request = ServeRequest(
-        argv=job.argv, model_path=job.model_path, model_path_is_positional=job.positional
+        argv=tuple(job.argv), model_path=job.model_path, model_path_is_positional=job.positional
     )
     started = time.perf_counter()
     report = registry.explain(request, progress=_progress_to(job.progress))
     return Result(
         ok=True,
         seconds=time.perf_counter() - started,
-        outcomes=tuple(
+        outcomes=[
             Outcome(o.name, o.distribution, o.verdict.value, o.seconds, o.detail)
             for o in report.outcomes
-        ),
-        matches=tuple(report.matches),
+        ],
+        matches=list(report.matches),
         selected=report.selected,
         fallback=report.fallback,
     )
