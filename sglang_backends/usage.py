@@ -35,7 +35,6 @@ __all__ = [
     "USABLE",
     "PrintableRecords",
     "Survey",
-    "conflict_warnings",
     "designates",
     "metadata_help",
     "printable",

@@ -24,6 +24,7 @@ __all__ = [
     "builtin_status",
     "builtin_target",
     "option_action",
+    "positive_seconds",
     "summary_line",
 ]
 
@@ -281,6 +282,21 @@ def model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | N
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
     )
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds, greater than 0 and at most MAX_TIMEOUT."""
+    from sglang_backends.detection import MAX_TIMEOUT
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be greater than 0 and at most {MAX_TIMEOUT:g}: {text!r}"
+        )
+    return value
 
 
 def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:

@@ -9,31 +9,23 @@ from typing import TYPE_CHECKING, Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import ENABLED, SelectionOptions, builtin_status
+from sglang_backends.commands._base import (
+    ENABLED,
+    SelectionOptions,
+    builtin_status,
+    positive_seconds,
+)
 from sglang_backends.commands._worker import Job, Result
-from sglang_backends.detection import MAX_TIMEOUT
 from sglang_backends.usage import USABLE, Survey, designates, printable
 
 if TYPE_CHECKING:
     from sglang_backends.selection import PluginRecord
 
-__all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
+__all__ = ["CheckBackends"]
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.
 FAILURES = frozenset({"error", "timeout", "crashed"})
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(
-            f"must be greater than 0 and at most {MAX_TIMEOUT:g}: {text!r}"
-        )
-    return value
 
 
 def _jobs(text: str) -> int:
@@ -102,7 +94,7 @@ class CheckBackends(SelectionOptions, Lister):
         parser.add_argument(
             "--timeout",
             metavar="SECONDS",
-            type=_positive,
+            type=positive_seconds,
             default=30.0,
             help="seconds one plugin may take to load before it is killed (default: 30)",
         )

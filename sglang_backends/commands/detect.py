@@ -14,11 +14,11 @@ from sglang_backends.commands._base import (
     SelectionOptions,
     builtin_status,
     option_action,
+    positive_seconds,
 )
 from sglang_backends.commands._worker import Job, Result
-from sglang_backends.commands.check import _positive
 
-__all__ = ["COLUMNS", "DetectBackend"]
+__all__ = ["DetectBackend"]
 
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
 
@@ -180,13 +180,13 @@ class DetectBackend(SelectionOptions, Lister):
         parser.add_argument(
             "--detect-timeout",
             metavar="SECONDS",
-            type=_positive,
+            type=positive_seconds,
             help="seconds each detector may take; overrides detect_timeout",
         )
         parser.add_argument(
             "--timeout",
             metavar="SECONDS",
-            type=_positive,
+            type=positive_seconds,
             help="seconds loading every plugin and detecting may take in all before detect "
             "gives up (default: load_timeout + detect_timeout + 10, so that it never cuts "
             "short a load or a detector serve would still wait for)",
