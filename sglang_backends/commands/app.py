@@ -11,7 +11,12 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends.commands._base import SafeCommand, add_config_options, option_action
+from sglang_backends.commands._base import (
+    SafeCommand,
+    add_config_options,
+    option_action,
+    option_span,
+)
 from sglang_backends.usage import LOG_FORMAT, PrintableRecords
 
 __all__ = ["OperatorApp"]
@@ -92,16 +97,12 @@ class _GlobalOptions(argparse.ArgumentParser):
             if token == "--":  # argparse reads no option after it
                 rest += args[index:]
                 break
-            name, sep, _ = token.partition("=")
-            action = option_action(self, name) if token.startswith("-") else None
-            if action is not None and action.dest in _CONFIG_DESTS and commanded:
-                action = None
-            if action is not None:
-                mine.append(token)
-                if not sep and action.nargs is None:  # --log-file FILE
-                    mine += args[index + 1 : index + 2]
-                    index += 1
-            elif _short_cluster(self, token):
+            option = option_span(self, token)
+            if option is not None and not (commanded and option[0].dest in _CONFIG_DESTS):
+                mine += args[index : index + option[1]]  # --log-file FILE: both
+                index += option[1]
+                continue
+            if _short_cluster(self, token):
                 mine.append(token)
             else:
                 rest.append(token)

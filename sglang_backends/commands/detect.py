@@ -13,7 +13,7 @@ from sglang_backends.commands._base import (
     ENABLED,
     SelectionOptions,
     builtin_status,
-    option_action,
+    option_span,
     positive_seconds,
 )
 from sglang_backends.commands._worker import Job, Result
@@ -31,22 +31,11 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
     """
     args = list(args)
     index = 0
-    while index < len(args):
-        token = args[index]
-        if token == "--":
-            return args
-        name, sep, _ = token.partition("=")
-        action = option_action(parser, name) if token.startswith("-") else None
-        if action is None:
+    while index < len(args) and args[index] != "--":
+        option = option_span(parser, args[index])
+        if option is None:
             return [*args[:index], "--", *args[index:]]
-        if sep:
-            index += 1
-        elif action.nargs in (None, "?"):
-            index += 2
-        elif isinstance(action.nargs, int):
-            index += 1 + action.nargs
-        else:
-            index += 1
+        index += option[1]
     return args
 
 
