@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-CONFIG_HELP = """\
+_CONFIG_EPILOG = """\
 configuration:
   Options are read from the [serve_backends] group of the files given with
   --config-file and --config-dir (before or after the command name), and from
@@ -66,10 +66,10 @@ def add_config_options(parser: Any, *, documented: bool = True) -> None:
 
 
 #: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
-EXIT_USAGE = 2
+_EXIT_USAGE = 2
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
-HUMAN_FORMATS = frozenset({"table", "value", "csv"})
+_HUMAN_FORMATS = frozenset({"table", "value", "csv"})
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
@@ -100,7 +100,7 @@ class SafeCommand(Command):
 
     def get_epilog(self) -> str:
         """The configuration notes every command shares."""
-        return CONFIG_HELP
+        return _CONFIG_EPILOG
 
 
 class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
@@ -111,15 +111,11 @@ class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
     def _load_formatter_plugins(self) -> Any:
         return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
 
-    def human(self, parsed_args: argparse.Namespace) -> bool:
-        """Whether the chosen formatter prints strings as they are (table, value, csv)."""
-        return getattr(parsed_args, "formatter", None) in HUMAN_FORMATS
-
     def safe_rows(
         self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
     ) -> list[tuple[Any, ...]]:
         """*rows* with control characters escaped when the formatter is a human one."""
-        if not self.human(parsed_args):
+        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
             return [tuple(row) for row in rows]
         return [tuple(printable(value) for value in row) for row in rows]
 
@@ -203,7 +199,7 @@ class SelectionOptions(SafeDisplay):
                 self.app.LOG.exception(exc)
             else:
                 self.app.LOG.error("%s", exc)
-            return EXIT_USAGE
+            return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
     def survey(self, parsed_args: argparse.Namespace) -> Survey:
