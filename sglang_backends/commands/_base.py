@@ -219,7 +219,7 @@ class SelectionOptions(SafeDisplay):
             disabled=selection.settings.disabled,
             origins=selection.origins,
         )
-        problem = model_type_problem(installed, selection.origins)
+        problem = _model_type_problem(installed, selection.origins)
         if problem:
             self.app.LOG.warning("%s", problem)
         return installed
@@ -252,7 +252,7 @@ class SelectionOptions(SafeDisplay):
         return Selection(settings, origins)
 
 
-def model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | None:
+def _model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | None:
     """Why the configured ``model_type`` would make ``serve`` fail, or ``None``.
 
     ``serve`` refuses a name nothing provides (or that the lists disable);
