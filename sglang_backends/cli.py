@@ -1,7 +1,9 @@
 """The ``sglang-backends`` console script: routes to ``serve`` or the operator commands.
 
-``serve`` is routed before anything else is imported, so serving a model
-never pays for the operator machinery (cliff, oslo.config).
+This is the one route to ``serve``: it is taken before anything else is
+imported, so serving a model never pays for the operator machinery (cliff,
+oslo.config), and ``serve`` is never a cliff command (cliff reads its
+global options anywhere on the line, a backend's arguments included).
 
 Internal module: its names may change between releases without notice.
 """
@@ -13,14 +15,25 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
+#: Options before a command name that take a value: serve's (kept for it), then cliff's.
+_VALUED = ("--config-file", "--config-dir", "--log-file")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sglang-backends ARGS`` and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "serve":
+    index, options = 0, []  # the options before the command name, as (name, tokens)
+    while index < len(args) and args[index].startswith("-"):
+        name, sep, _ = args[index].partition("=")
+        width = 2 if not sep and name in _VALUED else 1
+        options.append((name, args[index : index + width]))
+        index += width
+    if index < len(args) and args[index] == "serve":
         from sglang_backends.serve import main as serve_main
 
-        return serve_main(args[1:])
+        debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
+        kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
+        return serve_main([*debug, *kept, *args[index + 1 :]])
     from sglang_backends.commands import main as commands_main
 
     return commands_main(args)

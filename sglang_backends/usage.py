@@ -1,10 +1,14 @@
-"""The general ``sglang-backends serve --help``, built from package metadata only.
+"""What every command shows of the installed backends, from package metadata only.
 
-Shown for ``--model-type auto``: it names every available backend and its
-provider without importing a single plugin, and says how to reach a
+:func:`survey` lists every backend, built-in and plugin, with its status
+under a selection, without importing a single plugin: ``list``, ``check``,
+``detect`` and the general ``sglang-backends serve --help`` all read it.
+
+That help (:func:`metadata_help`, shown for ``--model-type auto``) names
+every available backend and its provider, and says how to reach a
 backend's own help, since each backend parses its own arguments. A plugin
-claiming a built-in name makes every ``serve`` fail, but not this help:
-:func:`metadata_help` prints it and reports the clash as a warning.
+claiming a built-in name makes every ``serve`` fail, but not this help: it
+is printed, and the clash reported as a warning.
 
 Internal module: its names may change between releases without notice.
 """
@@ -12,11 +16,12 @@ Internal module: its names may change between releases without notice.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import re
 import textwrap
 import traceback
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sglang_backends.detection import FALLBACK_BACKEND
@@ -28,10 +33,11 @@ __all__ = [
     "LOG_FORMAT",
     "PROG",
     "PrintableRecords",
-    "conflict_warnings",
+    "Survey",
     "metadata_help",
     "printable",
     "printable_traceback",
+    "survey",
     "usage_line",
 ]
 
@@ -118,6 +124,44 @@ def usage_line() -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Survey:
+    """Every installed backend and each plugin's status under one selection.
+
+    :param installed: the installed plugin names (each may have several providers).
+    """
+
+    settings: Settings
+    builtins: Mapping[str, Any]
+    records: tuple[PluginRecord, ...]
+    installed: Collection[str]
+
+    @property
+    def usable_names(self) -> list[str]:
+        """The plugin names ``serve`` may be given, sorted (built-ins apart)."""
+        from sglang_backends.selection import usable_names
+
+        return usable_names(self.records)
+
+    def designated(self, name: str) -> list[PluginRecord]:
+        """The records ``NAME`` or ``DIST:NAME`` *name* designates."""
+        from sglang_backends.selection import designates
+
+        return [r for r in self.records if designates(name, r.plugin)]
+
+
+def survey(settings: Settings) -> Survey:
+    """Every installed backend with its status under *settings*; imports no plugin."""
+    from sglang_backends.discovery import discover
+    from sglang_backends.host import default_builtins
+    from sglang_backends.selection import inventory
+
+    builtins = default_builtins()
+    installed = discover()
+    records = inventory(installed, builtins, enabled=settings.enabled, disabled=settings.disabled)
+    return Survey(settings, builtins, tuple(records), frozenset(installed))
+
+
 def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]) -> list[str]:
     rows = [(name, _BUILTIN_NOTES.get(name, "built-in")) for name in builtin_names]
     for record in records:
@@ -153,16 +197,10 @@ def metadata_help(settings: Settings) -> tuple[str, list[str]]:
 
     :returns: the help text and the warning lines to log.
     """
-    from sglang_backends.discovery import discover
-    from sglang_backends.host import default_builtins
-    from sglang_backends.selection import inventory, usable_names
-
-    builtin_names = tuple(default_builtins())
-    records = inventory(
-        discover(), builtin_names, enabled=settings.enabled, disabled=settings.disabled
-    )
-    text = _render((*builtin_names, *usable_names(records)), builtin_names, records)
-    return text, conflict_warnings(records)
+    installed = survey(settings)
+    builtin_names = tuple(installed.builtins)
+    text = _render((*builtin_names, *installed.usable_names), builtin_names, installed.records)
+    return text, conflict_warnings(installed.records)
 
 
 def _render(

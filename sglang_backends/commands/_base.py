@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import stevedore
@@ -14,29 +14,23 @@ from cliff.display import DisplayCommandBase
 
 from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings
-from sglang_backends.usage import printable
+from sglang_backends.usage import Survey, printable, survey
 
 __all__ = [
-    "CONFIG_HELP",
     "ENABLED",
-    "EXIT_USAGE",
-    "HUMAN_FORMATS",
     "SafeCommand",
-    "SafeDisplay",
-    "Selection",
     "SelectionOptions",
-    "Survey",
+    "add_config_options",
     "builtin_status",
     "builtin_target",
-    "model_type_problem",
     "option_action",
-    "printable",
+    "option_span",
+    "positive_seconds",
     "summary_line",
-    "warn_not_installed",
 ]
 
 
-CONFIG_HELP = """\
+_CONFIG_EPILOG = """\
 configuration:
   Options are read from the [serve_backends] group of the files given with
   --config-file and --config-dir (before or after the command name), and from
@@ -46,11 +40,36 @@ configuration:
   a warning. Exit status 2 means the configuration is invalid.
 """
 
+#: ``--config-file`` and ``--config-dir``: global options before the command name (as
+#: OpenStack clients take them), each command's own after it; the command reads both.
+_CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
+    "--config-file": {
+        "metavar": "PATH",
+        "help": "read [serve_backends] options from this file; repeatable, later files win",
+    },
+    "--config-dir": {
+        "metavar": "DIR",
+        "help": "also read every .conf file in DIR, in name order, after the --config-file "
+        "files; repeatable",
+    },
+}
+
+
+def add_config_options(parser: Any, *, documented: bool = True) -> None:
+    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group).
+
+    The global parser takes them undocumented: its description mentions them.
+    """
+    for flag, kwargs in _CONFIG_OPTIONS.items():
+        help_text = kwargs["help"] if documented else argparse.SUPPRESS
+        parser.add_argument(flag, **{**kwargs, "help": help_text}, action="append", default=[])
+
+
 #: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
-EXIT_USAGE = 2
+_EXIT_USAGE = 2
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
-HUMAN_FORMATS = frozenset({"table", "value", "csv"})
+_HUMAN_FORMATS = frozenset({"table", "value", "csv"})
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
@@ -81,7 +100,7 @@ class SafeCommand(Command):
 
     def get_epilog(self) -> str:
         """The configuration notes every command shares."""
-        return CONFIG_HELP
+        return _CONFIG_EPILOG
 
 
 class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
@@ -92,15 +111,11 @@ class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
     def _load_formatter_plugins(self) -> Any:
         return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
 
-    def human(self, parsed_args: argparse.Namespace) -> bool:
-        """Whether the chosen formatter prints strings as they are (table, value, csv)."""
-        return getattr(parsed_args, "formatter", None) in HUMAN_FORMATS
-
     def safe_rows(
         self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
     ) -> list[tuple[Any, ...]]:
         """*rows* with control characters escaped when the formatter is a human one."""
-        if not self.human(parsed_args):
+        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
             return [tuple(row) for row in rows]
         return [tuple(printable(value) for value in row) for row in rows]
 
@@ -111,15 +126,6 @@ class Selection:
 
     settings: Settings
     origins: Mapping[str, str]
-
-
-@dataclasses.dataclass(frozen=True)
-class Survey:
-    """The selection, the built-ins and every installed plugin's status under it."""
-
-    selection: Selection
-    builtins: Mapping[str, Any]
-    records: Sequence[Any]
 
 
 def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
@@ -156,21 +162,7 @@ class SelectionOptions(SafeDisplay):
         parser = super().get_parser(prog_name)
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         group = parser.add_argument_group("configuration and selection")
-        group.add_argument(
-            "--config-file",
-            metavar="PATH",
-            action="append",
-            default=[],
-            help="read [serve_backends] options from this file; repeatable, later files win",
-        )
-        group.add_argument(
-            "--config-dir",
-            metavar="DIR",
-            action="append",
-            default=[],
-            help="also read every .conf file in DIR, in name order, after the --config-file "
-            "files; repeatable",
-        )
+        add_config_options(group)
         group.add_argument(
             "--enable",
             metavar="NAME",
@@ -207,32 +199,30 @@ class SelectionOptions(SafeDisplay):
                 self.app.LOG.exception(exc)
             else:
                 self.app.LOG.error("%s", exc)
-            return EXIT_USAGE
+            return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
     def survey(self, parsed_args: argparse.Namespace) -> Survey:
-        """Read the selection and classify every installed plugin under it; imports none.
+        """Read the selection and every installed plugin's status under it; imports none.
 
-        Names in the lists that nothing installed provides are warned about.
+        Names in the lists that nothing installed provides are warned about,
+        and a ``model_type`` serve would refuse.
         """
-        from sglang_backends.discovery import discover
-        from sglang_backends.host import default_builtins
-        from sglang_backends.selection import inventory
+        from sglang_backends.selection import warn_unknown_selection
 
         selection = self.selection(parsed_args)
-        builtins = default_builtins()
-        discovered = discover()
-        warn_not_installed(selection, discovered, builtins)
-        records = inventory(
-            discovered,
-            builtins,
+        installed = survey(selection.settings)
+        warn_unknown_selection(
+            installed.installed,
+            installed.builtins,
             enabled=selection.settings.enabled,
             disabled=selection.settings.disabled,
+            origins=selection.origins,
         )
-        problem = model_type_problem(selection, builtins, records)
+        problem = _model_type_problem(installed, selection.origins)
         if problem:
             self.app.LOG.warning("%s", problem)
-        return Survey(selection, builtins, records)
+        return installed
 
     def selection(self, parsed_args: argparse.Namespace) -> Selection:
         """Read configuration and apply the command-line overrides.
@@ -241,8 +231,10 @@ class SelectionOptions(SafeDisplay):
         """
         from sglang_backends.config import load_settings
 
+        before = self.app.options  # the global options, read before the command name
         settings = load_settings(
-            config_files=parsed_args.config_file, config_dirs=parsed_args.config_dir
+            config_files=[*before.config_file, *parsed_args.config_file],
+            config_dirs=[*before.config_dir, *parsed_args.config_dir],
         )
         origins = {
             "enabled": settings.describe("enabled_backends"),
@@ -260,54 +252,48 @@ class SelectionOptions(SafeDisplay):
         return Selection(settings, origins)
 
 
-def warn_not_installed(
-    selection: Selection, installed: Collection[str], builtins: Collection[str]
-) -> None:
-    """Warn about list names that select no installed plugin, naming the option that set them."""
-    from sglang_backends.selection import warn_unknown_selection
-
-    warn_unknown_selection(
-        installed,
-        builtins,
-        enabled=selection.settings.enabled,
-        disabled=selection.settings.disabled,
-        origins=selection.origins,
-    )
-
-
-def model_type_problem(
-    selection: Selection, builtins: Collection[str], records: Sequence[Any]
-) -> str | None:
+def _model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | None:
     """Why the configured ``model_type`` would make ``serve`` fail, or ``None``.
 
     ``serve`` refuses a name nothing provides (or that the lists disable);
     the operator commands say so up front, naming where it was set.
     """
     from sglang_backends.discovery import split_qualified_name
-    from sglang_backends.selection import designates, usable_names
+    from sglang_backends.errors import did_you_mean
 
-    model_type = selection.settings.model_type
-    if model_type == "auto":
-        return None
+    model_type = installed.settings.model_type
     dist, name = split_qualified_name(model_type)
-    if dist is None and name in builtins:
+    if model_type == "auto" or (dist is None and name in installed.builtins):
         return None
-    matching = [r for r in records if designates(model_type, r.plugin) and name not in builtins]
+    matching = [] if name in installed.builtins else installed.designated(model_type)
     if any(r.status.usable for r in matching):
         return None
-    where = selection.origins.get("model_type", "model_type")
+    where = origins.get("model_type", "model_type")
     if matching:
         return (
             f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
             "it until the enabled/disabled lists allow it"
         )
-    from sglang_backends.errors import did_you_mean
-
-    values = ("auto", *builtins, *usable_names(records))
+    values = ("auto", *installed.builtins, *installed.usable_names)
     return (
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
     )
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds, greater than 0 and at most MAX_TIMEOUT."""
+    from sglang_backends.detection import MAX_TIMEOUT
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be greater than 0 and at most {MAX_TIMEOUT:g}: {text!r}"
+        )
+    return value
 
 
 def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
@@ -319,6 +305,23 @@ def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action
     """
     table: dict[str, argparse.Action] = parser._option_string_actions
     return table.get(name)
+
+
+def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Action, int] | None:
+    """*parser*'s action for option string *token*, and how many strings it spans.
+
+    The span counts the option and the values that follow it (none when
+    ``--name=value`` joins them), as argparse reads them. ``None`` if *token*
+    is not one of *parser*'s options. Scanning a command line with it is
+    linear, where argparse before 3.13 is quadratic in the options met.
+    """
+    name, joined, _ = token.partition("=")
+    action = option_action(parser, name) if token.startswith("-") else None
+    if action is None:
+        return None
+    if joined or (action.nargs not in (None, "?") and not isinstance(action.nargs, int)):
+        return action, 1
+    return action, 2 if action.nargs in (None, "?") else 1 + int(action.nargs or 0)
 
 
 #: A backend that may be used.

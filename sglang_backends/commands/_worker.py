@@ -13,93 +13,168 @@ at once, whatever threads or exit handlers the plugin left behind.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend
+    from sglang_backends.registry import ServeBackendRegistry
 
-__all__ = ["main", "run_job"]
+__all__ = ["Job", "Result"]
 
 
-def _registry(job: dict[str, Any]) -> Any:
+_T = TypeVar("_T", bound="_Json")
+
+
+class _Json:
+    """A dataclass sent to or from a worker: JSON by field name, the one wire format."""
+
+    def to_json(self) -> dict[str, Any]:
+        # Every subclass is a dataclass; mypy cannot tell from this base.
+        fields: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return fields
+
+    @classmethod
+    def from_json(cls: type[_T], data: Mapping[str, Any]) -> _T:
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job(_Json):
+    """What one worker does, and under which selection.
+
+    :param action: ``load`` one backend by :attr:`name`, check its
+        ``contract`` too, or ``explain`` automatic detection for a request.
+    :param progress: a file the worker notes each load and detector in as it
+        starts and ends, for the command to read should the worker not finish.
+    """
+
+    action: Literal["load", "contract", "explain"]
+    enabled: Sequence[str] | None
+    disabled: Sequence[str]
+    name: str = ""
+    contract_timeout: float = 0.0
+    detect_timeout: float | None = None
+    load_timeout: float | None = None
+    argv: Sequence[str] = ()
+    model_path: str | None = None
+    positional: bool = False
+    progress: str | None = None
+
+
+class Outcome(NamedTuple):
+    """One backend's verdict on an ``explain`` job's request (a JSON array)."""
+
+    name: str
+    distribution: str | None
+    verdict: str
+    seconds: float
+    detail: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(_Json):
+    """What one job found: the loaded backend's declarations, detection's outcomes, or an error."""
+
+    ok: bool = False
+    seconds: float = 0.0
+    error: str | None = None
+    api_version: int | None = None
+    has_detector: bool = False
+    requires_model_path: bool = False
+    help_seconds: float = 0.0
+    detections: int = 0
+    outcomes: Sequence[Outcome] = ()
+    matches: Sequence[str] = ()
+    selected: str | None = None
+    fallback: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Result:
+        outcomes = [Outcome(*o) for o in data.get("outcomes", ())]  # JSON arrays
+        return cls(**{**data, "outcomes": outcomes})
+
+
+def _registry(job: Job) -> ServeBackendRegistry:
     from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.settings import Settings
 
     defaults = Settings()
     settings = Settings(
-        enabled=None if job.get("enabled") is None else tuple(job["enabled"]),
-        disabled=tuple(job.get("disabled", ())),
-        detect_timeout=float(job.get("detect_timeout", defaults.detect_timeout)),
-        load_timeout=float(job.get("load_timeout", defaults.load_timeout)),
+        enabled=None if job.enabled is None else tuple(job.enabled),
+        disabled=tuple(job.disabled),
+        detect_timeout=job.detect_timeout or defaults.detect_timeout,
+        load_timeout=job.load_timeout or defaults.load_timeout,
     )
-    return ServeBackendRegistry.from_settings(settings, origins=job.get("origins") or {})
+    return ServeBackendRegistry.from_settings(settings, origins={})
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "error": str(exc) or type(exc).__name__,
-        "error_type": type(exc).__name__,
-        "distribution": getattr(exc, "distribution", None),
-    }
+def _error(exc: BaseException) -> Result:
+    return Result(ok=False, error=str(exc) or type(exc).__name__)
 
 
-def _load(job: dict[str, Any]) -> dict[str, Any]:
-    """Load one backend by name and report its contract fields."""
-    registry = _registry(job)
-    started = time.perf_counter()
-    registered = registry.get(job["name"])
-    return _loaded(registered, started)
-
-
-def _loaded(registered: RegisteredServeBackend, started: float) -> dict[str, Any]:
+def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) -> Result:
     """What a loaded backend declares, and the seconds since *started*."""
     backend = registered.backend
-    return {
-        "ok": True,
-        "seconds": time.perf_counter() - started,
-        "distribution": registered.distribution,
-        "api_version": backend.api_version,
-        "has_detector": backend.detect is not None,
-        "requires_model_path": backend.requires_model_path,
-    }
+    return Result(
+        ok=True,
+        seconds=time.perf_counter() - started,
+        api_version=backend.api_version,
+        has_detector=backend.detect is not None,
+        requires_model_path=backend.requires_model_path,
+        **extra,
+    )
 
 
-def _explain(job: dict[str, Any]) -> dict[str, Any]:
+def _load(job: Job) -> Result:
+    """Load one backend by name and report its contract fields; with ``contract``, check it."""
+    from sglang_backends.testing import ContractViolation, assert_backend_contract
+
+    registry = _registry(job)
+    started = time.perf_counter()
+    registered = registry.get(job.name)
+    if job.action == "load":
+        return _loaded(registered, started)
+    try:
+        # The contract with this host only: importing SGLang to check it too takes seconds.
+        report = assert_backend_contract(
+            job.name, registry=registry, timeout=job.contract_timeout, sglang=False
+        )
+    except ContractViolation as exc:
+        provider = registered.distribution or "an unknown distribution"
+        return Result(ok=False, error=f"{exc} (provided by {provider})")
+    return _loaded(
+        registered, started, help_seconds=report.help_seconds, detections=len(report.detections)
+    )
+
+
+def _explain(job: Job) -> Result:
     """Run automatic detection on the request and report every outcome."""
     from sglang_backends.contract import ServeRequest
 
     registry = _registry(job)
     request = ServeRequest(
-        argv=tuple(job["argv"]),
-        model_path=job.get("model_path"),
-        model_path_is_positional=bool(job.get("positional")),
+        argv=tuple(job.argv), model_path=job.model_path, model_path_is_positional=job.positional
     )
     started = time.perf_counter()
-    report = registry.explain(request, progress=_progress_to(job.get("progress")))
-    return {
-        "ok": True,
-        "seconds": time.perf_counter() - started,
-        "outcomes": [
-            {
-                "name": o.name,
-                "distribution": o.distribution,
-                "verdict": o.verdict.value,
-                "seconds": o.seconds,
-                "detail": o.detail,
-            }
+    report = registry.explain(request, progress=_progress_to(job.progress))
+    return Result(
+        ok=True,
+        seconds=time.perf_counter() - started,
+        outcomes=[
+            Outcome(o.name, o.distribution, o.verdict.value, o.seconds, o.detail)
             for o in report.outcomes
         ],
-        "matches": list(report.matches),
-        "selected": report.selected,
-        "fallback": report.fallback,
-    }
+        matches=list(report.matches),
+        selected=report.selected,
+        fallback=report.fallback,
+    )
 
 
 def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
@@ -118,37 +193,10 @@ def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
     return progress
 
 
-def _contract(job: dict[str, Any]) -> dict[str, Any]:
-    """Load one backend and run the plugin-author kit's contract checks on it."""
-    from sglang_backends.testing import ContractViolation, assert_backend_contract
-
-    registry = _registry(job)
-    started = time.perf_counter()
-    registered = registry.get(job["name"])
+def _run(job: Job) -> Result:
+    """Run *job*; a failure, ours or a plugin's, is the result, never raised."""
     try:
-        # The contract with this host only: importing SGLang to check it too takes seconds.
-        report = assert_backend_contract(
-            job["name"], registry=registry, timeout=float(job["contract_timeout"]), sglang=False
-        )
-    except ContractViolation as exc:
-        provider = registered.distribution or "an unknown distribution"
-        return {
-            **_error(exc),
-            "error": f"{exc} (provided by {provider})",
-            "distribution": registered.distribution,
-        }
-    return {
-        **_loaded(registered, started),
-        "help_seconds": report.help_seconds,
-        "detections": len(report.detections),
-    }
-
-
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Run *job* (``{"action": "load"|"explain"|"contract", ...}``); return its JSON-able result."""
-    action = {"load": _load, "explain": _explain, "contract": _contract}[job["action"]]
-    try:
-        return action(job)
+        return _explain(job) if job.action == "explain" else _load(job)
     except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
         return _error(exc)
 
@@ -165,10 +213,10 @@ def main() -> None:
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     become_subreaper()
-    result = run_job(json.load(sys.stdin))
+    result = _run(Job.from_json(json.load(sys.stdin)))
     stop_tree(descendants, 0)  # what the plugin started, orphaned grandchildren included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
-        json.dump(result, out)
+        json.dump(result.to_json(), out)
     sys.stdout.flush()
     sys.stderr.flush()
     # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.

@@ -11,14 +11,15 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends.commands._base import SafeCommand, option_action
+from sglang_backends.commands._base import (
+    SafeCommand,
+    add_config_options,
+    option_action,
+    option_span,
+)
 from sglang_backends.usage import LOG_FORMAT, PrintableRecords
 
-__all__ = ["COMMANDS", "COMMAND_NAMESPACE", "OperatorApp"]
-
-#: Entry-point group naming the commands, for documentation tools (the app
-#: registers them itself: see :class:`OperatorApp`).
-COMMAND_NAMESPACE = "sglang_backends.commands"
+__all__ = ["OperatorApp"]
 
 
 def _commands() -> dict[str, type[Command]]:
@@ -33,10 +34,6 @@ def _commands() -> dict[str, type[Command]]:
         "check": CheckBackends,
         "detect": DetectBackend,
     }
-
-
-#: The commands, by name.
-COMMANDS = ("list", "show", "check", "detect")
 
 
 class _ConsoleFilter(PrintableRecords):
@@ -60,43 +57,8 @@ class _ConsoleFilter(PrintableRecords):
         return True
 
 
-_CONFIG_OPTIONS = ("--config-file", "--config-dir")
-#: cliff's global options that take a value.
-_VALUED_GLOBALS = ("--log-file",)
-
-
-def _command_index(argv: list[str]) -> int | None:
-    """Where the command name is in *argv*: the first word not an option or its value."""
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        if not token.startswith("-"):
-            return index
-        if "=" not in token and token in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
-            index += 1
-        index += 1
-    return None
-
-
-def _config_options_after_command(argv: list[str]) -> list[str]:
-    """*argv* with configuration options given before the command name moved after it."""
-    command = _command_index(argv)
-    head = argv if command is None else argv[:command]
-    kept: list[str] = []
-    moved: list[str] = []
-    index = 0
-    while index < len(head):
-        token = head[index]
-        name = token.partition("=")[0]
-        target = moved if name in _CONFIG_OPTIONS else kept
-        target.append(token)
-        if "=" not in token and name in (*_CONFIG_OPTIONS, *_VALUED_GLOBALS):
-            target.extend(head[index + 1 : index + 2])
-            index += 1
-        index += 1
-    if command is None:
-        return [*kept, *moved]  # no command: cliff reports what is wrong
-    return [*kept, argv[command], *moved, *argv[command + 1 :]]
+#: The configuration options' destinations: global options before the command name only.
+_CONFIG_DESTS = ("config_file", "config_dir")
 
 
 def _short_cluster(parser: argparse.ArgumentParser, token: str) -> bool:
@@ -110,13 +72,16 @@ def _short_cluster(parser: argparse.ArgumentParser, token: str) -> bool:
 
 
 class _GlobalOptions(argparse.ArgumentParser):
-    """cliff's global options, read from the whole command line in linear time.
+    """The global options, read from the whole command line in linear time.
 
     cliff reads its global options anywhere on the command line, a detect
     request included; argparse before 3.13 rescans every option-like string
     for each one it meets, O(N²) over the line. Only the strings that are
     global options (with their values) reach argparse here; every other
     string is returned as it came, in order, as argparse would.
+    ``--config-file`` and ``--config-dir`` are global only before the command
+    name: after it they are the command's own (and inside a detect request,
+    the request's).
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -125,23 +90,23 @@ class _GlobalOptions(argparse.ArgumentParser):
         args = list(args)
         mine: list[str] = []
         rest: list[str] = []
+        commanded = False  # whether the command name has been read
         index = 0
         while index < len(args):
             token = args[index]
             if token == "--":  # argparse reads no option after it
                 rest += args[index:]
                 break
-            name, sep, _ = token.partition("=")
-            action = option_action(self, name) if token.startswith("-") else None
-            if action is not None:
-                mine.append(token)
-                if not sep and action.nargs is None:  # --log-file FILE
-                    mine += args[index + 1 : index + 2]
-                    index += 1
-            elif _short_cluster(self, token):
+            option = option_span(self, token)
+            if option is not None and not (commanded and option[0].dest in _CONFIG_DESTS):
+                mine += args[index : index + option[1]]  # --log-file FILE: both
+                index += option[1]
+                continue
+            if _short_cluster(self, token):
                 mine.append(token)
             else:
                 rest.append(token)
+                commanded = commanded or not token.startswith("-")
             index += 1
         namespace, extras = super().parse_known_args(mine, namespace)
         if extras:  # read otherwise than this scan assumed: let argparse read it all
@@ -184,8 +149,8 @@ class Help(SafeCommand, HelpCommand):
 class Serve(SafeCommand):
     """Serve a model with the backend --model-type names, or the one detection picks
 
-    ``serve`` never reaches cliff (:meth:`OperatorApp.run` and the console
-    script route it first); it is registered so that the command list names
+    ``serve`` never reaches cliff (the console script, :mod:`sglang_backends.cli`,
+    routes it first); it is registered so that the command list names
     it, and ``help serve`` prints its help.
     """
 
@@ -243,8 +208,9 @@ class OperatorApp(App):
         version: str | None,
         argparse_kwargs: dict[str, Any] | None = None,
     ) -> argparse.ArgumentParser:
-        """The global options, with the description kept as written.
+        """The global options, ``--config-file`` and ``--config-dir`` among them.
 
+        The description is kept as written.
         No abbreviations: cliff parses global options anywhere on the line, and
         ``--deb`` or ``--log`` in a ``detect`` request must stay the request's.
         """
@@ -254,29 +220,12 @@ class OperatorApp(App):
         kwargs.setdefault("allow_abbrev", False)
         cliffs = super().build_option_parser(description, version, kwargs)
         # The same options in a parser that reads them in linear time (argparse's ``parents``).
-        return _GlobalOptions(
-            parents=[cliffs],
-            description=cliffs.description,
-            add_help=False,
-            **kwargs,
+        parser = _GlobalOptions(
+            parents=[cliffs], description=cliffs.description, add_help=False, **kwargs
         )
-
-    def run(self, argv: list[str]) -> int:
-        """Run the command line; ``--config-file``/``--config-dir`` may precede the command.
-
-        OpenStack clients take global options first (``sglang-backends
-        --config-file F list``); they are moved after the command name, where
-        every command takes them, so nothing after the command is taken away.
-        """
-        argv = _config_options_after_command(argv)
-        command = _command_index(argv)
-        if command is not None and argv[command] == "serve":
-            # "sglang-backends --config-file F serve MODEL": serve is not a cliff command.
-            from sglang_backends.serve import main as serve_main
-
-            debug = ["--debug"] if "--debug" in argv[:command] else []
-            return serve_main([*debug, *argv[command + 1 :]])
-        return super().run(argv)
+        # As OpenStack clients take them: "sglang-backends --config-file F list".
+        add_config_options(parser, documented=False)
+        return parser
 
     def configure_logging(self) -> None:
         """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.

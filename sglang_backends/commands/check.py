@@ -3,32 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import ENABLED, SelectionOptions, builtin_status
-from sglang_backends.detection import MAX_TIMEOUT
-from sglang_backends.usage import printable
+from sglang_backends.commands._base import (
+    ENABLED,
+    SelectionOptions,
+    builtin_status,
+    positive_seconds,
+)
+from sglang_backends.commands._worker import Job, Result
+from sglang_backends.usage import Survey, printable
 
-__all__ = ["COLUMNS", "FAILURES", "CheckBackends"]
+if TYPE_CHECKING:
+    from sglang_backends.selection import PluginRecord
+
+__all__ = ["CheckBackends"]
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.
 FAILURES = frozenset({"error", "timeout", "crashed"})
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(
-            f"must be greater than 0 and at most {MAX_TIMEOUT:g}: {text!r}"
-        )
-    return value
 
 
 def _jobs(text: str) -> int:
@@ -97,7 +94,7 @@ class CheckBackends(SelectionOptions, Lister):
         parser.add_argument(
             "--timeout",
             metavar="SECONDS",
-            type=_positive,
+            type=positive_seconds,
             default=30.0,
             help="seconds one plugin may take to load before it is killed (default: 30)",
         )
@@ -130,8 +127,8 @@ class CheckBackends(SelectionOptions, Lister):
         from sglang_backends.selection import PluginStatus
 
         survey = self.survey(parsed_args)
-        settings = survey.selection.settings
-        builtins, records = survey.builtins, _chosen(survey.records, parsed_args.names)
+        settings = survey.settings
+        builtins, records = survey.builtins, _chosen(survey, parsed_args.names)
         for warning in sglang_script_warnings(records):
             self.app.LOG.warning(printable(warning))
         if parsed_args.names:
@@ -142,25 +139,17 @@ class CheckBackends(SelectionOptions, Lister):
         # What each record is loaded as: its name, or DIST:NAME when that provider was asked for.
         keys = {id(r): _load_name(r, parsed_args.names) for r in records}
         to_load = sorted({keys[id(r)] for r in records if r.status.usable})
-        base = {
-            "action": "contract" if parsed_args.contract else "load",
-            # The kit bounds each call; a third of the worker's time leaves room to report.
-            "contract_timeout": parsed_args.timeout / 3,
-            "enabled": None if settings.enabled is None else list(settings.enabled),
+        base = Job(
+            action="contract" if parsed_args.contract else "load",
+            enabled=settings.enabled,
             # A conflict makes every registry fail; set it aside to check the rest.
-            "disabled": sorted({*settings.disabled, *conflicts}),
-        }
-        results = dict(
-            zip(
-                to_load,
-                run_many(
-                    [{**base, "name": name} for name in to_load],
-                    timeout=parsed_args.timeout,
-                    concurrency=parsed_args.jobs,
-                ),
-                strict=True,
-            )
+            disabled=tuple(sorted({*settings.disabled, *conflicts})),
+            # The kit bounds each call; a third of the worker's time leaves room to report.
+            contract_timeout=parsed_args.timeout / 3,
         )
+        jobs = [dataclasses.replace(base, name=name).to_json() for name in to_load]
+        workers = run_many(jobs, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
+        results = dict(zip(to_load, workers, strict=True))
 
         rows: list[tuple[Any, ...]] = []
         for name in builtins:
@@ -188,22 +177,23 @@ class CheckBackends(SelectionOptions, Lister):
                 if worker.failure == "crashed" and last_line(worker.stderr):
                     detail += f" (last output: {last_line(worker.stderr)})"
                 rows.append((*head, worker.failure, seconds, detail))
-            elif worker.result and worker.result.get("ok"):
-                result = worker.result
-                detail = (
-                    f"API version {result['api_version']}, "
-                    f"{'has a detector' if result['has_detector'] else 'no detector'}, "
-                    f"{'requires' if result['requires_model_path'] else 'does not require'} "
-                    "a model path"
+                continue
+            result = Result.from_json(worker.result or {})
+            if not result.ok:
+                rows.append((*head, "error", seconds, result.error))
+                continue
+            detail = (
+                f"API version {result.api_version}, "
+                f"{'has a detector' if result.has_detector else 'no detector'}, "
+                f"{'requires' if result.requires_model_path else 'does not require'} "
+                "a model path"
+            )
+            if parsed_args.contract:
+                detail += (
+                    f"; contract kept (--help in {result.help_seconds:.2f} s, "
+                    f"{result.detections} detector requests answered)"
                 )
-                if parsed_args.contract:
-                    detail += (
-                        f"; contract kept (--help in {result['help_seconds']:.2f} s, "
-                        f"{result['detections']} detector requests answered)"
-                    )
-                rows.append((*head, "ok", seconds, detail))
-            else:
-                rows.append((*head, "error", seconds, (worker.result or {}).get("error")))
+            rows.append((*head, "ok", seconds, detail))
         self.failed = any(row[4] in FAILURES for row in rows)
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
@@ -249,7 +239,7 @@ def sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     return lines
 
 
-def _load_name(record: Any, names: Sequence[str]) -> str:
+def _load_name(record: PluginRecord, names: Sequence[str]) -> str:
     """``DIST:NAME`` if *names* picks *record*'s provider that way, else its plain name."""
     from sglang_backends.selection import designates
 
@@ -260,28 +250,27 @@ def _load_name(record: Any, names: Sequence[str]) -> str:
     return str(plugin.name)
 
 
-def _chosen(records: Sequence[Any], names: Sequence[str]) -> list[Any]:
+def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
     """The records *names* designate (``NAME`` or ``DIST:NAME``); all of them without names.
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
     from sglang_backends.discovery import split_qualified_name
     from sglang_backends.errors import UnknownBackendError, did_you_mean
-    from sglang_backends.host import default_builtins
-    from sglang_backends.selection import designates
 
     if not names:
-        return list(records)
-    chosen: list[Any] = []
+        return list(installed.records)
+    chosen: list[PluginRecord] = []
     for name in names:
         dist, plain = split_qualified_name(name)
-        found = [r for r in records if designates(name, r.plugin)]
-        if not found and not (dist is None and plain in default_builtins()):
-            known = sorted({*default_builtins(), *(r.plugin.name for r in records)})
-            installed = ", ".join(sorted({r.plugin.name for r in records})) or "none"
+        found = installed.designated(name)
+        if not found and not (dist is None and plain in installed.builtins):
+            plugins = sorted(installed.installed)
+            known = sorted({*installed.builtins, *plugins})
             raise UnknownBackendError(
                 f"No installed plugin provides serve backend {name!r}{did_you_mean(name, known)} "
-                f"Installed plugins: {installed}. 'sglang-backends list' shows every backend.",
+                f"Installed plugins: {', '.join(plugins) or 'none'}. "
+                "'sglang-backends list' shows every backend.",
                 name=name,
             )
         chosen += [r for r in found if r not in chosen]

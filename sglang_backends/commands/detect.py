@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -12,11 +13,12 @@ from sglang_backends.commands._base import (
     ENABLED,
     SelectionOptions,
     builtin_status,
-    option_action,
+    option_span,
+    positive_seconds,
 )
-from sglang_backends.commands.check import _positive
+from sglang_backends.commands._worker import Job, Result
 
-__all__ = ["COLUMNS", "DetectBackend"]
+__all__ = ["DetectBackend"]
 
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
 
@@ -29,22 +31,11 @@ def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list
     """
     args = list(args)
     index = 0
-    while index < len(args):
-        token = args[index]
-        if token == "--":
-            return args
-        name, sep, _ = token.partition("=")
-        action = option_action(parser, name) if token.startswith("-") else None
-        if action is None:
+    while index < len(args) and args[index] != "--":
+        option = option_span(parser, args[index])
+        if option is None:
             return [*args[:index], "--", *args[index:]]
-        if sep:
-            index += 1
-        elif action.nargs in (None, "?"):
-            index += 2
-        elif isinstance(action.nargs, int):
-            index += 1 + action.nargs
-        else:
-            index += 1
+        index += option[1]
     return args
 
 
@@ -57,7 +48,7 @@ WORKER_MARGIN = 10.0
 CULPRIT_TIMEOUT = 10.0
 
 
-def _why(underway: Any, job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
+def _why(underway: Any, job: Job, records: Iterable[Any], timeout: float) -> str:
     """Why detection did not finish: the detectors still running, else the loads' culprits.
 
     Detectors still running once every plugin had loaded are named: loading
@@ -74,7 +65,7 @@ def _why(underway: Any, job: dict[str, Any], records: Iterable[Any], timeout: fl
     return _culprits(job, records, timeout)
 
 
-def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> str:
+def _culprits(job: Job, records: Iterable[Any], timeout: float) -> str:
     """Load the enabled plugins one per process to say why detection did not finish.
 
     Each gets ``max(timeout, CULPRIT_TIMEOUT)`` seconds. Only a plugin that
@@ -85,7 +76,7 @@ def _culprits(job: dict[str, Any], records: Iterable[Any], timeout: float) -> st
     from sglang_backends.selection import PluginStatus
 
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
-    jobs = [{**job, "action": "load", "name": name} for name in names]
+    jobs = [dataclasses.replace(job, action="load", name=name).to_json() for name in names]
     bound = max(timeout, CULPRIT_TIMEOUT)
     results = run_many(jobs, timeout=bound, concurrency=default_jobs())
     broken, slow = [], []
@@ -178,13 +169,13 @@ class DetectBackend(SelectionOptions, Lister):
         parser.add_argument(
             "--detect-timeout",
             metavar="SECONDS",
-            type=_positive,
+            type=positive_seconds,
             help="seconds each detector may take; overrides detect_timeout",
         )
         parser.add_argument(
             "--timeout",
             metavar="SECONDS",
-            type=_positive,
+            type=positive_seconds,
             help="seconds loading every plugin and detecting may take in all before detect "
             "gives up (default: load_timeout + detect_timeout + 10, so that it never cuts "
             "short a load or a detector serve would still wait for)",
@@ -201,7 +192,6 @@ class DetectBackend(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        import dataclasses
         import tempfile
 
         from sglang_backends.commands._isolation import run_isolated
@@ -225,42 +215,43 @@ class DetectBackend(SelectionOptions, Lister):
             )
 
         survey = self.survey(parsed_args)
-        settings = survey.selection.settings
+        settings = survey.settings
         if parsed_args.detect_timeout is not None:
             settings = dataclasses.replace(settings, detect_timeout=parsed_args.detect_timeout)
 
-        job = {
-            "action": "explain",
-            "argv": list(request.argv),
-            "model_path": request.model_path,
-            "positional": request.model_path_is_positional,
-            "enabled": None if settings.enabled is None else list(settings.enabled),
-            "disabled": list(settings.disabled),
-            "detect_timeout": settings.detect_timeout,
-            "load_timeout": settings.load_timeout,
-        }
+        job = Job(
+            action="explain",
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            detect_timeout=settings.detect_timeout,
+            load_timeout=settings.load_timeout,
+            argv=request.argv,
+            model_path=request.model_path,
+            positional=request.model_path_is_positional,
+        )
         timeout = parsed_args.timeout
         if timeout is None:
             timeout = settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
         with tempfile.NamedTemporaryFile(prefix="sglang-backends-detect-") as trace:
-            worker = run_isolated({**job, "progress": trace.name}, timeout=timeout)
+            traced = dataclasses.replace(job, progress=trace.name)
+            worker = run_isolated(traced.to_json(), timeout=timeout)
             underway = Underway().replay(trace.read().decode("utf-8", "replace"))
         if worker.failure is not None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
                 f"{_why(underway, job, survey.records, timeout)}"
             )
-        result = worker.result or {}
-        if not result.get("ok"):
-            raise ServeBackendError(str(result.get("error")))
+        result = Result.from_json(worker.result or {})
+        if not result.ok:
+            raise ServeBackendError(str(result.error))
 
         rows: list[tuple[Any, ...]] = [
-            (o["name"], o["distribution"], o["verdict"], round(o["seconds"], 4), o["detail"])
-            for o in result["outcomes"]
+            (o.name, o.distribution, o.verdict, round(o.seconds, 4), o.detail)
+            for o in result.outcomes
         ]
-        seconds = round(result["seconds"], 4)
-        if result["selected"] is None:
-            matches = ", ".join(result["matches"])
+        seconds = round(result.seconds, 4)
+        if result.selected is None:
+            matches = ", ".join(result.matches)
             detail = (
                 f"several backends matched: {matches}; serve refuses to guess. "
                 "Select one with --model-type BACKEND"
@@ -268,16 +259,16 @@ class DetectBackend(SelectionOptions, Lister):
             rows.append((None, None, "ambiguous", seconds, detail))
             self.app.LOG.warning("No selection: %s", detail)
             self.failed = True
-        elif result["fallback"]:
+        elif result.fallback:
             detail = "no backend claimed the request; llm is the fallback"
-            status = builtin_status(result["selected"])
+            status = builtin_status(result.selected)
             if status != ENABLED:  # as list, show and check say it
                 detail += f", which {status}: serve fails here"
-            rows.append((result["selected"], None, "fallback", seconds, detail))
-            self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
+            rows.append((result.selected, None, "fallback", seconds, detail))
+            self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         else:
             detail = "the only backend whose detector matched"
-            selected = next(o for o in result["outcomes"] if o["name"] == result["selected"])
-            rows.append((result["selected"], selected["distribution"], "selected", seconds, detail))
-            self.app.LOG.warning("Selected: %s (%s)", result["selected"], detail)
+            selected = next(o for o in result.outcomes if o.name == result.selected)
+            rows.append((result.selected, selected.distribution, "selected", seconds, detail))
+            self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         return COLUMNS, self.safe_rows(parsed_args, rows)
