@@ -42,7 +42,11 @@ def test_invalid_load_timeout_is_refused(value):
 
 
 def test_a_hanging_import_is_skipped_within_load_timeout(install_backend, registry_warnings):
-    install_backend("slow-runtime", "slow", prelude="time.sleep(20)", detect=MATCH)
+    # A module name of its own: the abandoned import holds that module's import lock
+    # for 20 s, and a later test in this process importing the same name would wait.
+    install_backend(
+        "slow-runtime", "slow", module="hung_import_plugin", prelude="time.sleep(20)", detect=MATCH
+    )
     install_backend("quick-runtime", "quick", detect=MATCH)
     registry = ServeBackendRegistry(default_builtins(), load_timeout=1.0, detect_timeout=1.0)
     started = time.perf_counter()
