@@ -1,30 +1,10 @@
 """SGLang as the host: the built-in backends, SGLang's general plugins, its help note.
 
-This is the only module that imports ``sglang``, always inside a function,
-each use guarded by what the installed release provides, so that the
-behaviour follows the installed SGLang and a machine without it (or with an
-older release) gets a documented fallback rather than an ImportError:
-
-* ``llm``: SGLang's LLM server. No detector (it is the fallback). Its
-  ``run()`` prints ``prepare_server_args(["--help"])``'s help for
-  ``-h``/``--help``, else runs ``run_server(prepare_server_args(argv))``.
-* ``diffusion``: a *lazy* built-in (:func:`diffusion_backend`). Loading it
-  imports ``sglang.cli.utils`` once, so the detector closes over SGLang's own
-  ``get_is_diffusion_model`` and, from 0.5.23, ``is_registered_native_pipeline(
-  get_pipeline_class_name(argv))``: SGLang's import is loading time, never
-  detection time, and a cold import cannot time a detector out. Without
-  SGLang, or with a release lacking ``get_is_diffusion_model``, the detector
-  is :func:`detect_diffusion_offline`.
-* :func:`run_general_plugins`: ``sglang.srt.plugins.load_plugins()`` (0.5.12+),
-  once per process, skipped without importing SGLang when no
-  ``sglang.srt.plugins`` entry point would be loaded.
-* :func:`help_note`: ``sglang.cli.main.COOKBOOK_EPILOG`` (0.5.21+), printed
-  after a help, as ``sglang serve`` does; read from the installed file
-  without importing SGLang whenever it is a literal.
-
-Before its first use of SGLang in a process, the module applies SGLang's
-own warning filters (``suppress_noisy_warnings``), as importing
-``sglang serve``'s module does.
+The only module that imports ``sglang``: always inside a function, after
+SGLang's own warning filters, each use guarded by what the installed release
+provides, so that a machine without SGLang (or with an older release) gets a
+documented fallback rather than an ImportError. doc/source/user/operators.rst
+and plugins.rst describe the built-ins, the general plugins and the help note.
 """
 
 from __future__ import annotations
@@ -48,6 +28,7 @@ from sglang_backends.dispatch import wants_help
 from sglang_backends.errors import describe
 
 __all__ = [
+    "BUILTIN_NOTES",
     "DIFFUSION_INSTALL_HINT",
     "GENERAL_PLUGINS_GROUP",
     "INSTALL_COMMANDS",
@@ -73,6 +54,11 @@ DIFFUSION_INSTALL_HINT = (
 
 #: What to install for each built-in to serve, by name.
 INSTALL_COMMANDS = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
+#: How ``list`` and the general help describe each built-in.
+BUILTIN_NOTES = {
+    "llm": f"built-in, SGLang's LLM server ({INSTALL_COMMANDS['llm']})",
+    "diffusion": f"built-in, SGLang's diffusion server ({INSTALL_COMMANDS['diffusion']})",
+}
 
 _PROG = "sglang-backends serve"
 _DIFFUSERS_INDEX_FILES = ("model_index.json", "modular_model_index.json")

@@ -48,12 +48,6 @@ PROG = "sglang-backends serve"
 #: whichever command gave it. Each message says what it is about by itself.
 LOG_FORMAT = "%(message)s"
 
-_BUILTIN_NOTES = {
-    "llm": "built-in, SGLang's LLM server (pip install sglang)",
-    "diffusion": 'built-in, SGLang\'s diffusion server (pip install "sglang[diffusion]")',
-}
-
-
 # C0 and C1 controls, DEL, and the bidirectional overrides that reorder a terminal line.
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -163,7 +157,9 @@ def survey(settings: Settings) -> Survey:
 
 
 def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]) -> list[str]:
-    rows = [(name, _BUILTIN_NOTES.get(name, "built-in")) for name in builtin_names]
+    from sglang_backends.host import BUILTIN_NOTES
+
+    rows = [(name, BUILTIN_NOTES.get(name, "built-in")) for name in builtin_names]
     for record in records:
         plugin = record.plugin
         label = plugin.name
