@@ -83,21 +83,19 @@ def sglang_installed() -> bool:
 
 
 def _quiet_sglang() -> None:
-    """Silence the third-party warnings SGLang silences (``suppress_noisy_warnings``), once.
+    """Apply SGLang's warning filters (``suppress_noisy_warnings``) once, as ``sglang serve`` does.
 
-    ``sglang serve`` does so when its module is imported, before any of the
-    uses below; this is called before each of them, and only then, so a
-    serve that never touches SGLang does not import it.
+    Called before each use of SGLang, and only then, so that a serve that
+    never touches SGLang does not import it; without SGLang it does nothing.
     """
     global _quieted
-    if _quieted:
+    if _quieted or not sglang_installed():
         return
-    _quieted = True
-    try:
-        common = importlib.import_module("sglang.srt.utils.common")
-    except Exception as exc:  # noqa: BLE001 - the warnings are cosmetic; the use reports errors
-        LOG.debug("SGLang's warning filters were not applied: %s", exc)
-        return
+    _quieted = True  # first: _import_sglang calls back here
+    # The warnings are cosmetic; the use that follows reports any error.
+    common = _import_sglang(
+        "sglang.srt.utils.common", "SGLang's warning filters were not applied: %s", expected=True
+    )
     suppress = getattr(common, "suppress_noisy_warnings", None)
     if callable(suppress):
         suppress()
@@ -112,6 +110,29 @@ def _absent_in_this_release(exc: BaseException, module: str) -> bool:
         and (module == name or module.startswith(name + "."))
         and name.startswith("sglang.")
     )
+
+
+def _import_sglang(
+    module: str,
+    failure: str,
+    *,
+    errors: tuple[type[Exception], ...] = (Exception,),
+    expected: bool = False,
+    detail: Callable[[BaseException], str] = str,
+) -> ModuleType | None:
+    """SGLang's *module*, imported after its warning filters, or ``None`` when it fails.
+
+    A failure of one of *errors* is logged with *failure* (``%s``: the
+    error's *detail*): at DEBUG when this release lacks *module* or the
+    failure is *expected*, at WARNING otherwise. Other errors propagate.
+    """
+    _quiet_sglang()
+    try:
+        return importlib.import_module(module)
+    except errors as exc:
+        quiet = expected or _absent_in_this_release(exc, module)
+        (LOG.debug if quiet else LOG.warning)(failure, detail(exc))
+        return None
 
 
 def _missing(what: str, install: str, exc: Exception) -> RuntimeError:
@@ -159,17 +180,13 @@ def run_llm(request: ServeRequest) -> None:
 # -- diffusion ------------------------------------------------------------
 
 
-def _diffusion_serve_module() -> ModuleType | None:
-    """SGLang's diffusion serve entry point module, or ``None`` without diffusion support."""
-    try:
-        return importlib.import_module(_DIFFUSION_SERVE_MODULE)
-    except ImportError as exc:
-        LOG.debug("SGLang's diffusion support is not importable: %s", exc)
-        return None
-
-
 def _print_diffusion_help() -> None:
-    module = _diffusion_serve_module()
+    module = _import_sglang(
+        _DIFFUSION_SERVE_MODULE,
+        "SGLang's diffusion support is not importable: %s",
+        errors=(ImportError,),
+        expected=True,
+    )
     add_args = getattr(module, "add_multimodal_gen_serve_args", None)
     if add_args is None:
         print(DIFFUSION_INSTALL_HINT)
@@ -181,11 +198,12 @@ def _print_diffusion_help() -> None:
 
 def _apply_diffusion_plugin_hooks() -> None:
     """SGLang's diffusion plugin hooks (0.5.21+); nothing on older releases."""
-    try:
-        plugins = importlib.import_module("sglang.multimodal_gen.runtime.platforms.plugins")
-    except ImportError as exc:
-        LOG.debug("No diffusion plugin hooks in this SGLang: %s", exc)
-        return
+    plugins = _import_sglang(
+        "sglang.multimodal_gen.runtime.platforms.plugins",
+        "No diffusion plugin hooks in this SGLang: %s",
+        errors=(ImportError,),
+        expected=True,
+    )
     apply = getattr(plugins, "apply_plugin_hooks", None)
     if callable(apply):
         apply()
@@ -204,8 +222,7 @@ def run_diffusion(request: ServeRequest) -> None:
     :raises RuntimeError: diffusion support is not importable; the message
         says what to install.
     """
-    if sglang_installed():
-        _quiet_sglang()
+    _quiet_sglang()
     if wants_help(request.argv):
         _print_diffusion_help()
         return
@@ -261,18 +278,12 @@ def _sglang_cli_utils() -> ModuleType | None:
     """``sglang.cli.utils``, or ``None`` when SGLang is absent or fails to import."""
     if not sglang_installed():
         return None
-    _quiet_sglang()
-    try:
-        utils = importlib.import_module("sglang.cli.utils")
-    except Exception as exc:  # noqa: BLE001 - a broken SGLang must not break detection
-        log = LOG.debug if _absent_in_this_release(exc, "sglang.cli.utils") else LOG.warning
-        log(
-            "SGLang is installed but sglang.cli.utils failed to import (%s); "
-            "diffusion detection uses the offline rule",
-            describe(exc),
-        )
-        return None
-    return utils
+    return _import_sglang(
+        "sglang.cli.utils",
+        "SGLang is installed but sglang.cli.utils failed to import (%s); "
+        "diffusion detection uses the offline rule",
+        detail=describe,
+    )
 
 
 def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackendDetection] | None:
@@ -373,13 +384,13 @@ def run_general_plugins() -> bool:
         if not sglang_installed():
             LOG.debug("General plugins are installed, but SGLang, which loads them, is not")
             return False
-        _quiet_sglang()
-        try:
-            plugins = importlib.import_module("sglang.srt.plugins")
-        except ImportError as exc:
-            # Before 0.5.12 the module does not exist; anything else is a fault.
-            old = _absent_in_this_release(exc, "sglang.srt.plugins")
-            (LOG.debug if old else LOG.warning)("SGLang's general plugins were not loaded: %s", exc)
+        # Before 0.5.12 the module does not exist; anything else is a fault.
+        plugins = _import_sglang(
+            "sglang.srt.plugins",
+            "SGLang's general plugins were not loaded: %s",
+            errors=(ImportError,),
+        )
+        if plugins is None:
             return False
         load = getattr(plugins, "load_plugins", None)
         if not callable(load):
@@ -420,12 +431,10 @@ def help_note() -> str | None:
         return _static_note()
     except _NotStatic as exc:
         LOG.debug("Importing sglang.cli.main for its help note: %s", exc)
-    _quiet_sglang()
-    try:
-        main = importlib.import_module("sglang.cli.main")
-    except Exception as exc:  # noqa: BLE001 - a note is never worth a failure
-        LOG.debug("No help note: sglang.cli.main failed to import: %s", exc)
-        return None
+    # A note is never worth a failure.
+    main = _import_sglang(
+        "sglang.cli.main", "No help note: sglang.cli.main failed to import: %s", expected=True
+    )
     note = getattr(main, _NOTE_NAME, None)
     return note if isinstance(note, str) and note else None
 
