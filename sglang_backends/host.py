@@ -19,11 +19,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
-from sglang_backends.contract import (
-    ServeBackend,
-    ServeBackendDetection,
-    ServeRequest,
-)
+from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.dispatch import wants_help
 from sglang_backends.errors import describe
 
@@ -70,11 +66,7 @@ _quieted = False
 
 
 def sglang_installed() -> bool:
-    """Whether an ``sglang`` package can be found, without importing it.
-
-    A directory named ``sglang`` without ``__init__.py`` on the path (a
-    namespace package, a checkout's subdirectory say) is not SGLang.
-    """
+    """Whether an ``sglang`` package (not a bare namespace directory) is found, unimported."""
     try:
         spec = importlib.util.find_spec("sglang")
     except (ImportError, ValueError):
@@ -83,11 +75,7 @@ def sglang_installed() -> bool:
 
 
 def _quiet_sglang() -> None:
-    """Apply SGLang's warning filters (``suppress_noisy_warnings``) once, as ``sglang serve`` does.
-
-    Called before each use of SGLang, and only then, so that a serve that
-    never touches SGLang does not import it; without SGLang it does nothing.
-    """
+    """Apply SGLang's warning filters once, as ``sglang serve`` does; only before a use."""
     global _quieted
     if _quieted or not sglang_installed():
         return
@@ -122,9 +110,9 @@ def _import_sglang(
 ) -> ModuleType | None:
     """SGLang's *module*, imported after its warning filters, or ``None`` when it fails.
 
-    A failure of one of *errors* is logged with *failure* (``%s``: the
-    error's *detail*): at DEBUG when this release lacks *module* or the
-    failure is *expected*, at WARNING otherwise. Other errors propagate.
+    A failure of one of *errors* is logged with *failure* (``%s``: its
+    *detail*): at DEBUG when this release lacks *module* or the failure is
+    *expected*, at WARNING otherwise. Other errors propagate.
     """
     _quiet_sglang()
     try:
@@ -142,14 +130,8 @@ def _missing(what: str, install: str, exc: Exception) -> RuntimeError:
     )
 
 
-# -- llm ------------------------------------------------------------------
-
-
 def run_llm(request: ServeRequest) -> None:
     """Run SGLang's LLM server with the request's arguments, or print its help.
-
-    With ``-h``/``--help`` anywhere, SGLang's server help is printed (its
-    ``SystemExit`` swallowed) and nothing is launched, as ``sglang serve``.
 
     :raises RuntimeError: SGLang is not importable; the message says what to install.
     """
@@ -175,9 +157,6 @@ def run_llm(request: ServeRequest) -> None:
             pass  # argparse's --help exits; the help is what we wanted
         return
     run_server(prepare_server_args(list(request.argv)))
-
-
-# -- diffusion ------------------------------------------------------------
 
 
 def _print_diffusion_help() -> None:
@@ -210,17 +189,9 @@ def _apply_diffusion_plugin_hooks() -> None:
 
 
 def run_diffusion(request: ServeRequest) -> None:
-    """Run SGLang's multimodal (diffusion) server with the request's arguments.
+    """Run SGLang's diffusion server with the request's arguments, or print its help.
 
-    With ``-h``/``--help``: the server's help, or :data:`DIFFUSION_INSTALL_HINT`
-    on stdout when SGLang's diffusion support is not importable. Otherwise
-    SGLang's diffusion plugin hooks are applied (0.5.21+), the arguments are
-    parsed with ``add_multimodal_gen_serve_args`` (unknown ones passed on), a
-    positional model path is marked as explicitly given
-    (``_sglang_explicit_arg_names``), and ``execute_serve_cmd`` runs.
-
-    :raises RuntimeError: diffusion support is not importable; the message
-        says what to install.
+    :raises RuntimeError: diffusion support is not importable; the message says what to install.
     """
     _quiet_sglang()
     if wants_help(request.argv):
@@ -248,13 +219,11 @@ def _read_index(path: str) -> object:
 
 
 def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
-    """The ``diffusion`` detector without SGLang: a local Diffusers model directory.
+    """The ``diffusion`` detector without SGLang: SGLang's rule for a local directory.
 
-    SGLang's rule for a local directory, with no hub access: the first of
-    ``model_index.json`` and ``modular_model_index.json`` present decides; it
-    matches when it is a JSON object naming ``_diffusers_version`` (so ``{}``
-    does not). No model path, a path that is not a local directory (a hub
-    id, a file) or an unreadable index is ``UNKNOWN``. Never raises.
+    The first Diffusers index present decides: a JSON object naming
+    ``_diffusers_version`` matches. Anything not a readable local directory
+    is ``UNKNOWN``. Never raises.
     """
     path = request.model_path
     if not path:
@@ -318,12 +287,7 @@ def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackend
 
 
 def diffusion_backend() -> ServeBackend:
-    """Build the ``diffusion`` built-in (a lazy built-in: called when first used).
-
-    With SGLang installed, ``sglang.cli.utils`` is imported here, at load
-    time, and the detector is SGLang's; otherwise (or on a release without
-    ``get_is_diffusion_model``) it is :func:`detect_diffusion_offline`.
-    """
+    """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
     utils = _sglang_cli_utils()
     detect = _sglang_detector(utils) if utils is not None else None
     if detect is None:
@@ -332,26 +296,15 @@ def diffusion_backend() -> ServeBackend:
 
 
 def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
-    """The built-in backends by name: ``llm`` (the fallback) then ``diffusion`` (lazy).
-
-    Imports nothing: ``diffusion`` is its factory, :func:`diffusion_backend`.
-    """
+    """The built-in backends by name: ``llm`` (the fallback) then ``diffusion`` (lazy)."""
     return {
         "llm": ServeBackend(api_version=1, run=run_llm),
         "diffusion": diffusion_backend,
     }
 
 
-# -- general plugins and the help note -------------------------------------
-
-
 def general_plugins_installed() -> bool:
-    """Whether SGLang would load any general plugin, read from metadata only.
-
-    True when an entry point of :data:`GENERAL_PLUGINS_GROUP` is installed
-    and, when ``$SGLANG_PLUGINS`` (SGLang's comma-separated allow-list) is
-    set, named in it. Imports no plugin and not SGLang.
-    """
+    """Whether SGLang would load any general plugin (``$SGLANG_PLUGINS`` applied); metadata only."""
     from sglang_backends.discovery import discover
 
     names = set(discover(GENERAL_PLUGINS_GROUP))
@@ -362,13 +315,7 @@ def general_plugins_installed() -> bool:
 
 
 def run_general_plugins() -> bool:
-    """Run SGLang's general plugins (``sglang.srt.plugins.load_plugins()``), once per process.
-
-    Called before a backend is chosen, as ``sglang serve`` does, so hardware
-    and hook plugins apply to every backend. Skipped, without importing
-    SGLang, when :func:`general_plugins_installed` is false (SGLang's call
-    would do nothing), when SGLang is not installed, or when its release has
-    no ``load_plugins`` (before 0.5.12). Later calls do nothing.
+    """Run SGLang's general plugins once per process, skipped when none would load.
 
     :returns: whether SGLang's loader ran in this call.
     :raises RuntimeError: SGLang's loader raised.
@@ -418,12 +365,8 @@ class _NotStatic(Exception):
 def help_note() -> str | None:
     """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``.
 
-    Read without importing SGLang (which costs seconds): ``sglang/cli/main.py``
-    is located through the ``sglang`` distribution's metadata and the
-    assignment evaluated statically (:func:`_static_note`). Only when that
-    fails (an editable install, a note built at run time) is
-    ``sglang.cli.main`` imported, and that is logged at DEBUG. ``None``
-    without SGLang, before 0.5.21, or when the module does not import.
+    Read statically (:func:`_static_note`), since importing SGLang costs
+    seconds; ``sglang.cli.main`` is imported only when that fails.
     """
     if not sglang_installed():  # cheap: no package, no metadata lookup
         return None
@@ -440,16 +383,12 @@ def help_note() -> str | None:
 
 
 def _static_note() -> str | None:
-    """``COOKBOOK_EPILOG`` read from the installed file without executing it.
+    """``COOKBOOK_EPILOG`` parsed from the ``sglang`` distribution's file, or ``None`` if empty.
 
-    The file is the ``sglang`` distribution's ``sglang/cli/main.py``
-    (:meth:`~importlib.metadata.Distribution.locate_file`, else its
-    ``files``), never found with ``find_spec``, which imports the parent
-    package. It is opened only if it is a regular file, and parsed with
-    :mod:`ast`. ``None`` means the note is empty; a failure raises.
+    The file is found through the distribution's metadata, never with
+    ``find_spec`` (which imports the parent package), and read only if regular.
 
-    :raises _NotStatic: no such distribution or file, or the value is not
-        built from string literals (see :func:`_static_string`).
+    :raises _NotStatic: no such distribution or file, or no literal value.
     """
     import importlib.metadata
 
@@ -486,16 +425,12 @@ def _static_note() -> str | None:
 
 
 def _static_string(tree: object, name: str) -> str:
-    """The value of module-level *name* in *tree*, evaluated without executing anything.
+    """Module-level *name* in *tree*, evaluated without executing anything.
 
-    Understood: string literals (implicit concatenation included), ``+``
-    between strings, and f-strings whose fields are module-level names
-    bound once to such values (``f"... {COOKBOOK_URL} ..."``, no format
-    spec, no ``!r``/``!a``), as setuptools' ``attr:`` reads a version
-    before falling back to an import.
+    String literals, ``+`` and plain f-string fields naming such module-level
+    values (as setuptools' ``attr:`` reads a version).
 
-    :raises _NotStatic: *name* is unbound or bound more than once at module
-        level, or its value is anything else.
+    :raises _NotStatic: *name* is not bound exactly once, or to anything else.
     """
     import ast
 
