@@ -123,10 +123,10 @@ def _import_sglang(
         return None
 
 
-def _missing(what: str, install: str, exc: Exception) -> RuntimeError:
+def _missing(name: str, exc: Exception) -> RuntimeError:
     return RuntimeError(
-        f"The {what} backend needs SGLang, which is not importable "
-        f"({exc}); install it with: {install}"
+        f"The {name!r} backend needs SGLang, which is not importable "
+        f"({exc}); install it with: {INSTALL_COMMANDS[name]}"
     )
 
 
@@ -136,27 +136,29 @@ def run_llm(request: ServeRequest) -> None:
     :raises RuntimeError: SGLang is not importable; the message says what to install.
     """
     if not sglang_installed():
-        raise _missing("'llm'", INSTALL_COMMANDS["llm"], ImportError("No module named 'sglang'"))
+        raise _missing("llm", ImportError("No module named 'sglang'"))
     _quiet_sglang()
+    help_only = wants_help(request.argv)
     try:
-        if wants_help(request.argv):
-            prepare_server_args = importlib.import_module(
-                "sglang.srt.server_args"
-            ).prepare_server_args
-        else:
-            run_server = importlib.import_module("sglang.launch_server").run_server
-            prepare_server_args = importlib.import_module(
-                "sglang.srt.server_args"
-            ).prepare_server_args
+        launch = None if help_only else importlib.import_module("sglang.launch_server").run_server
+        prepare_server_args = importlib.import_module("sglang.srt.server_args").prepare_server_args
     except (ImportError, AttributeError) as exc:
-        raise _missing("'llm'", INSTALL_COMMANDS["llm"], exc) from exc
-    if wants_help(request.argv):
+        raise _missing("llm", exc) from exc
+    if launch is None:
         try:
             prepare_server_args(["--help"])
         except SystemExit:
             pass  # argparse's --help exits; the help is what we wanted
         return
-    run_server(prepare_server_args(list(request.argv)))
+    launch(prepare_server_args(list(request.argv)))
+
+
+def _diffusion_parser(
+    add_args: Callable[[argparse.ArgumentParser], object],
+) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=_PROG, description="SGLang Diffusion Model Serving")
+    add_args(parser)
+    return parser
 
 
 def _print_diffusion_help() -> None:
@@ -169,10 +171,8 @@ def _print_diffusion_help() -> None:
     add_args = getattr(module, "add_multimodal_gen_serve_args", None)
     if add_args is None:
         print(DIFFUSION_INSTALL_HINT)
-        return
-    parser = argparse.ArgumentParser(prog=_PROG, description="SGLang Diffusion Model Serving")
-    add_args(parser)
-    parser.print_help()
+    else:
+        _diffusion_parser(add_args).print_help()
 
 
 def _apply_diffusion_plugin_hooks() -> None:
@@ -203,19 +203,12 @@ def run_diffusion(request: ServeRequest) -> None:
         add_args = module.add_multimodal_gen_serve_args
         execute = module.execute_serve_cmd
     except (ImportError, AttributeError) as exc:
-        raise _missing("'diffusion'", INSTALL_COMMANDS["diffusion"], exc) from exc
-    parser = argparse.ArgumentParser(prog=_PROG, description="SGLang Diffusion Model Serving")
-    add_args(parser)
-    parsed, remaining = parser.parse_known_args(list(request.argv))
+        raise _missing("diffusion", exc) from exc
+    parsed, remaining = _diffusion_parser(add_args).parse_known_args(list(request.argv))
     if request.model_path_is_positional:
         # SGLang tells arguments the user gave from parser defaults by this set.
         parsed._sglang_explicit_arg_names = {"model_path"}
     execute(parsed, remaining)
-
-
-def _read_index(path: str) -> object:
-    with open(path, encoding="utf-8") as stream:
-        return json.load(stream)
 
 
 def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
@@ -234,25 +227,14 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
         for name in _DIFFUSERS_INDEX_FILES:
             index = os.path.join(path, name)
             if os.path.isfile(index):
-                data = _read_index(index)
+                with open(index, encoding="utf-8") as stream:
+                    data = json.load(stream)
                 if isinstance(data, dict) and "_diffusers_version" in data:
                     return ServeBackendDetection.MATCH
                 return ServeBackendDetection.NO_MATCH
     except (OSError, ValueError):
         return ServeBackendDetection.UNKNOWN
     return ServeBackendDetection.NO_MATCH
-
-
-def _sglang_cli_utils() -> ModuleType | None:
-    """``sglang.cli.utils``, or ``None`` when SGLang is absent or fails to import."""
-    if not sglang_installed():
-        return None
-    return _import_sglang(
-        "sglang.cli.utils",
-        "SGLang is installed but sglang.cli.utils failed to import (%s); "
-        "diffusion detection uses the offline rule",
-        detail=describe,
-    )
 
 
 def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackendDetection] | None:
@@ -288,11 +270,16 @@ def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackend
 
 def diffusion_backend() -> ServeBackend:
     """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
-    utils = _sglang_cli_utils()
+    utils = None
+    if sglang_installed():
+        utils = _import_sglang(
+            "sglang.cli.utils",
+            "SGLang is installed but sglang.cli.utils failed to import (%s); "
+            "diffusion detection uses the offline rule",
+            detail=describe,
+        )
     detect = _sglang_detector(utils) if utils is not None else None
-    if detect is None:
-        detect = detect_diffusion_offline
-    return ServeBackend(api_version=1, run=run_diffusion, detect=detect)
+    return ServeBackend(api_version=1, run=run_diffusion, detect=detect or detect_diffusion_offline)
 
 
 def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
