@@ -242,12 +242,8 @@ def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackend
     is_diffusion_model = getattr(utils, "get_is_diffusion_model", None)
     if not callable(is_diffusion_model):
         return None
-    pipeline_name: Callable[[list[str]], str | None] | None = getattr(
-        utils, "get_pipeline_class_name", None
-    )
-    is_native_pipeline: Callable[[str | None], bool] | None = getattr(
-        utils, "is_registered_native_pipeline", None
-    )
+    pipeline_name = getattr(utils, "get_pipeline_class_name", None)
+    is_native = getattr(utils, "is_registered_native_pipeline", None)
 
     def detect_diffusion(request: ServeRequest) -> ServeBackendDetection:
         """SGLang's diffusion detection: its model check, then a named native pipeline."""
@@ -257,11 +253,7 @@ def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackend
             return ServeBackendDetection.MATCH
         # 0.5.23+: a native diffusion pipeline chosen by name (--pipeline,
         # --pipeline-class-name or a --config naming one) is a diffusion request.
-        if (
-            pipeline_name is not None
-            and is_native_pipeline is not None
-            and is_native_pipeline(pipeline_name(list(request.argv)))
-        ):
+        if pipeline_name and is_native and is_native(pipeline_name(list(request.argv))):
             return ServeBackendDetection.MATCH
         return ServeBackendDetection.NO_MATCH
 
@@ -284,10 +276,7 @@ def diffusion_backend() -> ServeBackend:
 
 def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
     """The built-in backends by name: ``llm`` (the fallback) then ``diffusion`` (lazy)."""
-    return {
-        "llm": ServeBackend(api_version=1, run=run_llm),
-        "diffusion": diffusion_backend,
-    }
+    return {"llm": ServeBackend(api_version=1, run=run_llm), "diffusion": diffusion_backend}
 
 
 def general_plugins_installed() -> bool:
@@ -340,8 +329,7 @@ def run_general_plugins() -> bool:
         return True
 
 
-#: Where SGLang keeps its help note, relative to the distribution's root.
-_NOTE_FILE = "sglang/cli/main.py"
+_NOTE_FILE = "sglang/cli/main.py"  # SGLang's help note, from the distribution's root
 _NOTE_NAME = "COOKBOOK_EPILOG"
 
 
