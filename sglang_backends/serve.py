@@ -1,41 +1,12 @@
 """``sglang-backends serve``: choose a backend as SGLang does, run it, supervise it.
 
-Arguments: ``--model-type NAME`` is taken from anywhere, as SGLang does;
-``serve``'s own ``--config-file``, ``--config-dir`` and ``--debug`` only
-from the leading run of arguments, before the model or the first other
-argument. Everything else reaches the backend verbatim, in order.
-
-Exit status:
-
-* ``0``: the backend's ``run()`` returned (or printed its help);
-* ``1``: the backend failed to load, several providers or detectors
-  claimed the request, the backend is disabled, ``run()`` raised, the
-  backend process ended with ``os._exit(0)`` without returning, or
-  automatic detection overran ``load_timeout + detect_timeout`` plus
-  :data:`DETECTION_GRACE` (the supervisor ended it);
-* ``2``: usage errors: a bad ``--model-type`` value, an unknown backend, a
-  missing model path, invalid configuration;
-* ``128 + N`` when stopped by signal ``N`` (``143`` for SIGTERM, ``130``
-  for SIGINT, ``129`` for SIGHUP, ``131`` for SIGQUIT), even during a
-  plugin's import; or when the backend process, or the supervisor, was
-  killed by signal ``N`` (``139`` for SIGSEGV), even with stderr gone;
-* the code a backend passes to :class:`SystemExit` (argparse's ``2``, say)
-  or to ``os._exit()``.
-
-On Linux the backend runs in a supervised process
-(:mod:`sglang_backends.supervisor`): forked before any plugin code runs,
-with every process it starts stopped when it ends, however it ends
-(the operator guide's "What serve guarantees" lists every ending). Help
-runs in this process, as in SGLang: it launches nothing. Elsewhere the
-backend runs in this process and :mod:`sglang_backends.processes` stops
-its descendants after ``run()``.
-
-The stop timeout (seconds between SIGTERM and SIGKILL) is
-``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else ``[serve_backends]
-stop_timeout``, else 5. Configuration (oslo.config, through
-:mod:`sglang_backends.config`) is imported only when
-``--config-file``/``--config-dir`` is given or an ``OS_SERVE_BACKENDS__*``
-variable is set.
+Argument routing, exit statuses, the stop timeout and where the backend
+runs (a supervised process on Linux, :mod:`sglang_backends.supervisor`;
+this process elsewhere) are documented once, for operators, in
+``doc/source/user/operators.rst`` and ``doc/source/reference/cli.rst``.
+A request goes: :func:`main` → :func:`_serve` (settings, help) →
+:func:`_backend` (choose, check) → a launch → the backend's ``run()``.
+oslo.config is imported only when configuration is in use.
 """
 
 from __future__ import annotations
@@ -127,18 +98,9 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     return restore
 
 
-def _configured(host: HostOptions) -> bool:
-    """Whether configuration is in use: a file, a directory or an ``OS_SERVE_BACKENDS__*``."""
-    return bool(host.config_files or host.config_dirs or configuration_in_environment())
-
-
 def _settings(host: HostOptions) -> Settings:
-    """The settings: defaults, or configuration when any is in use.
-
-    oslo.config is imported only when a file, a directory or an
-    ``OS_SERVE_BACKENDS__*`` variable asks for it.
-    """
-    if not _configured(host):
+    """Defaults, or configuration (importing oslo.config) when any is in use."""
+    if not (host.config_files or host.config_dirs or configuration_in_environment()):
         return Settings()
     from sglang_backends.config import load_settings
 
@@ -170,14 +132,7 @@ def _get(
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
-    """``'name' (from dist)``, or ``'name' (built-in)`` for a built-in only.
-
-    A distribution whose metadata is unreadable is named after its
-    ``*.dist-info`` directory, with the problem (``from nometa (metadata
-    unreadable: PATH)``); a registry built by other code may still hold a
-    plugin without one. Escaped (:func:`~sglang_backends.usage.printable`):
-    the supervisor prints it.
-    """
+    """``'name' (from dist)`` (its label, escaped: the supervisor prints it), or ``(built-in)``."""
     if registered.distribution:
         label = next(
             (
@@ -205,11 +160,7 @@ def _failed(description: str, exc: BaseException) -> _Failure:
 def _forward_help(
     registry: ServeBackendRegistry, registered: RegisteredServeBackend, request: ServeRequest
 ) -> int | None:
-    """Let the backend print its own help: no model path check, no cleanup.
-
-    Returns ``None`` when ``run()`` returned, else the status its
-    :class:`SystemExit` asked for.
-    """
+    """Let the backend print its own help; ``None`` if ``run()`` returned, else its exit status."""
     try:
         registered.backend.run(request)
     except SystemExit as exc:
@@ -217,13 +168,6 @@ def _forward_help(
     except Exception as exc:
         raise _failed(_describe(registry, registered), exc) from exc
     return None
-
-
-def _print_help_note() -> None:
-    """SGLang's closing note after a help, as ``sglang serve`` prints it; only with SGLang."""
-    note = sglang_host.help_note()
-    if note:
-        print(f"\n{note}")
 
 
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int:
@@ -309,15 +253,6 @@ def _select(
     return registered
 
 
-def _before_dispatch() -> None:
-    """What runs in the backend process before a backend is chosen (not for help).
-
-    SGLang's general (hardware and hook) plugins, as ``sglang serve`` runs
-    them: they apply to every backend.
-    """
-    sglang_host.run_general_plugins()
-
-
 #: How a chosen backend is launched: given its description and itself, returns the status.
 _Launch = Callable[[str, RegisteredServeBackend], int]
 
@@ -332,15 +267,10 @@ def _backend(
 ) -> int:
     """Choose and load the backend, check the request, then *launch* it.
 
-    Two slips get their next step here: a backend refusing its arguments
-    (status 2) when ``serve``'s own options came after the model, and the
-    ``llm`` fallback failing for want of SGLang, which first says why no
-    plugin claimed the model.
-
-    :param channel: to the supervisor, when there is one: it ends automatic
-        detection at its deadline.
+    Hints follow two slips: serve's options after the model (status 2), and
+    the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
     """
-    _before_dispatch()
+    sglang_host.run_general_plugins()  # SGLang's hardware and hook plugins, as it runs them
     from sglang_backends.registry import ServeBackendRegistry  # not for the general help
 
     registry = ServeBackendRegistry.from_settings(settings)
@@ -368,12 +298,7 @@ def _backend(
 
 
 def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: ServeRequest) -> str:
-    """Why automatic detection fell back to ``llm``: what no plugin could claim, and why.
-
-    Only said when ``llm`` cannot run, so that its install hint is not the
-    whole story: the model may belong to a plugin the configuration
-    disables, or the path may simply be wrong.
-    """
+    """Why detection fell back to ``llm`` (said only when it cannot run): what, and why."""
     import os
 
     from sglang_backends.selection import PluginStatus
@@ -427,7 +352,9 @@ def _serve(host: HostOptions) -> int:
             if status is not None:
                 return status  # the backend exited: SGLang adds no note either
         # Here rather than in a backend's help, so that it appears exactly once.
-        _print_help_note()
+        note = sglang_host.help_note()  # only with SGLang
+        if note:
+            print(f"\n{note}")
         return 0
 
     timeout = _stop_timeout(settings)
@@ -474,12 +401,6 @@ def _stop_timeout(settings: Settings) -> float:
     return settings.stop_timeout if override is None else override
 
 
-def _status_for(exc: ServeBackendError) -> int:
-    if isinstance(exc, (UnknownBackendError, ConfigurationError)):
-        return EXIT_USAGE
-    return EXIT_FAILURE
-
-
 def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     """Run *step*; an expected failure becomes one error line and its exit status."""
     try:
@@ -490,7 +411,8 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     except _Failure as exc:
         failure, status = exc, exc.status
     except ServeBackendError as exc:
-        failure, status = exc, _status_for(exc)
+        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
+        failure, status = exc, EXIT_USAGE if usage else EXIT_FAILURE
     except (ValueError, RuntimeError, TypeError) as exc:
         # What the registry raises outside its own hierarchy, SGLang-style
         # (an invalid setting, say); run()'s own errors were handled above.
