@@ -1,49 +1,23 @@
 """``sglang-backends serve``: choose a backend as SGLang does, run it, supervise it.
 
-Arguments: ``--model-type NAME`` is taken from anywhere, as SGLang does;
-``serve``'s own ``--config-file``, ``--config-dir`` and ``--debug`` only
-from the leading run of arguments, before the model or the first other
-argument. Everything else reaches the backend verbatim, in order.
-
-Exit status:
-
-* ``0``: the backend's ``run()`` returned (or printed its help);
-* ``1``: the backend failed to load, several providers or detectors
-  claimed the request, the backend is disabled, ``run()`` raised, the
-  backend process ended with ``os._exit(0)`` without returning, or
-  automatic detection overran ``load_timeout + detect_timeout`` plus
-  :data:`DETECTION_GRACE` (the supervisor ended it);
-* ``2``: usage errors: a bad ``--model-type`` value, an unknown backend, a
-  missing model path, invalid configuration;
-* ``128 + N`` when stopped by signal ``N`` (``143`` for SIGTERM, ``130``
-  for SIGINT, ``129`` for SIGHUP, ``131`` for SIGQUIT), even during a
-  plugin's import; or when the backend process, or the supervisor, was
-  killed by signal ``N`` (``139`` for SIGSEGV), even with stderr gone;
-* the code a backend passes to :class:`SystemExit` (argparse's ``2``, say)
-  or to ``os._exit()``.
-
-On Linux the backend runs in a supervised process
-(:mod:`sglang_backends.supervisor`): forked before any plugin code runs,
-with every process it starts stopped when it ends, however it ends
-(the operator guide's "What serve guarantees" lists every ending). Help
-runs in this process, as in SGLang: it launches nothing. Elsewhere the
-backend runs in this process and :mod:`sglang_backends.processes` stops
-its descendants after ``run()``.
-
-The stop timeout (seconds between SIGTERM and SIGKILL) is
-``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else ``[serve_backends]
-stop_timeout``, else 5. Configuration (oslo.config, through
-:mod:`sglang_backends.config`) is imported only when
-``--config-file``/``--config-dir`` is given or an ``OS_SERVE_BACKENDS__*``
-variable is set.
+Argument routing, exit statuses, the stop timeout and where the backend
+runs (a supervised process on Linux, :mod:`sglang_backends.supervisor`;
+this process elsewhere) are documented once, for operators, in
+``doc/source/user/operators.rst`` and ``doc/source/reference/cli.rst``.
+A request goes: :func:`main` → :func:`_serve` (settings, help) →
+:func:`_backend` (choose, check) → a launch → the backend's ``run()``.
+oslo.config is imported only when configuration is in use.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sglang_backends import host as sglang_host
@@ -92,8 +66,7 @@ LOG = logging.getLogger(__name__)
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
-#: Seconds automatic detection may take beyond ``load_timeout + detect_timeout``
-#: (reading metadata, starting threads) before the supervisor ends it.
+#: Seconds detection may take beyond ``load_timeout + detect_timeout`` before it is ended.
 DETECTION_GRACE = 2.0
 
 
@@ -106,10 +79,7 @@ class _Failure(Exception):
 
 
 def _configure_logging(debug: bool) -> Callable[[], None]:
-    """Send this package's log records to stderr (INFO, or DEBUG with --debug).
-
-    Returns a function restoring the logger as it was, for in-process callers.
-    """
+    """Log this package to stderr (INFO, DEBUG with --debug); returns the undo, for embedders."""
     logger = logging.getLogger("sglang_backends")
     saved = (logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stderr)
@@ -127,18 +97,9 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     return restore
 
 
-def _configured(host: HostOptions) -> bool:
-    """Whether configuration is in use: a file, a directory or an ``OS_SERVE_BACKENDS__*``."""
-    return bool(host.config_files or host.config_dirs or configuration_in_environment())
-
-
 def _settings(host: HostOptions) -> Settings:
-    """The settings: defaults, or configuration when any is in use.
-
-    oslo.config is imported only when a file, a directory or an
-    ``OS_SERVE_BACKENDS__*`` variable asks for it.
-    """
-    if not _configured(host):
+    """Defaults, or configuration (importing oslo.config) when any is in use."""
+    if not (host.config_files or host.config_dirs or configuration_in_environment()):
         return Settings()
     from sglang_backends.config import load_settings
 
@@ -153,9 +114,10 @@ def _settings(host: HostOptions) -> Settings:
 
 
 def _get(
-    registry: ServeBackendRegistry, model_type: str, origin: str | None
+    registry: ServeBackendRegistry, model_type: str, host: HostOptions, settings: Settings
 ) -> RegisteredServeBackend:
-    """``registry.get(model_type)``; a name nothing provides says where *origin* set it."""
+    """``registry.get(model_type)``; a name nothing provides says where configuration set it."""
+    origin = None if host.model_type is not None else settings.set_in("model_type")
     try:
         return registry.get(model_type)
     except (UnknownBackendError, DisabledBackendError) as exc:
@@ -170,14 +132,7 @@ def _get(
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
-    """``'name' (from dist)``, or ``'name' (built-in)`` for a built-in only.
-
-    A distribution whose metadata is unreadable is named after its
-    ``*.dist-info`` directory, with the problem (``from nometa (metadata
-    unreadable: PATH)``); a registry built by other code may still hold a
-    plugin without one. Escaped (:func:`~sglang_backends.usage.printable`):
-    the supervisor prints it.
-    """
+    """``'name' (from dist)`` (its label, escaped: the supervisor prints it), or ``(built-in)``."""
     if registered.distribution:
         label = next(
             (
@@ -188,8 +143,7 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
             ),
             registered.distribution,
         )
-        described: str = printable(f"{registered.name!r} (from {label})")
-        return described
+        return str(printable(f"{registered.name!r} (from {label})"))
     if registered.name in registry.builtin_names:
         return f"{registered.name!r} (built-in)"
     return f"{registered.name!r} (from an entry point without distribution metadata)"
@@ -197,33 +151,7 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
 
 def _failed(description: str, exc: BaseException) -> _Failure:
     """The one-line failure of *description*'s ``run()``: its message, or its type."""
-    failure = _Failure(f"serve backend {description} failed: {describe(exc)}", EXIT_FAILURE)
-    failure.__cause__ = exc
-    return failure
-
-
-def _forward_help(
-    registry: ServeBackendRegistry, registered: RegisteredServeBackend, request: ServeRequest
-) -> int | None:
-    """Let the backend print its own help: no model path check, no cleanup.
-
-    Returns ``None`` when ``run()`` returned, else the status its
-    :class:`SystemExit` asked for.
-    """
-    try:
-        registered.backend.run(request)
-    except SystemExit as exc:
-        return exit_status(exc)
-    except Exception as exc:
-        raise _failed(_describe(registry, registered), exc) from exc
-    return None
-
-
-def _print_help_note() -> None:
-    """SGLang's closing note after a help, as ``sglang serve`` prints it; only with SGLang."""
-    note = sglang_host.help_note()
-    if note:
-        print(f"\n{note}")
+    return _Failure(f"serve backend {description} failed: {describe(exc)}", EXIT_FAILURE)
 
 
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int:
@@ -240,7 +168,7 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
 
 
 def _launch_here(
-    description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
+    request: ServeRequest, timeout: float, description: str, registered: RegisteredServeBackend
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
     from sglang_backends.processes import StopSignals, become_subreaper, descendants, stop_tree
@@ -280,13 +208,23 @@ def _launch_here(
     return status
 
 
-def _select(
-    registry: ServeBackendRegistry,
+def _backend(
+    host: HostOptions,
+    settings: Settings,
     model_type: str,
     request: ServeRequest,
-    origin: str | None,
-    channel: Channel | None,
-) -> RegisteredServeBackend:
+    launch: Callable[[str, RegisteredServeBackend], int],  # (description, backend) -> status
+    channel: Channel | None = None,
+) -> int:
+    """Choose and load the backend, check the request, then *launch* it.
+
+    Hints follow two slips: serve's options after the model (status 2), and
+    the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
+    """
+    sglang_host.run_general_plugins()  # SGLang's hardware and hook plugins, as it runs them
+    from sglang_backends.registry import ServeBackendRegistry  # not for the general help
+
+    registry = ServeBackendRegistry.from_settings(settings)
     if model_type == AUTO:
         progress = None
         if channel is not None:
@@ -304,47 +242,8 @@ def _select(
             "Selected serve backend %s by automatic detection", _describe(registry, registered)
         )
     else:
-        registered = _get(registry, model_type, origin)
+        registered = _get(registry, model_type, host, settings)
         LOG.info("Using serve backend %s", _describe(registry, registered))
-    return registered
-
-
-def _before_dispatch() -> None:
-    """What runs in the backend process before a backend is chosen (not for help).
-
-    SGLang's general (hardware and hook) plugins, as ``sglang serve`` runs
-    them: they apply to every backend.
-    """
-    sglang_host.run_general_plugins()
-
-
-#: How a chosen backend is launched: given its description and itself, returns the status.
-_Launch = Callable[[str, RegisteredServeBackend], int]
-
-
-def _backend(
-    host: HostOptions,
-    settings: Settings,
-    model_type: str,
-    request: ServeRequest,
-    launch: _Launch,
-    channel: Channel | None = None,
-) -> int:
-    """Choose and load the backend, check the request, then *launch* it.
-
-    Two slips get their next step here: a backend refusing its arguments
-    (status 2) when ``serve``'s own options came after the model, and the
-    ``llm`` fallback failing for want of SGLang, which first says why no
-    plugin claimed the model.
-
-    :param channel: to the supervisor, when there is one: it ends automatic
-        detection at its deadline.
-    """
-    _before_dispatch()
-    from sglang_backends.registry import ServeBackendRegistry  # not for the general help
-
-    registry = ServeBackendRegistry.from_settings(settings)
-    registered = _select(registry, model_type, request, _model_type_origin(host, settings), channel)
     description = _describe(registry, registered)
     if registered.backend.requires_model_path and request.model_path is None:
         raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
@@ -357,8 +256,6 @@ def _backend(
         raise
     corrected = hoisted(host) if status == EXIT_USAGE else None
     if corrected is not None:
-        import shlex
-
         print(
             f"{PROG}: note: serve's own options go before the model; if they were meant for "
             f"serve, run: {printable(shlex.join([*PROG.split(), *corrected]))}",
@@ -368,14 +265,7 @@ def _backend(
 
 
 def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: ServeRequest) -> str:
-    """Why automatic detection fell back to ``llm``: what no plugin could claim, and why.
-
-    Only said when ``llm`` cannot run, so that its install hint is not the
-    whole story: the model may belong to a plugin the configuration
-    disables, or the path may simply be wrong.
-    """
-    import os
-
+    """Why detection fell back to ``llm`` (said only when it cannot run): what, and why."""
     from sglang_backends.selection import PluginStatus
 
     reasons = []
@@ -422,24 +312,29 @@ def _serve(host: HostOptions) -> int:
             from sglang_backends.registry import ServeBackendRegistry
 
             registry = ServeBackendRegistry.from_settings(settings)
-            registered = _get(registry, model_type, _model_type_origin(host, settings))
-            status = _forward_help(registry, registered, request)
-            if status is not None:
-                return status  # the backend exited: SGLang adds no note either
+            registered = _get(registry, model_type, host, settings)
+            try:  # the backend prints its own help: no model path check, no cleanup
+                registered.backend.run(request)
+            except SystemExit as exc:
+                return exit_status(exc)  # the backend exited: SGLang adds no note either
+            except Exception as exc:
+                raise _failed(_describe(registry, registered), exc) from exc
         # Here rather than in a backend's help, so that it appears exactly once.
-        _print_help_note()
+        note = sglang_host.help_note()  # only with SGLang
+        if note:
+            print(f"\n{note}")
         return 0
 
-    timeout = _stop_timeout(settings)
+    try:
+        override = stop_timeout_override()
+    except ValueError as exc:
+        raise _Failure(str(exc), EXIT_USAGE) from exc
+    timeout = settings.stop_timeout if override is None else override
     from sglang_backends import supervisor
 
     if not supervisor.SUPPORTED:
         return _backend(
-            host,
-            settings,
-            model_type,
-            request,
-            lambda description, registered: _launch_here(description, registered, request, timeout),
+            host, settings, model_type, request, partial(_launch_here, request, timeout)
         )
 
     def work(channel: Channel) -> int:
@@ -460,26 +355,6 @@ def _serve(host: HostOptions) -> int:
     return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
 
 
-def _model_type_origin(host: HostOptions, settings: Settings) -> str | None:
-    """Where configuration set the backend name, when it was not given as ``--model-type``."""
-    return None if host.model_type is not None else settings.set_in("model_type")
-
-
-def _stop_timeout(settings: Settings) -> float:
-    """``$SGLANG_BACKENDS_STOP_TIMEOUT`` when set, else the setting."""
-    try:
-        override = stop_timeout_override()
-    except ValueError as exc:
-        raise _Failure(str(exc), EXIT_USAGE) from exc
-    return settings.stop_timeout if override is None else override
-
-
-def _status_for(exc: ServeBackendError) -> int:
-    if isinstance(exc, (UnknownBackendError, ConfigurationError)):
-        return EXIT_USAGE
-    return EXIT_FAILURE
-
-
 def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     """Run *step*; an expected failure becomes one error line and its exit status."""
     try:
@@ -490,10 +365,10 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     except _Failure as exc:
         failure, status = exc, exc.status
     except ServeBackendError as exc:
-        failure, status = exc, _status_for(exc)
+        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
+        failure, status = exc, EXIT_USAGE if usage else EXIT_FAILURE
     except (ValueError, RuntimeError, TypeError) as exc:
-        # What the registry raises outside its own hierarchy, SGLang-style
-        # (an invalid setting, say); run()'s own errors were handled above.
+        # The registry's errors outside its hierarchy (an invalid setting); not run()'s.
         failure = exc
         status = EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILURE
     except KeyboardInterrupt:
