@@ -21,6 +21,7 @@ import stat
 from dataclasses import dataclass
 
 from sglang_backends.contract import SERVE_BACKENDS_GROUP
+from sglang_backends.errors import describe_typed
 
 __all__ = [
     "PluginEntryPoint",
@@ -167,10 +168,6 @@ def _warn_once(message: str, *args: object) -> None:
     LOG.warning(message, *args)
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-
-
 def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPoint, ...]]:
     """Return the installed entry points of *group*, by backend name.
 
@@ -221,7 +218,7 @@ def _plugins(group: str) -> list[PluginEntryPoint]:
             _warn_once(
                 "Ignoring the distribution at %s: its metadata is unreadable (%s)",
                 directory or repr(dist),
-                _describe(exc),
+                describe_typed(exc),
             )
             continue
         if not selected:
@@ -239,7 +236,7 @@ def _plugins(group: str) -> list[PluginEntryPoint]:
                 "its METADATA is unreadable (%s)",
                 directory or repr(dist),
                 name,
-                _describe(exc),
+                describe_typed(exc),
             )
         plugins.extend(
             PluginEntryPoint(ep.name, ep.value, name, version, ep, problem) for ep in selected

@@ -27,6 +27,7 @@ __all__ = [
     "ServeBackendError",
     "UnknownBackendError",
     "describe",
+    "describe_typed",
     "did_you_mean",
 ]
 
@@ -119,6 +120,12 @@ class ConfigurationError(ServeBackendError, ValueError):
 def describe(exc: BaseException) -> str:
     """*exc*'s message on one line, or its type name when it has none."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def describe_typed(exc: BaseException) -> str:
+    """``Type: message`` on one line, or the type alone when *exc* has no message."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

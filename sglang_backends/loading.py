@@ -35,7 +35,7 @@ from typing import Any, TypeVar, cast
 from sglang_backends.contract import SERVE_BACKENDS_GROUP, RegisteredServeBackend
 from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_each
 from sglang_backends.discovery import PluginEntryPoint
-from sglang_backends.errors import BackendLoadError, ServeBackendError
+from sglang_backends.errors import BackendLoadError, ServeBackendError, describe_typed
 from sglang_backends.processes import StopRequested
 
 __all__ = ["BackendLoader", "Candidate", "call_plugin_code", "load_driver"]
@@ -64,11 +64,6 @@ class PluginCodeError(RuntimeError):
     """
 
 
-def _named(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def call_plugin_code(function: Callable[[], _T]) -> _T:
     """Call plugin code; whatever it raises is an ``Exception`` afterwards.
 
@@ -91,11 +86,11 @@ def call_plugin_code(function: Callable[[], _T]) -> _T:
             raise
         raise PluginCodeError(f"plugin called sys.exit({exc.code!r}) while loading") from exc
     except AssertionError as exc:
-        raise PluginCodeError(_named(exc)) from exc
+        raise PluginCodeError(describe_typed(exc)) from exc
     except Exception:
         raise
     except BaseException as exc:
-        raise PluginCodeError(f"plugin code raised {_named(exc)}") from exc
+        raise PluginCodeError(f"plugin code raised {describe_typed(exc)}") from exc
 
 
 class _GuardedEntryPoint(importlib.metadata.EntryPoint):
