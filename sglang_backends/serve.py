@@ -42,7 +42,7 @@ from sglang_backends.errors import (
 from sglang_backends.processes import exit_status, signal_name
 from sglang_backends.settings import (
     Settings,
-    configuration_in_environment,
+    configured,
     stop_timeout_override,
 )
 from sglang_backends.usage import (
@@ -99,7 +99,7 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
 
 def _settings(host: HostOptions) -> Settings:
     """Defaults, or configuration (importing oslo.config) when any is in use."""
-    if not (host.config_files or host.config_dirs or configuration_in_environment()):
+    if not configured(host.config_files, host.config_dirs):
         return Settings()
     from sglang_backends.config import load_settings
 

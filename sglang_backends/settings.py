@@ -9,7 +9,7 @@ stays free of oslo.config.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
@@ -19,7 +19,7 @@ __all__ = [
     "ENVIRONMENT_PREFIX",
     "STOP_TIMEOUT_ENV",
     "Settings",
-    "configuration_in_environment",
+    "configured",
     "stop_timeout_override",
 ]
 
@@ -83,14 +83,19 @@ class Settings:
         }
 
 
-def configuration_in_environment(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether any ``OS_SERVE_BACKENDS__*`` variable, or a near miss of one, is set.
+def configured(
+    config_files: Sequence[str],
+    config_dirs: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether configuration is in use: files, directories or ``OS_SERVE_BACKENDS__*`` variables.
 
-    A near miss (``OS_SERVE_BACKEND__MODEL_TYPE``) counts, so that reading the
-    configuration can warn about it instead of ignoring it silently.
+    Without any, the defaults apply and callers need not import oslo.config.
+    A near miss of a variable (``OS_SERVE_BACKEND__MODEL_TYPE``) counts, so
+    that reading the configuration can warn about it instead of ignoring it.
     """
     env = os.environ if environ is None else environ
-    return any(key.startswith("OS_SERVE_BACKEND") for key in env)
+    return bool(config_files or config_dirs) or any(k.startswith("OS_SERVE_BACKEND") for k in env)
 
 
 def stop_timeout_override(environ: Mapping[str, str] | None = None) -> float | None:

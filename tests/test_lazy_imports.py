@@ -103,6 +103,29 @@ def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, sta
     assert loaded == []
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "reads"),
+    [
+        (["list"], {}, False),
+        (["show", "omni"], {}, False),
+        (["list", "--config-file", "{conf}"], {}, True),
+        (["list"], {"OS_SERVE_BACKENDS__MODEL_TYPE": "omni"}, True),
+        (["list"], {"OS_SERVE_BACKEND__MODEL_TYPE": "omni"}, True),  # a near miss warns
+    ],
+)
+def test_operator_commands_import_oslo_config_only_to_read_configuration(
+    site, install_backend, tmp_path, args, env, reads
+):
+    install_backend("omni-runtime", "omni")
+    conf = tmp_path / "serve.conf"
+    conf.write_text("[serve_backends]\nmodel_type = omni\n")
+    argv = [arg.format(conf=conf) for arg in args]
+    code = f"from sglang_backends.cli import main\nraise SystemExit(main({argv!r}))\n"
+    loaded, result = imported_by(code, ("oslo_config",), {**clean_environ(site.environ()), **env})
+    assert result.returncode == 0, result.stderr
+    assert loaded == (["oslo_config"] if reads else [])
+
+
 def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglang(site, tmp_path):
     """SGLang's general plugins would do nothing: ``serve`` must not pay seconds for them.
 

@@ -13,7 +13,7 @@ from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
 from sglang_backends.errors import ConfigurationError
-from sglang_backends.settings import Settings
+from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import Survey, printable, survey
 
 __all__ = [
@@ -229,13 +229,14 @@ class SelectionOptions(SafeDisplay):
 
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
         """
-        from sglang_backends.config import load_settings
-
         before = self.app.options  # the global options, read before the command name
-        settings = load_settings(
-            config_files=[*before.config_file, *parsed_args.config_file],
-            config_dirs=[*before.config_dir, *parsed_args.config_dir],
-        )
+        files = [*before.config_file, *parsed_args.config_file]
+        dirs = [*before.config_dir, *parsed_args.config_dir]
+        settings = Settings()
+        if configured(files, dirs):  # else the defaults, without importing oslo.config
+            from sglang_backends.config import load_settings
+
+            settings = load_settings(config_files=files, config_dirs=dirs)
         origins = {
             "enabled": settings.describe("enabled_backends"),
             "disabled": settings.describe("disabled_backends"),
