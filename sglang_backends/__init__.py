@@ -5,7 +5,7 @@ Out-of-tree runtimes register a zero-argument factory returning a
 name becomes a ``--model-type`` value. The contract (``ServeBackend``,
 ``ServeRequest``, ``ServeBackendDetection`` and the constants) is importable
 from here without importing stevedore or :mod:`importlib.metadata`: the
-registry and the errors are loaded on first use. :func:`portable_backend` builds a
+registry and detection are loaded on first use. :func:`portable_backend` builds a
 backend that both hosts accept, ``sglang serve`` and ``sglang-backends serve``.
 """
 
@@ -24,6 +24,19 @@ from sglang_backends.contract import (
     host_contract,
     portable_backend,
 )
+from sglang_backends.errors import (
+    AmbiguousDetectionError,
+    BackendAPIVersionError,
+    BackendConflictError,
+    BackendLoadError,
+    BackendTypeError,
+    ConfigurationError,
+    DisabledBackendError,
+    DuplicateBackendError,
+    ReservedNameError,
+    ServeBackendError,
+    UnknownBackendError,
+)
 
 TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
 if TYPE_CHECKING:
@@ -33,19 +46,6 @@ if TYPE_CHECKING:
         DEFAULT_DETECT_TIMEOUT,
         DEFAULT_LOAD_TIMEOUT,
         DetectionReport,
-    )
-    from sglang_backends.errors import (
-        AmbiguousDetectionError,
-        BackendAPIVersionError,
-        BackendConflictError,
-        BackendLoadError,
-        BackendTypeError,
-        ConfigurationError,
-        DisabledBackendError,
-        DuplicateBackendError,
-        ReservedNameError,
-        ServeBackendError,
-        UnknownBackendError,
     )
     from sglang_backends.registry import ServeBackendRegistry
 
@@ -81,22 +81,6 @@ _LAZY = {
     "DEFAULT_LOAD_TIMEOUT": "sglang_backends.detection",
     "DetectionReport": "sglang_backends.detection",
     "ServeBackendRegistry": "sglang_backends.registry",
-    **dict.fromkeys(
-        (
-            "AmbiguousDetectionError",
-            "BackendAPIVersionError",
-            "BackendConflictError",
-            "BackendLoadError",
-            "BackendTypeError",
-            "ConfigurationError",
-            "DisabledBackendError",
-            "DuplicateBackendError",
-            "ReservedNameError",
-            "ServeBackendError",
-            "UnknownBackendError",
-        ),
-        "sglang_backends.errors",
-    ),
 }
 
 
