@@ -1,18 +1,10 @@
 """Detection: run backends' detectors concurrently, each bounded in time.
 
-Every detector runs in a daemon thread, all at once (:func:`start_each`:
-a thread whose detector returned takes another, so quick detectors share a
-few threads and a hung one holds only its own), on its own copy of the
-request, and the caller waits at most ``timeout`` seconds for the lot: a
-detector that overruns counts as ``timeout`` (claims nothing) and, being in
-a daemon thread, cannot keep the process alive. Outcomes are reported in the order the
-backends were given, so the result never depends on which thread finished
-first. :func:`report` turns loaded candidates and their detectors'
-outcomes into the :class:`DetectionReport` automatic detection acts on.
-
-So a detector runs in a worker thread, concurrently with the others, and
-may be abandoned (left running, its answer ignored) after the timeout; the
-contract (:mod:`sglang_backends.contract`) tells plugin authors so.
+Every detector runs at once in daemon threads (:func:`start_each`), on its
+own copy of the request; the caller waits at most ``timeout`` seconds for
+the lot, and one that overruns claims nothing and is abandoned. Outcomes
+keep the backends' order, whichever thread finished first. :func:`report`
+makes the :class:`DetectionReport` automatic detection acts on.
 """
 
 from __future__ import annotations

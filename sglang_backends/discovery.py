@@ -74,22 +74,17 @@ class PluginEntryPoint:
 def metadata_directory(dist: object) -> str | None:
     """The directory holding *dist*'s metadata (``NAME-VERSION.dist-info``), if it has one.
 
-    :mod:`importlib.metadata` has no public attribute for it;
-    :class:`~importlib.metadata.PathDistribution` keeps it in ``_path``. It
-    is needed to stat a metadata file before opening it (a FIFO there would
-    block the read), to name a distribution whose ``METADATA`` cannot be
-    read, and to word warnings. Other distributions give ``None``.
+    :mod:`importlib.metadata` has no public attribute for it
+    (:class:`~importlib.metadata.PathDistribution` keeps it in ``_path``); it
+    is needed to stat a metadata file before opening it (a FIFO would block
+    the read) and to name a distribution whose ``METADATA`` cannot be read.
     """
     path = getattr(dist, "_path", None)
     return None if path is None else str(path)
 
 
 def is_regular_file(path: str) -> bool:
-    """Whether *path* is a regular file; ``False`` if it is missing, a FIFO, a device, ...
-
-    Checked before a metadata file is opened: opening a FIFO for reading
-    blocks until a writer comes, and a device may never end.
-    """
+    """Whether *path* is a regular file: opening a FIFO blocks until a writer comes."""
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):
@@ -115,9 +110,7 @@ def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool |
 
 
 def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str | None:
-    """*dist*'s metadata file *filename*, or ``None`` when it has none.
-
-    The file is opened only if it is a regular file (see :func:`has_metadata`).
+    """*dist*'s metadata file *filename*, opened only if regular; ``None`` when it has none.
 
     :raises OSError: it exists but is not a regular file, or cannot be read.
     :raises UnicodeDecodeError: it is not UTF-8.
@@ -169,19 +162,14 @@ def _warn_once(message: str, *args: object) -> None:
 
 
 def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPoint, ...]]:
-    """Return the installed entry points of *group*, by backend name.
+    """Return the installed entry points of *group*, by backend name, each sorted by provider.
 
-    Several distributions registering one name all appear, sorted by
-    provider, whether or not their targets differ. Reads what is installed
-    now; nothing is imported, and no metadata file is opened unless it is
-    a regular file. Every entry point :func:`importlib.metadata.entry_points`
-    would give is found, with the same shadowing (the first distribution of
-    a name on ``sys.path`` wins). A distribution whose ``METADATA`` is
-    missing, unreadable, not UTF-8 or names no distribution still
-    contributes its entry points, under the name of its ``*.dist-info``
-    directory (see :attr:`PluginEntryPoint.problem`); one WARNING names its
-    path. One whose ``entry_points.txt`` cannot be read or parsed is skipped
-    with one WARNING; the others are still found.
+    Every entry point :func:`importlib.metadata.entry_points` would give, with
+    the same shadowing; nothing is imported, and only regular metadata files
+    are opened. A distribution whose ``METADATA`` cannot be used still
+    contributes its entry points under its ``*.dist-info`` directory's name
+    (:attr:`PluginEntryPoint.problem`); one whose ``entry_points.txt`` cannot
+    be read is skipped. Each case logs one WARNING naming the path.
     """
     found: dict[str, list[PluginEntryPoint]] = {}
     for plugin in _plugins(group):
@@ -192,12 +180,11 @@ def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPo
 
 
 def _plugins(group: str) -> list[PluginEntryPoint]:
-    """The entry points of *group*, distribution by distribution, as ``entry_points()`` orders them.
+    """The entry points of *group*, in ``entry_points()``'s order, each file read once.
 
-    Read here rather than by :func:`importlib.metadata.entry_points`, which
-    opens every ``entry_points.txt`` without looking (a FIFO blocks it) and
-    fails as a whole on one malformed file. Reading each file once, the
-    cost stays that of ``entry_points()``: linear in what is installed.
+    Not :func:`importlib.metadata.entry_points` itself: it opens every
+    ``entry_points.txt`` unchecked (a FIFO blocks it) and fails as a whole on
+    one malformed file.
     """
     plugins: list[PluginEntryPoint] = []
     seen: set[str] = set()

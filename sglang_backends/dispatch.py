@@ -1,13 +1,9 @@
 """Turn ``sglang-backends serve`` arguments into a backend choice and a request.
 
-The rules are SGLang's ``sglang serve``: ``--model-type`` is removed from
-anywhere, a first argument that is not an option is the model and becomes
-``--model-path MODEL``, and everything else belongs to the backend, in order
-and untouched. ``serve``'s own options (``--config-file``, ``--config-dir``,
-``--debug``) are taken only from the leading run of arguments, before the
-model or the first argument that is not one of them, so a backend with an
-option of the same name still receives it. Pure functions on lists of
-strings; nothing is imported or looked up here.
+SGLang's rules: ``--model-type`` is taken from anywhere, a first argument
+that is not an option becomes ``--model-path MODEL``, and everything else
+is the backend's, in order. ``serve``'s own options are taken only from the
+leading run of arguments, so a backend's option of the same name reaches it.
 
 Internal module: its names may change between releases without notice.
 """

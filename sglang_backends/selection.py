@@ -1,13 +1,9 @@
 """Selection: which installed plugins may be used, and why not.
 
-The enabled/disabled rules in one place, applied to what discovery found:
-a plugin outside the selection is never imported; a usable plugin may not
-take a reserved or built-in name; a name several distributions register is
-a duplicate. Names in the lists that nothing installed provides are warned
-about, naming where the list was set.
-
-Pure: no file or network access, no plugin imports, no logging
-configuration (warnings go to this module's logger).
+The enabled/disabled rules, applied to what discovery found: a plugin
+outside the selection is never imported, none may take a reserved or
+built-in name, and a name several distributions register is a duplicate.
+Pure: no file access, no plugin import.
 
 Internal module: its names may change between releases without notice.
 """

@@ -1,14 +1,9 @@
 """What every command shows of the installed backends, from package metadata only.
 
-:func:`survey` lists every backend, built-in and plugin, with its status
-under a selection, without importing a single plugin: ``list``, ``check``,
-``detect`` and the general ``sglang-backends serve --help`` all read it.
-
-That help (:func:`metadata_help`, shown for ``--model-type auto``) names
-every available backend and its provider, and says how to reach a
-backend's own help, since each backend parses its own arguments. A plugin
-claiming a built-in name makes every ``serve`` fail, but not this help: it
-is printed, and the clash reported as a warning.
+:func:`survey` lists every backend with its status under a selection,
+importing no plugin, for ``list``, ``show``, ``check``, ``detect`` and the
+general ``serve --help`` (:func:`metadata_help`), which still prints when a
+plugin claims a built-in name, with a warning.
 
 Internal module: its names may change between releases without notice.
 """
@@ -185,14 +180,7 @@ def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
 
 
 def metadata_help(settings: Settings) -> tuple[str, list[str]]:
-    """The general help under *settings*, from package metadata alone, and its warnings.
-
-    Unlike a registry, this never refuses: a plugin that claims a built-in
-    name is listed as conflicting and reported in the warnings (see
-    :func:`conflict_warnings`), so ``serve --help`` still works.
-
-    :returns: the help text and the warning lines to log.
-    """
+    """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
     installed = survey(settings)
     builtin_names = tuple(installed.builtins)
     text = _render((*builtin_names, *installed.usable_names), builtin_names, installed.records)
