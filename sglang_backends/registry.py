@@ -36,13 +36,7 @@ from sglang_backends.loading import BackendLoader, Candidate, call_plugin_code, 
 if TYPE_CHECKING:
     from sglang_backends.settings import Settings
 
-__all__ = [
-    "FALLBACK_BACKEND",
-    "BuiltinBackend",
-    "Progress",
-    "ServeBackendRegistry",
-    "Underway",
-]
+__all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry", "Underway"]
 
 #: Told, from worker threads, as automatic detection's loads and detectors start
 #: and end: ``(event, label)``, the event ``loading``, ``loaded``, ``detecting``
