@@ -1,10 +1,7 @@
-"""``serve``'s backend process on Linux: runs the backend's work below the supervisor.
+"""``serve``'s backend process on Linux, forked by :mod:`sglang_backends.supervisor`.
 
-The supervisor (:mod:`sglang_backends.supervisor`) forks it before any plugin
-code runs; it chooses, loads and runs the backend, and tells the supervisor
-over a :class:`Channel` which backend runs and how the work ended.
-
-Internal module: its names may change between releases without notice.
+It chooses, loads and runs the backend, and tells the supervisor over a
+:class:`Channel` which backend runs and how the work ended.
 """
 
 from __future__ import annotations
@@ -26,10 +23,7 @@ LOG = logging.getLogger(__name__)
 
 
 class Channel:
-    """What the backend process tells the supervisor: ``kind value`` lines over a pipe.
-
-    Only the backend process itself speaks: a process it forked is silent.
-    """
+    """What the backend process (not one it forked) tells the supervisor: ``kind value`` lines."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -49,10 +43,7 @@ class Channel:
         self.say("backend", description)
 
     def deadline(self, seconds: float, why: str) -> None:
-        """Choosing a backend must be over within *seconds* (*why*: the sum that bounds it).
-
-        At that deadline the supervisor ends the backend process.
-        """
+        """Choosing a backend must be over within *seconds* (*why*), or the supervisor ends it."""
         self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
 
     def progress(self, event: str, label: str) -> None:
@@ -65,7 +56,7 @@ BackendWork = Callable[[Channel], int]
 
 
 def flush() -> None:
-    """Flush Python's standard streams, so output is neither lost nor written twice."""
+    """Flush Python's standard streams, so that output is neither lost nor written twice."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -87,8 +78,7 @@ def run(
     try:
         processes.die_with_parent()
         take_role("backend")  # serve adds the backend's name once it is chosen
-        # A stop signal unwinds run() once, whatever dispositions serve inherited;
-        # should it not end, the supervisor forces the stop.
+        # A stop signal unwinds run() once, whatever serve inherited; the supervisor forces.
         with processes.StopSignals() as stops:
             stops.arm()
             signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked

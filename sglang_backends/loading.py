@@ -1,25 +1,11 @@
 """Loading: one stevedore ``DriverManager`` per backend load, each run once and guarded.
 
-Every plugin is loaded by its own ``DriverManager``, handed the one entry
-point selection chose (through its public ``list_entry_points()``), so it
-never reads stevedore's on-disk cache nor imports anything not asked for.
-That entry point's ``load()`` is guarded: a malformed target is refused
-before importing, and anything the plugin raises, ``BaseException``
-subclasses included, becomes an ordinary :class:`Exception` that the
-manager re-raises.
-
-:class:`BackendLoader` runs each backend's load (import, factory,
-validation) once, however many threads ask. An explicit choice
-(:meth:`~BackendLoader.load`) runs it in the caller's thread, unbounded.
-Automatic detection (:meth:`~BackendLoader.load_each_within`) runs every
-candidate's load in a daemon worker, all started together
-(:func:`~sglang_backends.detection.start_each`), and waits for each at most
-``load_timeout`` from its own start. A load still running after
-:data:`SLOW_LOAD_NOTICE` seconds is logged at INFO, naming the plugin, so
-a slow import is never silent.
-
-Internal module: its names may change between releases without notice; use
-:class:`~sglang_backends.registry.ServeBackendRegistry`.
+A plugin's ``DriverManager`` is handed the one entry point selection chose
+(its public ``list_entry_points()``), so it reads no stevedore cache and
+imports nothing else. That entry point's ``load()`` refuses a malformed
+target, and whatever the plugin raises becomes an :class:`Exception`.
+:class:`BackendLoader` runs each backend's load once, however many threads
+ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
 """
 
 from __future__ import annotations
@@ -55,21 +41,17 @@ Candidate = tuple[Hashable, PluginEntryPoint | None, Callable[[], RegisteredServ
 
 
 class PluginCodeError(RuntimeError):
-    """Plugin code raised something that is not an ordinary ``Exception``.
+    """Plugin code raised a ``BaseException`` that is not an ``Exception``, or failed an ``assert``.
 
-    ``SystemExit``, ``asyncio.CancelledError``, ``GeneratorExit``, a
-    ``KeyboardInterrupt`` raised in a worker thread, and a failed
-    ``assert`` (which stevedore lets through its failure callback) become
-    this error, the original kept as ``__cause__``.
+    stevedore lets an ``AssertionError`` through its failure callback; the original is the cause.
     """
 
 
 def call_plugin_code(function: Callable[[], _T]) -> _T:
     """Call plugin code; whatever it raises is an ``Exception`` afterwards.
 
-    A ``KeyboardInterrupt`` in the main thread is the user's and propagates,
-    as does a :class:`~sglang_backends.processes.StopRequested` (a stop
-    signal); in a worker thread they can only come from the plugin.
+    In the main thread, a ``KeyboardInterrupt`` or a stop signal's
+    :class:`~sglang_backends.processes.StopRequested` is the user's and propagates.
 
     :raises PluginCodeError: the plugin raised a ``BaseException`` that is
         not an ``Exception``, or an ``AssertionError``.
@@ -121,11 +103,7 @@ def _chosen_driver_manager() -> type[Any]:
 
 
 def load_driver(plugin: PluginEntryPoint) -> object:
-    """Import *plugin*'s target through its own ``DriverManager`` and return it.
-
-    The plugin's own exception propagates (as an ``Exception``): a
-    ``DriverManager`` re-raises a load failure.
-    """
+    """Import *plugin*'s target through a ``DriverManager`` of its own; its failure propagates."""
     entry_point = plugin.entry_point
     guarded = _GuardedEntryPoint(entry_point.name, entry_point.value, entry_point.group)
     return _chosen_driver_manager()(guarded).driver
@@ -143,11 +121,7 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
 
 
 class _BackendLoad:
-    """One backend's load, run by one caller and awaited by the others.
-
-    :param name: the backend, for messages.
-    :param provider: its distribution, or ``built-in``, for messages.
-    """
+    """One backend's load, run by one caller and awaited by the others."""
 
     def __init__(self, name: str, provider: str) -> None:
         self.name = name
@@ -157,7 +131,6 @@ class _BackendLoad:
         self.seconds = 0.0
         self._value: RegisteredServeBackend | None = None
         self._error: BaseException | None = None
-        #: Set once the load finished, well or not.
         self.finished = threading.Event()
 
     def run(self, produce: Callable[[], RegisteredServeBackend]) -> None:
@@ -181,41 +154,22 @@ class _BackendLoad:
         return cast(RegisteredServeBackend, self._value)
 
 
-class _SlowLoadWatch:
-    """Waits for loads until their deadlines, logging those still running.
+def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.Event) -> None:
+    """Until *done*, log the loads still running after :data:`SLOW_LOAD_NOTICE` s, and later again.
 
-    Loads are scanned at most once a second, and not before the first could
-    be due: waiting for each of N loads costs O(N) in all, not O(N²).
+    One pass a second over *loads*, from the first that can be due: N loads cost O(N), not O(N²).
     """
-
-    def __init__(self, loads: Sequence[_BackendLoad], timeout: float) -> None:
-        self.loads = loads
-        self.timeout = timeout
-        self._noticed: dict[int, float] = {}
-        self._next_scan = time.perf_counter() + SLOW_LOAD_NOTICE
-
-    def wait(self, load: _BackendLoad) -> bool:
-        """Wait for *load* until its bound from its start; return whether it finished."""
-        deadline = (load.started or time.perf_counter()) + self.timeout
-        while True:
-            now = time.perf_counter()
-            if now >= self._next_scan:
-                self._scan(now)
-            if load.finished.is_set():
-                return True
-            if now >= deadline:
-                return False
-            load.finished.wait(min(deadline - now, 1.0))
-
-    def _scan(self, now: float) -> None:
-        self._next_scan = now + 1.0
-        for load in self.loads:
+    noticed: dict[int, float] = {}
+    pause = SLOW_LOAD_NOTICE
+    while not done.wait(pause):
+        pause, now = 1.0, time.perf_counter()
+        for load in loads:
             if load.finished.is_set() or load.started is None:
                 continue
-            running, last = now - load.started, self._noticed.get(id(load))
+            running, last = now - load.started, noticed.get(id(load))
             if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
-                self._noticed[id(load)] = running
-                _log_still_loading(load, running, self.timeout)
+                noticed[id(load)] = running
+                _log_still_loading(load, running, timeout)
 
 
 class BackendLoader:
@@ -269,16 +223,12 @@ class BackendLoader:
     ) -> list[RegisteredServeBackend | DetectionOutcome]:
         """Load the backends *names* concurrently, each bounded by *timeout* from its own start.
 
-        Each load runs in a daemon worker shared by quick loads
-        (:func:`~sglang_backends.detection.start_each`), so a hung plugin
-        holds only its own thread; one that overruns keeps running there (an
-        import cannot be interrupted) and cannot keep the process alive.
+        Loads run in daemon workers (:func:`~sglang_backends.detection.start_each`):
+        one that overruns keeps running there, as an import cannot be interrupted.
 
-        :param resolve: a name's :data:`Candidate`. A
-            :class:`ServeBackendError` it raises is that name's outcome.
-        :returns: in order, each backend, or the ``error``/``timeout``
-            outcome (logged as a WARNING naming it and its distribution)
-            that replaced it.
+        :param resolve: a name's :data:`Candidate`; a :class:`ServeBackendError`
+            it raises is that name's outcome.
+        :returns: in order, each backend or the outcome (logged) that replaced it.
         """
         loads: list[tuple[str, str | None, _BackendLoad] | DetectionOutcome] = []
         mine: list[tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]] = []
@@ -294,22 +244,28 @@ class BackendLoader:
             plugin = candidate[1]
             loads.append((name, plugin.distribution if plugin else None, load))
         start_each(mine, lambda job: job[0].run(job[1]), name=lambda job: f"load-{job[0].name}")
-        watch = _SlowLoadWatch([load for load, _ in mine], timeout)
+        waited = threading.Event()
+        notices = [load for load, _ in mine], timeout, waited
+        threading.Thread(target=_notice_slow, args=notices, daemon=True).start()
         result: list[RegisteredServeBackend | DetectionOutcome] = []
-        for item in loads:
-            if isinstance(item, DetectionOutcome):
-                result.append(item)
-                continue
-            name, distribution, load = item
-            if not watch.wait(load):
-                cause = (
-                    f"loading from {load.provider} did not finish within {timeout:g} s "
-                    "(load_timeout)"
-                )
-                result.append(skipped(name, distribution, timeout, cause, Verdict.TIMEOUT))
-                continue
-            try:
-                result.append(load.result())
-            except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
-                result.append(skipped(name, distribution, load.seconds, str(exc)))
+        try:
+            for item in loads:
+                if isinstance(item, DetectionOutcome):
+                    result.append(item)
+                    continue
+                name, distribution, load = item
+                deadline = (load.started or time.perf_counter()) + timeout
+                if not load.finished.wait(max(0.0, deadline - time.perf_counter())):
+                    cause = (
+                        f"loading from {load.provider} did not finish within {timeout:g} s "
+                        "(load_timeout)"
+                    )
+                    result.append(skipped(name, distribution, timeout, cause, Verdict.TIMEOUT))
+                    continue
+                try:
+                    result.append(load.result())
+                except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
+                    result.append(skipped(name, distribution, load.seconds, str(exc)))
+        finally:
+            waited.set()
         return result

@@ -1,12 +1,8 @@
 """Signals and process trees: the one module that signals or stops a process.
 
-``serve`` (its supervisor, or elsewhere than Linux its own process), the
-operator commands' workers and the plugin-author kit stop processes through
-it. How and why (freeze before kill, the tree's mark, the sweep after a
-killed supervisor): the operator guide's "What serve guarantees". psutil is
-imported only by the functions that walk processes.
-
-Internal module: its names may change between releases without notice.
+``serve``, the operator commands' workers and the plugin-author kit stop
+processes through it; the operator guide's "What serve guarantees" says how
+and why. psutil is imported only by the functions that walk processes.
 """
 
 from __future__ import annotations
@@ -60,11 +56,7 @@ class StopRequested(SystemExit):
 
 
 def stop_signals() -> tuple[int, ...]:
-    """The signals that stop ``serve`` and the commands' workers: SIGTERM, SIGINT, SIGQUIT, SIGHUP.
-
-    SIGHUP only when it is not ignored (``nohup``); SIGINT and SIGQUIT even
-    when inherited ignored, as a shell starts a background job.
-    """
+    """SIGTERM, SIGINT, SIGQUIT (even if inherited ignored) and SIGHUP unless ``nohup``-ed."""
     found = [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT]
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
         found.append(signal.SIGHUP)
@@ -110,7 +102,6 @@ def _send_all(processes: Iterable[psutil.Process], signum: int) -> None:
 
 
 def _prctl(option: int, value: int) -> bool:
-    """``prctl(option, value)`` (Linux); whether it worked."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
@@ -134,14 +125,12 @@ def die_with_parent() -> bool:
 class StopSignals:
     """While entered, a stop signal unwinds the main thread, once (SIGINT as KeyboardInterrupt).
 
-    The handlers (main thread only) record a signal until :meth:`arm`, which
-    raises at once for one that came before. In a forked child the default
-    action applies.
+    A signal is recorded until :meth:`arm` (then raised at once); a forked
+    child takes the default action.
 
     :param on_signal: given the signal, just before the main thread is unwound.
-    :param on_force: called, then the process exits at once, on a second
-        signal or *timeout* seconds after the first. Without it, further
-        signals are only recorded (the supervisor forces the stop).
+    :param on_force: called, then the process exits, on a second signal or
+        *timeout* seconds after the first; without it a signal is only recorded.
     """
 
     def __init__(
@@ -249,11 +238,7 @@ def _wait_gone(
     pause: Callable[[float], object] = time.sleep,
     until: Callable[[], bool] = lambda: False,
 ) -> list[psutil.Process]:
-    """Wait up to *timeout* s, or *until*, for *processes* to end; return those still running.
-
-    Zombies count as gone; this process's children among them are reaped
-    (only they: an embedding program's other children keep their status).
-    """
+    """Wait up to *timeout* s, or *until*, for *processes* to end (reaping only them); the rest."""
     deadline = time.monotonic() + timeout
     while True:
         for process in processes if hasattr(os, "WNOHANG") else ():
@@ -269,12 +254,7 @@ def _wait_gone(
 
 
 def freeze_and_kill(find: Callable[[], Iterable[psutil.Process]]) -> list[psutil.Process]:
-    """SIGKILL every process *find* returns, freezing them first so none can fork meanwhile.
-
-    Each process found gets SIGSTOP; *find* is called again until it returns
-    no process not yet stopped (or :data:`_FREEZE_BOUND` seconds pass), then
-    every one gets SIGKILL. Returns the processes signalled, without waiting.
-    """
+    """SIGSTOP what *find* returns until nothing is new (none forks), SIGKILL all; return it."""
     frozen: dict[psutil.Process, None] = {}  # a Process is its pid and start time
     deadline = time.monotonic() + _FREEZE_BOUND
     while time.monotonic() < deadline:
@@ -294,10 +274,7 @@ def stop_tree(
     pause: Callable[[float], object] = time.sleep,
     forced: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Stop the processes *find* returns; return how many there were.
-
-    They get SIGTERM and *timeout* seconds to end (``0``: none), then the
-    survivors and any newcomers are frozen and killed (:func:`freeze_and_kill`).
+    """SIGTERM what *find* returns, *timeout* s later freeze and kill what is left; how many.
 
     :param pause: waits between checks (the supervisor takes signals meanwhile).
     :param forced: whether a forced stop came meanwhile: the grace period ends.
@@ -322,10 +299,9 @@ def stop_tree(
 
 
 def kill_trees(*pids: int, groups: bool = False) -> None:
-    """Freeze and SIGKILL processes *pids* and their descendants at once; wait for them to go.
+    """Freeze and SIGKILL processes *pids* and their descendants, and wait for them to go.
 
-    :param groups: each of *pids* leads a process group: its members are
-        stopped first and killed last too, even those that left the tree.
+    :param groups: each of *pids* leads a process group: stop it all first, kill it last.
     """
     for pid in pids if groups else ():
         send(pid, signal.SIGSTOP, group=True)  # nothing in the group forks from now on
@@ -343,10 +319,8 @@ _MARKS: list[object] = []
 def mark(token: str) -> None:
     """Mark this process and every process it starts from now on as *token*'s (Linux).
 
-    Adds *token* to :data:`MARKER` in the environment (kept through
-    ``exec``; tokens separated by spaces, so a ``serve`` run by a backend
-    keeps the outer tree's mark), and maps a page of a memory file named
-    ``MARKER=token`` (kept through ``fork``; ``/proc/PID/maps`` shows it).
+    *token* joins the tokens in :data:`MARKER` in the environment (kept through
+    ``exec``) and names a mapped memory file (kept through ``fork``, in ``/proc/PID/maps``).
     """
     os.environ[MARKER] = " ".join([*os.environ.get(MARKER, "").split(), token])
     if not hasattr(os, "memfd_create"):
@@ -383,10 +357,7 @@ def marked(token: str) -> list[psutil.Process]:
 
 
 def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:
-    """Stop *roots*, their descendants and every process marked *token*; return how many.
-
-    For when the supervisor that watched them is gone: none need be a child here.
-    """
+    """Stop *roots*, their descendants and every process marked *token*; return how many."""
     roots = list(roots)
 
     def find() -> list[psutil.Process]:

@@ -1,13 +1,9 @@
 """The registry: built-ins plus installed plugins, resolved, loaded, validated, memoised.
 
 :class:`ServeBackendRegistry` re-implements SGLang's registry of the same
-name on stevedore. It resolves a name to one backend
-(:mod:`~sglang_backends.selection` decides which plugins may be used),
-loads it (:mod:`~sglang_backends.loading`, a stevedore ``DriverManager``), validates
-what the factory returned and memoises it: every factory runs once, however
-many threads ask. Automatic detection loads every candidate with a time
-bound, then hands them to :mod:`~sglang_backends.detection`. Listing
-imports neither plugins nor stevedore.
+name on stevedore (:mod:`~sglang_backends.selection` decides which plugins
+may be used, :mod:`~sglang_backends.loading` loads them). Listing imports
+neither plugins nor stevedore.
 """
 
 from __future__ import annotations
@@ -40,28 +36,16 @@ from sglang_backends.loading import BackendLoader, Candidate, call_plugin_code, 
 if TYPE_CHECKING:
     from sglang_backends.settings import Settings
 
-__all__ = [
-    "FALLBACK_BACKEND",
-    "BuiltinBackend",
-    "Progress",
-    "ServeBackendRegistry",
-    "Underway",
-]
+__all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry", "Underway"]
 
-#: Told when a candidate's load or detector starts and ends during automatic
-#: detection: ``(event, label)``, the event ``loading``, ``loaded``,
-#: ``detecting`` or ``detected``, the label ``'name' (provider)``. Called
-#: from worker threads. Lets another process (``serve``'s supervisor) name
-#: the plugins holding detection up when it must end it.
+#: Told, from worker threads, as automatic detection's loads and detectors start
+#: and end: ``(event, label)``, the event ``loading``, ``loaded``, ``detecting``
+#: or ``detected``, the label ``'name' (provider)``.
 Progress = Callable[[str, str], None]
 
 
 class Underway:
-    """Which loads and detectors are under way, kept from :data:`Progress` events.
-
-    Another process keeps one from the events it is sent, to name what
-    holds automatic detection up when it must end it.
-    """
+    """The loads and detectors under way, from :data:`Progress` events: what holds detection up."""
 
     def __init__(self) -> None:
         self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
@@ -168,9 +152,8 @@ class ServeBackendRegistry:
         """The registry *settings* describe; every entry point builds its registry here.
 
         :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
-        :param origins: where the enabled/disabled lists were set, for the
-            warning about names not installed; by default where configuration
-            set each list (:meth:`~sglang_backends.settings.Settings.list_origins`).
+        :param origins: as *selection_origins*; by default
+            :meth:`~sglang_backends.settings.Settings.list_origins`.
         """
         if builtins is None:
             from sglang_backends.host import default_builtins
@@ -189,11 +172,7 @@ class ServeBackendRegistry:
 
     @property
     def available_names(self) -> tuple[str, ...]:
-        """Built-in names in their given order, then usable plugin names sorted.
-
-        Reads metadata only; no plugin is imported. Computed once, with the
-        records: resolving each of N names must not rebuild it (O(N²)).
-        """
+        """Built-in names in their given order, then usable plugin names sorted; imports nothing."""
         return self._available
 
     @property
@@ -207,11 +186,7 @@ class ServeBackendRegistry:
         return tuple(self._records)
 
     def _resolve(self, name: str) -> Candidate:
-        """The backend *name* designates, as a :data:`~sglang_backends.loading.Candidate`.
-
-        An installed entry point named exactly *name* wins over reading it
-        as ``DIST:NAME``; a plugin is loaded under its own name.
-        """
+        """The :data:`~sglang_backends.loading.Candidate` *name* designates."""
         if name in self._builtins:
             return ("built-in", name), None, partial(self._produce, None, name)
         plugin = selection.choose(
@@ -249,7 +224,7 @@ class ServeBackendRegistry:
         return registered
 
     def _produce(self, plugin: PluginEntryPoint | None, name: str) -> RegisteredServeBackend:
-        """Import (a ``DriverManager`` of its own), call the factory, validate: one whole load."""
+        """Import, call the factory, validate: one whole load."""
         dist = plugin.distribution if plugin else None
         origin = f" from {plugin.provider}" if plugin else ""
         kind = "serve backend" if plugin else "built-in serve backend"
@@ -287,11 +262,9 @@ class ServeBackendRegistry:
     ) -> DetectionReport:
         """Run automatic detection on *request* and report every step.
 
-        Candidates are all available backends but the fallback ``llm``.
-        Each loads in a worker thread, bounded by :attr:`load_timeout`;
-        detectors then run concurrently, each bounded by
-        :attr:`detect_timeout`. Never raises for a plugin's fault: failures
-        become ``error`` or ``timeout`` outcomes, logged as warnings.
+        Every available backend but ``llm`` is loaded within :attr:`load_timeout`,
+        then detects within :attr:`detect_timeout`. A plugin's fault never raises:
+        it is an ``error`` or ``timeout`` outcome, logged as a warning.
 
         :param progress: told as each load and detector starts and ends.
         """
@@ -314,10 +287,8 @@ class ServeBackendRegistry:
     ) -> RegisteredServeBackend:
         """Choose the backend for *request*: the one match, else ``llm``.
 
-        Returns within about ``load_timeout + detect_timeout`` whatever
-        plugins do, as long as they let the interpreter run: a plugin that
-        holds the GIL holds up the threads keeping these bounds. ``serve``
-        has its supervisor, another process, end detection at a deadline.
+        Returns within about ``load_timeout + detect_timeout``, unless a plugin
+        holds the GIL (``serve``'s supervisor, another process, keeps that bound).
 
         :param progress: told as each load and detector starts and ends.
         :raises AmbiguousDetectionError: several backends matched (a
@@ -333,7 +304,7 @@ def _told(
     label: str,
     *args: object,
 ) -> _R:
-    """Call *function*, telling *progress* ``events[0]`` before and ``events[1]`` after."""
+    """Call *function*, telling *progress* ``events[0]`` before, ``events[1]`` after."""
     progress(events[0], label)
     try:
         return function(*args)

@@ -1,31 +1,25 @@
 """``serve``'s process model on Linux: nothing the backend starts outlives ``serve``.
 
-:func:`supervise` runs the backend's work in three processes, in the manner
-of tini and dumb-init; the operator guide's "Supervision" and "What serve
-guarantees" tell the whole story. Each process is apart for a requirement:
+:func:`supervise` runs the work in three processes, as tini and dumb-init do
+(the operator guide's "Supervision" tells the whole story), each apart for a
+requirement:
 
 ``serve`` (the *front*)
-    Waits for the supervisor and relays stop signals to it. Apart from the
-    supervisor (a subreaper, which reaps any child) so that a program
-    embedding :func:`sglang_backends.serve.main` keeps its children, their
-    exit statuses and its signal handlers; and so that a SIGKILL of the
+    Waits for the supervisor and relays stop signals to it. Apart so that a
+    program embedding :func:`sglang_backends.serve.main` keeps its children,
+    their exit statuses and its signal handlers, and so that a SIGKILL of the
     supervisor leaves a process running no plugin code to sweep the tree.
 the supervisor
-    Adopts the backend's orphans, relays stop signals, keeps the deadline of
-    automatic detection and stops every descendant once the backend process
-    has ended. Apart from the backend process so that it survives that
-    process's SIGKILL and keeps a deadline a plugin holding the GIL cannot
-    hold up; apart from the front so that it survives a SIGKILL of
-    ``serve`` (its parent-death signal stops the backend).
+    A subreaper: relays stop signals, keeps detection's deadline and stops
+    every descendant once the backend process has ended. Apart from that
+    process to survive its SIGKILL and keep a deadline a plugin holding the
+    GIL cannot hold up; apart from the front to survive a SIGKILL of ``serve``.
 the backend process
-    Chooses, loads and runs the backend, telling the supervisor over a
-    :class:`~sglang_backends.backend_process.Channel` which backend runs and
-    how the work ended (:mod:`sglang_backends.backend_process`).
+    Chooses, loads and runs the backend (:mod:`sglang_backends.backend_process`).
 
-The front and the supervisor block the stop signals and SIGCHLD before
-forking and take them with ``sigtimedwait``, so none is lost; the supervisor
-and the backend process end with ``os._exit``, so that a forked copy of an
-embedding program never runs on.
+The front and the supervisor block the stop signals and SIGCHLD before forking
+and take them with ``sigtimedwait``, so none is lost; the forked processes end
+with ``os._exit``, so that a copy of an embedding program never runs on.
 """
 
 from __future__ import annotations
@@ -54,11 +48,9 @@ SUPPORTED: bool = (
 _SI_KERNEL = 0x80
 # Seconds between reads of what the backend process says while it chooses a backend.
 _POLL = 0.1
-# Longest wait for a signal while nothing happens: SIGCHLD and the parent-death
-# signal bring every event, so this only bounds a wait that should never time out.
+# Longest wait for a signal while nothing happens (SIGCHLD brings every event).
 _IDLE = 60.0
-# The front's longest wait: a stop signal another thread of the program takes
-# reaches the Python handler only once the main thread wakes up.
+# The front's longest wait: a stop signal another thread takes waits for the main thread.
 _FRONT_IDLE = 1.0
 _EXIT_FAILURE = 1
 
@@ -75,7 +67,7 @@ class _Setup(NamedTuple):
 
 
 def _error(prog: str, text: str) -> None:
-    """Write ``prog: error: text`` to stderr; a closed stderr must not change the exit status."""
+    """Write ``prog: error: text`` to stderr, if it is open."""
     try:
         print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
@@ -88,9 +80,8 @@ def _error(prog: str, text: str) -> None:
 def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     """Run *work* in a supervised backend process; return ``serve``'s exit status.
 
-    Call it from the main thread, before any plugin code runs. Returns once
-    every process of the tree has ended, with the signal mask and handlers
-    as before.
+    Call it before any plugin code runs. Returns once every process of the
+    tree has ended, with the signal mask and handlers as before.
 
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     :param prog: the program name prefixing error lines.
@@ -106,8 +97,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             for signum in stops:
                 previous[signum] = signal.signal(signum, lambda n, frame: taken.append(n))
             if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
-                # Ignored, SIGCHLD makes exited children vanish unreaped: the
-                # supervisor's status would be lost.
+                # Ignored, SIGCHLD would lose the supervisor's exit status.
                 previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         except ValueError:  # not the main thread: signals stay with the host
             pass
@@ -132,8 +122,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
                 signal.signal(number, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if callable(signal.getsignal(signal.SIGCHLD)):
-            # SIGCHLD was blocked and taken here; the program's handler may be
-            # waiting for one of its own children.
+            # SIGCHLD was taken here; the program's handler may await its own children.
             processes.send(os.getpid(), signal.SIGCHLD)
 
 
@@ -150,8 +139,7 @@ def _wait_for_supervisor(pid: int, prog: str, waited: set[int], taken: list[int]
         if done:
             return status
         info = signal.sigtimedwait(waited, _FRONT_IDLE)
-        # The terminal signals the whole foreground group, which holds the
-        # supervisor and the backend: passing it on would double it.
+        # The terminal signals the whole foreground group: passing it on would double it.
         if info is not None and info.si_signo != signal.SIGCHLD and info.si_code != _SI_KERNEL:
             processes.send(pid, info.si_signo)
 
@@ -279,7 +267,7 @@ class _Supervision:
         return 128 + self.signum
 
     def _wait(self, timeout: float) -> None:
-        """Wait up to *timeout* s for a signal; reap children; read; act on a stop signal."""
+        """Wait up to *timeout* s for a signal; reap, read, and act on a stop signal."""
         info = signal.sigtimedwait(self.waited, timeout)
         while True:  # every child is the backend process or one of its orphans
             try:
@@ -347,8 +335,7 @@ class _Supervision:
         name = processes.signal_name(info.si_signo)
         if self.signum is None:
             LOG.info("Received %s; stopping the serve backend", name)
-            # The terminal's signal reached the backend process already,
-            # unless it moved to a process group of its own.
+            # The terminal's signal reached the backend process, unless it left the group.
             self._stop(info.si_signo, forward=sender != "terminal" or self._elsewhere())
         elif count > 1 and not self.forced:
             LOG.warning("Received %s again; killing the serve backend and its processes", name)

@@ -1,12 +1,7 @@
-"""Process titles: ``ps`` and ``top`` tell serve's three processes apart.
+"""Process titles: ``ps`` tells serve's supervisor and backend process apart.
 
-The supervisor and the backend process each call :func:`take_role` once and
-show as ``sglang-backends serve [ROLE] ARGS``; the front keeps its own title
-(it may be a program embedding :func:`sglang_backends.serve.main`). Every
-title holds ``sglang-backends``, so ``pgrep -f sglang-backends`` finds all
-three. setproctitle is imported only here, when a title is set.
-
-Internal module: its names may change between releases without notice.
+They show as ``sglang-backends serve [ROLE] ARGS`` (the front keeps its own title), so
+``pgrep -f sglang-backends`` finds all three. setproctitle is imported only when used.
 """
 
 from __future__ import annotations
@@ -22,22 +17,14 @@ _PROG = "sglang-backends serve"
 
 
 def title_for(role: str, argv: list[str]) -> str:
-    """The title of a process in *role*: the serve arguments of *argv*, marked with the role.
-
-    :param argv: the process's ``sys.argv``; what follows ``serve`` in it is
-        shown (nothing when ``serve`` was started by a program calling it).
-    """
+    """``sglang-backends serve [ROLE]`` and what follows ``serve`` in *argv*, if anything."""
     args = argv[1:]
     shown = args[args.index("serve") + 1 :] if "serve" in args else []
     return " ".join([_PROG, f"[{role}]", *shown])
 
 
 def take_role(role: str) -> None:
-    """Title this process after *role* (``supervisor``, ``backend NAME``); never fails.
-
-    A title is a convenience: without setproctitle (or where it cannot
-    work), the process keeps the one it has.
-    """
+    """Title this process after *role* (``supervisor``, ``backend NAME``) if it can; never fails."""
     try:
         from setproctitle import setproctitle
 
