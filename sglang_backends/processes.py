@@ -28,6 +28,10 @@ __all__ = [
     "exit_status",
     "freeze_and_kill",
     "kill_trees",
+    "log_overdue",
+    "log_received",
+    "log_stopped",
+    "log_swept",
     "mark",
     "send",
     "signal_name",
@@ -69,6 +73,24 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+# serve's stop messages, worded once for the supervisor and for serve's in-process path.
+def log_received(signum: int) -> None:
+    LOG.info("Received %s; stopping the serve backend", signal_name(signum))
+
+
+def log_stopped(backend: str | None, signum: int) -> None:
+    LOG.info("Serve backend %sstopped by %s", f"{backend} " if backend else "", signal_name(signum))
+
+
+def log_swept(count: int) -> None:
+    if count:
+        LOG.info("Stopped %d remaining process(es)", count)
+
+
+def log_overdue(timeout: float) -> None:
+    LOG.warning("The serve backend did not stop within %.1fs", timeout)
 
 
 def exit_status(exc: SystemExit) -> int:
@@ -191,7 +213,7 @@ class StopSignals:
 
     def _expire(self) -> None:
         if self.armed:
-            LOG.warning("The serve backend did not stop within %.1fs", self._timeout)
+            log_overdue(self._timeout)
             self._force()
 
     def _force(self) -> None:

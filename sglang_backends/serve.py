@@ -39,7 +39,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     describe,
 )
-from sglang_backends.processes import exit_status, signal_name
+from sglang_backends.processes import exit_status
 from sglang_backends.settings import (
     Settings,
     configured,
@@ -171,12 +171,20 @@ def _launch_here(
     request: ServeRequest, timeout: float, description: str, registered: RegisteredServeBackend
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
-    from sglang_backends.processes import StopSignals, become_subreaper, descendants, stop_tree
+    from sglang_backends.processes import (
+        StopSignals,
+        become_subreaper,
+        descendants,
+        log_received,
+        log_stopped,
+        log_swept,
+        stop_tree,
+    )
 
     become_subreaper()
     # A forced stop (second signal, expired deadline) kills at once: no grace period.
     guard = StopSignals(
-        on_signal=lambda n: LOG.info("Received %s; stopping the serve backend", signal_name(n)),
+        on_signal=log_received,
         timeout=2 * timeout,
         on_force=lambda: stop_tree(descendants, 0),
     )
@@ -197,11 +205,9 @@ def _launch_here(
             status = exit_status(exc)
         except _Failure as exc:
             failure = exc
-        count = stop_tree(descendants, timeout)
-        if count:
-            LOG.info("Stopped %d remaining process(es)", count)
+        log_swept(stop_tree(descendants, timeout))
     if guard.signum is not None:
-        LOG.info("Serve backend %s stopped by %s", description, signal_name(guard.signum))
+        log_stopped(description, guard.signum)
         return 128 + guard.signum
     if failure is not None:
         raise failure

@@ -243,15 +243,14 @@ class _Supervision:
             if self.choosing is not None and time.monotonic() >= self.choosing[0]:
                 self._overrun()
             elif self.deadline is not None and time.monotonic() >= self.deadline:
-                LOG.warning("The serve backend did not stop within %.1fs", self.setup.timeout)
+                processes.log_overdue(self.setup.timeout)
                 self._kill()
         self._read()
         problem, status = self._verdict()
         count = processes.stop_tree(
             processes.descendants, self.setup.timeout, pause=self._wait, forced=lambda: self.forced
         )
-        if count:
-            LOG.info("Stopped %d remaining process(es)", count)
+        processes.log_swept(count)
         if self.overran is not None:
             _error(self.setup.prog, self.overran)
             return _EXIT_FAILURE
@@ -261,9 +260,7 @@ class _Supervision:
             return status
         if problem:
             LOG.info("While stopping, %s", problem)
-        backend = self.messages.get("backend")
-        name = processes.signal_name(self.signum)
-        LOG.info("Serve backend %sstopped by %s", f"{backend} " if backend else "", name)
+        processes.log_stopped(self.messages.get("backend"), self.signum)
         return 128 + self.signum
 
     def _wait(self, timeout: float) -> None:
@@ -334,7 +331,7 @@ class _Supervision:
         count = self.senders[sender] = self.senders.get(sender, 0) + 1
         name = processes.signal_name(info.si_signo)
         if self.signum is None:
-            LOG.info("Received %s; stopping the serve backend", name)
+            processes.log_received(info.si_signo)
             # The terminal's signal reached the backend process, unless it left the group.
             self._stop(info.si_signo, forward=sender != "terminal" or self._elsewhere())
         elif count > 1 and not self.forced:
