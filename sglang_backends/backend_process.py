@@ -1,7 +1,10 @@
 """``serve``'s backend process on Linux, forked by :mod:`sglang_backends.supervisor`.
 
 It chooses, loads and runs the backend, and tells the supervisor over a
-:class:`Channel` which backend runs and how the work ended.
+:class:`Channel` which backend runs and how the work ended. The supervisor and
+this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
+(:func:`take_role`; the front keeps its own title), so ``pgrep -f
+sglang-backends`` finds all three.
 """
 
 from __future__ import annotations
@@ -15,11 +18,27 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from sglang_backends import processes
-from sglang_backends.titles import take_role
 
-__all__ = ["BackendWork", "Channel", "flush", "run"]
+__all__ = ["BackendWork", "Channel", "flush", "run", "take_role", "title_for"]
 
 LOG = logging.getLogger(__name__)
+
+
+def title_for(role: str, argv: list[str]) -> str:
+    """``sglang-backends serve [ROLE]`` and what follows ``serve`` in *argv*, if anything."""
+    args = argv[1:]
+    shown = args[args.index("serve") + 1 :] if "serve" in args else []
+    return " ".join(["sglang-backends serve", f"[{role}]", *shown])
+
+
+def take_role(role: str) -> None:
+    """Title this process after *role* (``supervisor``, ``backend NAME``) if it can; never fails."""
+    try:
+        from setproctitle import setproctitle  # imported only when used
+
+        setproctitle(title_for(role, sys.argv))
+    except Exception as exc:  # noqa: BLE001 - a title must never stop serve
+        LOG.debug("Process title not set: %s", exc)
 
 
 class Channel:

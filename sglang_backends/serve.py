@@ -348,7 +348,7 @@ def _serve(host: HostOptions) -> int:
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             channel.backend(description)
-            from sglang_backends.titles import take_role
+            from sglang_backends.backend_process import take_role
 
             take_role(f"backend {registered.name}")
             return _run(description, registered, request)

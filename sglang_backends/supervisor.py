@@ -32,8 +32,7 @@ import time
 from typing import Any, NamedTuple, NoReturn
 
 from sglang_backends import backend_process, processes
-from sglang_backends.backend_process import BackendWork, flush
-from sglang_backends.titles import take_role
+from sglang_backends.backend_process import BackendWork, flush, take_role
 
 __all__ = ["SUPPORTED", "supervise"]
 
