@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sglang_backends.contract import SERVE_BACKENDS_GROUP
 
@@ -70,15 +71,9 @@ class PluginSite:
         self._modules: set[str] = set()
 
     def install(
-        self,
-        name: str,
-        *,
-        version: str = "1.0",
-        entry_points: Mapping[str, str] | None = None,
-        group: str = SERVE_BACKENDS_GROUP,
-        modules: Mapping[str, str] | None = None,
+        self, name: str, *, modules: Mapping[str, str] | None = None, **options: Any
     ) -> Path:
-        """Install a distribution here; see :func:`write_distribution`.
+        """Install a distribution here; see :func:`write_distribution` for the options.
 
         Modules it ships that were already imported are dropped from
         :data:`sys.modules`, so the next import sees the new code.
@@ -87,14 +82,7 @@ class PluginSite:
         tops = {top[:-3] if top.endswith(".py") else top for top in tops}
         self._modules |= tops
         self._forget(tops)
-        return write_distribution(
-            self.path,
-            name,
-            version=version,
-            entry_points=entry_points,
-            group=group,
-            modules=modules,
-        )
+        return write_distribution(self.path, name, modules=modules, **options)
 
     def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """A copy of *base* (default ``os.environ``) with this site on ``PYTHONPATH``."""
