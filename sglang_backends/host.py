@@ -10,6 +10,7 @@ and plugins.rst describe the built-ins, the general plugins and the help note.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -18,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.dispatch import wants_help
@@ -31,7 +33,6 @@ __all__ = [
     "default_builtins",
     "detect_diffusion_offline",
     "diffusion_backend",
-    "general_plugins_installed",
     "help_note",
     "run_diffusion",
     "run_general_plugins",
@@ -43,13 +44,12 @@ LOG = logging.getLogger(__name__)
 
 #: Entry-point group of SGLang's general (hardware and hook) plugins.
 GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
-#: What ``sglang serve --model-type diffusion --help`` prints without diffusion support.
-DIFFUSION_INSTALL_HINT = (
-    'Diffusion model support is not available. Install with: pip install "sglang[diffusion]"'
-)
-
 #: What to install for each built-in to serve, by name.
 INSTALL_COMMANDS = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
+#: What ``sglang serve --model-type diffusion --help`` prints without diffusion support.
+DIFFUSION_INSTALL_HINT = (
+    f"Diffusion model support is not available. Install with: {INSTALL_COMMANDS['diffusion']}"
+)
 #: How ``list`` and the general help describe each built-in.
 BUILTIN_NOTES = {
     "llm": f"built-in, SGLang's LLM server ({INSTALL_COMMANDS['llm']})",
@@ -89,17 +89,6 @@ def _quiet_sglang() -> None:
         suppress()
 
 
-def _absent_in_this_release(exc: BaseException, module: str) -> bool:
-    """Whether *exc* says *module* (or a parent) does not exist: an older SGLang, not a fault."""
-    name = getattr(exc, "name", None)
-    return (
-        isinstance(exc, ModuleNotFoundError)
-        and isinstance(name, str)
-        and (module == name or module.startswith(name + "."))
-        and name.startswith("sglang.")
-    )
-
-
 def _import_sglang(
     module: str,
     failure: str,
@@ -118,7 +107,13 @@ def _import_sglang(
     try:
         return importlib.import_module(module)
     except errors as exc:
-        quiet = expected or _absent_in_this_release(exc, module)
+        # An older SGLang lacks *module* (or a parent): not a fault.
+        absent = getattr(exc, "name", None) or ""
+        quiet = expected or (
+            isinstance(exc, ModuleNotFoundError)
+            and absent.startswith("sglang.")
+            and (module == absent or module.startswith(absent + "."))
+        )
         (LOG.debug if quiet else LOG.warning)(failure, detail(exc))
         return None
 
@@ -130,6 +125,18 @@ def _missing(name: str, exc: Exception) -> RuntimeError:
     )
 
 
+def _required(backend: str, module: str, name: str) -> Any:
+    """*name* from SGLang's *module*, without which built-in *backend* cannot run.
+
+    :raises RuntimeError: it is not importable; the message says what to install.
+    """
+    _quiet_sglang()
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise _missing(backend, exc) from exc
+
+
 def run_llm(request: ServeRequest) -> None:
     """Run SGLang's LLM server with the request's arguments, or print its help.
 
@@ -137,19 +144,13 @@ def run_llm(request: ServeRequest) -> None:
     """
     if not sglang_installed():
         raise _missing("llm", ImportError("No module named 'sglang'"))
-    _quiet_sglang()
-    help_only = wants_help(request.argv)
-    try:
-        launch = None if help_only else importlib.import_module("sglang.launch_server").run_server
-        prepare_server_args = importlib.import_module("sglang.srt.server_args").prepare_server_args
-    except (ImportError, AttributeError) as exc:
-        raise _missing("llm", exc) from exc
-    if launch is None:
-        try:
+    if wants_help(request.argv):
+        prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
+        with contextlib.suppress(SystemExit):  # argparse's --help exits; the help is wanted
             prepare_server_args(["--help"])
-        except SystemExit:
-            pass  # argparse's --help exits; the help is what we wanted
         return
+    launch = _required("llm", "sglang.launch_server", "run_server")
+    prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
     launch(prepare_server_args(list(request.argv)))
 
 
@@ -161,49 +162,35 @@ def _diffusion_parser(
     return parser
 
 
-def _print_diffusion_help() -> None:
-    module = _import_sglang(
-        _DIFFUSION_SERVE_MODULE,
-        "SGLang's diffusion support is not importable: %s",
-        errors=(ImportError,),
-        expected=True,
-    )
-    add_args = getattr(module, "add_multimodal_gen_serve_args", None)
-    if add_args is None:
-        print(DIFFUSION_INSTALL_HINT)
-    else:
-        _diffusion_parser(add_args).print_help()
-
-
-def _apply_diffusion_plugin_hooks() -> None:
-    """SGLang's diffusion plugin hooks (0.5.21+); nothing on older releases."""
-    plugins = _import_sglang(
-        "sglang.multimodal_gen.runtime.platforms.plugins",
-        "No diffusion plugin hooks in this SGLang: %s",
-        errors=(ImportError,),
-        expected=True,
-    )
-    apply = getattr(plugins, "apply_plugin_hooks", None)
-    if callable(apply):
-        apply()
-
-
 def run_diffusion(request: ServeRequest) -> None:
     """Run SGLang's diffusion server with the request's arguments, or print its help.
 
     :raises RuntimeError: diffusion support is not importable; the message says what to install.
     """
-    _quiet_sglang()
     if wants_help(request.argv):
-        _print_diffusion_help()
+        module = _import_sglang(
+            _DIFFUSION_SERVE_MODULE,
+            "SGLang's diffusion support is not importable: %s",
+            errors=(ImportError,),
+            expected=True,
+        )
+        add_args = getattr(module, "add_multimodal_gen_serve_args", None)
+        if add_args is None:
+            print(DIFFUSION_INSTALL_HINT)
+        else:
+            _diffusion_parser(add_args).print_help()
         return
-    _apply_diffusion_plugin_hooks()
-    try:
-        module = importlib.import_module(_DIFFUSION_SERVE_MODULE)
-        add_args = module.add_multimodal_gen_serve_args
-        execute = module.execute_serve_cmd
-    except (ImportError, AttributeError) as exc:
-        raise _missing("diffusion", exc) from exc
+    hooks = _import_sglang(
+        "sglang.multimodal_gen.runtime.platforms.plugins",
+        "No diffusion plugin hooks in this SGLang: %s",
+        errors=(ImportError,),
+        expected=True,
+    )
+    apply_plugin_hooks = getattr(hooks, "apply_plugin_hooks", None)
+    if callable(apply_plugin_hooks):  # SGLang 0.5.21+
+        apply_plugin_hooks()
+    add_args = _required("diffusion", _DIFFUSION_SERVE_MODULE, "add_multimodal_gen_serve_args")
+    execute = _required("diffusion", _DIFFUSION_SERVE_MODULE, "execute_serve_cmd")
     parsed, remaining = _diffusion_parser(add_args).parse_known_args(list(request.argv))
     if request.model_path_is_positional:
         # SGLang tells arguments the user gave from parser defaults by this set.
@@ -279,17 +266,6 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
     return {"llm": ServeBackend(api_version=1, run=run_llm), "diffusion": diffusion_backend}
 
 
-def general_plugins_installed() -> bool:
-    """Whether SGLang would load any general plugin (``$SGLANG_PLUGINS`` applied); metadata only."""
-    from sglang_backends.discovery import discover
-
-    names = set(discover(GENERAL_PLUGINS_GROUP))
-    allowed = os.environ.get("SGLANG_PLUGINS", "")
-    if allowed:
-        names &= {name.strip() for name in allowed.split(",") if name.strip()}
-    return bool(names)
-
-
 def run_general_plugins() -> bool:
     """Run SGLang's general plugins once per process, skipped when none would load.
 
@@ -301,7 +277,13 @@ def run_general_plugins() -> bool:
         if _general_plugins_done:
             return False
         _general_plugins_done = True
-        if not general_plugins_installed():
+        from sglang_backends.discovery import discover
+
+        names = set(discover(GENERAL_PLUGINS_GROUP))
+        allowed = os.environ.get("SGLANG_PLUGINS", "")  # SGLang's own filter
+        if allowed:
+            names &= {name.strip() for name in allowed.split(",") if name.strip()}
+        if not names:
             LOG.debug("No SGLang general plugin to load")
             return False
         if not sglang_installed():
