@@ -346,7 +346,7 @@ def _static_note() -> str | None:
     ``find_spec`` (which imports the parent package), and read only if regular.
 
     :raises _NotStatic: no such distribution or file, or no literal value
-        (:func:`~sglang_backends.literal.read_string`).
+        (:func:`_read_string`).
     """
     import importlib.metadata
 
@@ -371,9 +371,64 @@ def _static_note() -> str | None:
         if not listed or not is_regular_file(listed[0]):
             raise _NotStatic(f"no regular file {_NOTE_FILE} in the sglang distribution")
         path = listed[0]
-    from sglang_backends.literal import NotLiteral, read_string  # only with SGLang installed
+    return _read_string(path, _NOTE_NAME) or None
+
+
+def _read_string(path: str, name: str) -> str:
+    """Module-level *name* of the Python file *path*, evaluated without executing anything.
+
+    Understood: string literals (implicit concatenation included), ``+``
+    between strings, and f-strings whose fields are module-level names
+    bound once to such values (``f"... {COOKBOOK_URL} ..."``, no format
+    spec, no ``!r``/``!a``), as setuptools' ``attr:`` reads a version
+    before falling back to an import.
+
+    :raises _NotStatic: the file cannot be read or parsed, *name* is unbound
+        or bound more than once at module level, or its value is anything else.
+    """
+    import ast  # only with SGLang installed
 
     try:
-        return read_string(path, _NOTE_NAME) or None
-    except NotLiteral as exc:
-        raise _NotStatic(str(exc)) from exc
+        with open(path, "rb") as stream:
+            tree = ast.parse(stream.read(), filename=path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise _NotStatic(f"{path} could not be read: {exc}") from exc
+    bound: dict[str, list[ast.expr]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign):
+            targets, value = statement.targets, statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            targets, value = [statement.target], statement.value
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(value)
+
+    def lookup(variable: str, seen: frozenset[str]) -> str:
+        values = bound.get(variable, [])
+        if len(values) != 1:
+            how = "not bound" if not values else "bound more than once"
+            raise _NotStatic(f"{variable} is {how} at module level")
+        if variable in seen:
+            raise _NotStatic(f"{variable} refers to itself")
+        return evaluate(values[0], seen | {variable})
+
+    def evaluate(node: ast.expr, seen: frozenset[str]) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return lookup(node.id, seen)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return evaluate(node.left, seen) + evaluate(node.right, seen)
+        if isinstance(node, ast.JoinedStr):
+            return "".join(evaluate(part, seen) for part in node.values)
+        if (
+            isinstance(node, ast.FormattedValue)
+            and node.conversion in (-1, ord("s"))
+            and node.format_spec is None
+        ):
+            return evaluate(node.value, seen)
+        raise _NotStatic(f"{ast.unparse(node)[:80]!r} is not a string literal")
+
+    return lookup(name, frozenset())
