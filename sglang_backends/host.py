@@ -1,10 +1,8 @@
 """SGLang as the host: the built-in backends, SGLang's general plugins, its help note.
 
-The only module that imports ``sglang``: always inside a function, after
-SGLang's own warning filters, each use guarded by what the installed release
-provides, so that a machine without SGLang (or with an older release) gets a
-documented fallback rather than an ImportError. doc/source/user/operators.rst
-and plugins.rst describe the built-ins, the general plugins and the help note.
+The only module that imports ``sglang``: inside functions, after SGLang's
+warning filters, each use guarded so that without SGLang (or with an older
+release) it falls back as doc/source/user/operators.rst describes.
 """
 
 from __future__ import annotations
@@ -97,11 +95,9 @@ def _import_sglang(
     expected: bool = False,
     detail: Callable[[BaseException], str] = str,
 ) -> ModuleType | None:
-    """SGLang's *module*, imported after its warning filters, or ``None`` when it fails.
+    """SGLang's *module*, or ``None`` after logging one of *errors* with *failure*.
 
-    A failure of one of *errors* is logged with *failure* (``%s``: its
-    *detail*): at DEBUG when this release lacks *module* or the failure is
-    *expected*, at WARNING otherwise. Other errors propagate.
+    At DEBUG when *expected* or this release lacks *module*, else at WARNING.
     """
     _quiet_sglang()
     try:
@@ -126,10 +122,7 @@ def _missing(name: str, exc: Exception) -> RuntimeError:
 
 
 def _required(backend: str, module: str, name: str) -> Any:
-    """*name* from SGLang's *module*, without which built-in *backend* cannot run.
-
-    :raises RuntimeError: it is not importable; the message says what to install.
-    """
+    """*name* from SGLang's *module*, or a RuntimeError saying what *backend* needs installed."""
     _quiet_sglang()
     try:
         return getattr(importlib.import_module(module), name)
@@ -201,9 +194,8 @@ def run_diffusion(request: ServeRequest) -> None:
 def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     """The ``diffusion`` detector without SGLang: SGLang's rule for a local directory.
 
-    The first Diffusers index present decides: a JSON object naming
-    ``_diffusers_version`` matches. Anything not a readable local directory
-    is ``UNKNOWN``. Never raises.
+    The first Diffusers index present decides (``_diffusers_version`` in it
+    matches); anything but a readable local directory is ``UNKNOWN``. Never raises.
     """
     path = request.model_path
     if not path:
@@ -224,11 +216,19 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     return ServeBackendDetection.NO_MATCH
 
 
-def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackendDetection] | None:
-    """The detector of ``sglang serve``, over the functions *utils* provides."""
+def diffusion_backend() -> ServeBackend:
+    """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
+    utils = None
+    if sglang_installed():
+        utils = _import_sglang(
+            "sglang.cli.utils",
+            "SGLang is installed but sglang.cli.utils failed to import (%s); "
+            "diffusion detection uses the offline rule",
+            detail=describe,
+        )
     is_diffusion_model = getattr(utils, "get_is_diffusion_model", None)
     if not callable(is_diffusion_model):
-        return None
+        return ServeBackend(api_version=1, run=run_diffusion, detect=detect_diffusion_offline)
     pipeline_name = getattr(utils, "get_pipeline_class_name", None)
     is_native = getattr(utils, "is_registered_native_pipeline", None)
 
@@ -244,21 +244,7 @@ def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackend
             return ServeBackendDetection.MATCH
         return ServeBackendDetection.NO_MATCH
 
-    return detect_diffusion
-
-
-def diffusion_backend() -> ServeBackend:
-    """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
-    utils = None
-    if sglang_installed():
-        utils = _import_sglang(
-            "sglang.cli.utils",
-            "SGLang is installed but sglang.cli.utils failed to import (%s); "
-            "diffusion detection uses the offline rule",
-            detail=describe,
-        )
-    detect = _sglang_detector(utils) if utils is not None else None
-    return ServeBackend(api_version=1, run=run_diffusion, detect=detect or detect_diffusion_offline)
+    return ServeBackend(api_version=1, run=run_diffusion, detect=detect_diffusion)
 
 
 def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
@@ -267,7 +253,7 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
 
 
 def run_general_plugins() -> bool:
-    """Run SGLang's general plugins once per process, skipped when none would load.
+    """Run SGLang's general plugins once per process, unless none would load.
 
     :returns: whether SGLang's loader ran in this call.
     :raises RuntimeError: SGLang's loader raised.
@@ -322,8 +308,7 @@ class _NotStatic(Exception):
 def help_note() -> str | None:
     """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``.
 
-    Read statically (:func:`_static_note`), since importing SGLang costs
-    seconds; ``sglang.cli.main`` is imported only when that fails.
+    Read without importing SGLang (which costs seconds) unless that fails.
     """
     if not sglang_installed():  # cheap: no package, no metadata lookup
         return None
@@ -340,14 +325,7 @@ def help_note() -> str | None:
 
 
 def _static_note() -> str | None:
-    """``COOKBOOK_EPILOG`` parsed from the ``sglang`` distribution's file, or ``None`` if empty.
-
-    The file is found through the distribution's metadata, never with
-    ``find_spec`` (which imports the parent package), and read only if regular.
-
-    :raises _NotStatic: no such distribution or file, or no literal value
-        (:func:`_read_string`).
-    """
+    """The note parsed from the ``sglang`` distribution's regular file, found without importing."""
     import importlib.metadata
 
     from sglang_backends.discovery import has_metadata, is_regular_file
@@ -375,17 +353,7 @@ def _static_note() -> str | None:
 
 
 def _read_string(path: str, name: str) -> str:
-    """Module-level *name* of the Python file *path*, evaluated without executing anything.
-
-    Understood: string literals (implicit concatenation included), ``+``
-    between strings, and f-strings whose fields are module-level names
-    bound once to such values (``f"... {COOKBOOK_URL} ..."``, no format
-    spec, no ``!r``/``!a``), as setuptools' ``attr:`` reads a version
-    before falling back to an import.
-
-    :raises _NotStatic: the file cannot be read or parsed, *name* is unbound
-        or bound more than once at module level, or its value is anything else.
-    """
+    """Module-level *name* of *path*: strings, ``+``, f-strings of names bound once; not run."""
     import ast  # only with SGLang installed
 
     try:
@@ -405,20 +373,17 @@ def _read_string(path: str, name: str) -> str:
             if isinstance(target, ast.Name):
                 bound.setdefault(target.id, []).append(value)
 
-    def lookup(variable: str, seen: frozenset[str]) -> str:
-        values = bound.get(variable, [])
-        if len(values) != 1:
-            how = "not bound" if not values else "bound more than once"
-            raise _NotStatic(f"{variable} is {how} at module level")
-        if variable in seen:
-            raise _NotStatic(f"{variable} refers to itself")
-        return evaluate(values[0], seen | {variable})
-
     def evaluate(node: ast.expr, seen: frozenset[str]) -> str:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return node.value
         if isinstance(node, ast.Name):
-            return lookup(node.id, seen)
+            values = bound.get(node.id, [])
+            if len(values) != 1:
+                how = "not bound" if not values else "bound more than once"
+                raise _NotStatic(f"{node.id} is {how} at module level")
+            if node.id in seen:
+                raise _NotStatic(f"{node.id} refers to itself")
+            return evaluate(values[0], seen | {node.id})
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             return evaluate(node.left, seen) + evaluate(node.right, seen)
         if isinstance(node, ast.JoinedStr):
@@ -431,4 +396,4 @@ def _read_string(path: str, name: str) -> str:
             return evaluate(node.value, seen)
         raise _NotStatic(f"{ast.unparse(node)[:80]!r} is not a string literal")
 
-    return lookup(name, frozenset())
+    return evaluate(ast.Name(id=name), frozenset())
