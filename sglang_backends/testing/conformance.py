@@ -1,14 +1,9 @@
 """A conformance check plugin authors run against their backend.
 
-:func:`assert_backend_contract` takes a factory or the name of an installed
-backend and checks what the host relies on: the factory returns a
-``ServeBackend`` with a literal, supported ``api_version``; ``run()`` honours
-``--help`` promptly, without listening on a socket or starting processes;
-the detector, if any, answers a spread of awkward requests with a
-``ServeBackendDetection`` and never raises. Where SGLang is installed it also
-checks portability: SGLang's own registry (``sglang.cli.serve_backends``)
-loads the backend and accepts the detector's answers, as ``sglang serve``
-would.
+What the host relies on: a literal, supported ``api_version``; ``run()``
+honouring ``--help`` promptly with no socket or process; a detector that
+answers awkward requests and never raises; and, where SGLang is installed,
+SGLang's own registry accepting the backend and its answers.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import cast
 
@@ -66,7 +61,7 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
     long_path = "m" * 100_000
     garbage = "\x00\udcff../\n\t*?"
     missing = os.path.join(directory, "does-not-exist")
-    cases = {
+    return {
         "no model path": ServeRequest(argv=(), model_path=None),
         "empty model path": ServeRequest(argv=("--model-path", ""), model_path=""),
         "local directory": ServeRequest(("--model-path", directory), directory, True),
@@ -76,14 +71,12 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
         "very long string": ServeRequest(("--model-path", long_path), long_path),
         "help only": ServeRequest(argv=("--help",), model_path=None),
     }
-    return cases
 
 
 def _literal_api_version(factory: Callable[..., object]) -> str | None:
     """Why the factory's ``api_version`` is not a literal, or ``None`` if it is (or unknown)."""
     try:
-        source = textwrap.dedent(inspect.getsource(factory))
-        tree = ast.parse(source)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(factory)))
     except (OSError, TypeError, SyntaxError):
         return None
     for node in ast.walk(tree):
@@ -124,11 +117,7 @@ def _call_bounded(
     timeout: float,
     watch: Callable[[], None] = lambda: None,
 ) -> tuple[object, BaseException | None] | None:
-    """Call plugin code in a daemon thread, calling *watch* while it runs.
-
-    :returns: ``(value, error)``, or ``None`` if it is still running after
-        *timeout* seconds: a plugin must neither hang nor crash the check.
-    """
+    """Run plugin code in a thread, polling *watch*: ``(value, error)``, ``None`` past *timeout*."""
     outcome: list[tuple[object, BaseException | None]] = []
 
     def call() -> None:
@@ -163,32 +152,26 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     outcome = _call_bounded(lambda: backend.run(request), f"help-{name}", timeout, watch)
     elapsed = time.perf_counter() - started
     watch()
+    error = None if outcome is None else outcome[1]
+    if isinstance(error, SystemExit) and error.code in (0, None):
+        error = None  # argparse's --help exits 0
     if outcome is None:
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) did not return within {timeout:g} s; "
+        problem = (
+            f"did not return within {timeout:g} s; "
             "print the help and return without launching a server"
         )
-    if opened:
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) opened listening sockets "
-            f"{sorted(opened)}; --help must not launch a server"
-        )
-    if spawned:
+    elif opened:
+        problem = f"opened listening sockets {sorted(opened)}; --help must not launch a server"
+    elif spawned:
         from sglang_backends.processes import kill_trees
 
         kill_trees(*spawned)
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) started processes {sorted(spawned)}; "
-            "--help must not launch a server"
-        )
-    error = outcome[1]
-    if isinstance(error, SystemExit) and error.code in (0, None):
-        error = None  # argparse's --help exits 0
-    if error is not None:
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) raised {type(error).__name__}: {error}"
-        ) from error
-    return elapsed
+        problem = f"started processes {sorted(spawned)}; --help must not launch a server"
+    elif error is not None:
+        problem = f"raised {type(error).__name__}: {error}"
+    else:
+        return elapsed
+    raise ContractViolation(f"Serve backend {name!r}: run(['--help']) {problem}") from error
 
 
 def _check_detector(
@@ -273,7 +256,13 @@ def assert_backend_contract(
             backend = registry.get(name).backend  # type: ignore[attr-defined]
         except Exception as exc:
             raise ContractViolation(str(exc)) from exc
-        factory = _installed_factory(registry, name)
+        plugin = next(
+            (r.plugin for r in getattr(registry, "plugins", ()) if r.plugin.name == name), None
+        )
+        try:  # the factory object, for its source
+            factory = None if plugin is None else plugin.entry_point.load()
+        except Exception:  # noqa: BLE001 - the registry loaded it already
+            factory = None
     else:
         factory = factory_or_name
         name = _factory_name(factory)
@@ -368,17 +357,7 @@ def assert_sglang_accepts(
             )
     detection_class = upstream.ServeBackendDetection
     with _spread(requests) as spread:
-        their_requests = [
-            (
-                label,
-                upstream.ServeRequest(
-                    argv=request.argv,
-                    model_path=request.model_path,
-                    model_path_is_positional=request.model_path_is_positional,
-                ),
-            )
-            for label, request in spread
-        ]
+        their_requests = [(label, upstream.ServeRequest(**asdict(req))) for label, req in spread]
         _check_detector(
             backend,
             name,
@@ -396,10 +375,7 @@ def _factory_name(factory: object) -> str:
 
 
 def _sglang_contract(*, required: bool) -> ModuleType | None:
-    """SGLang's contract module, imported; ``None`` when SGLang (or the module) is absent.
-
-    :raises ContractViolation: it is absent and *required*, or it fails to import.
-    """
+    """SGLang's contract module, ``None`` if absent; ContractViolation if *required* or broken."""
     try:
         return importlib.import_module(SGLANG_CONTRACT_MODULE)
     except ModuleNotFoundError as exc:
@@ -419,14 +395,3 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
             f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-
-
-def _installed_factory(registry: object, name: str) -> Callable[..., object] | None:
-    """The factory object behind installed backend *name*, if it is a plugin."""
-    for record in getattr(registry, "plugins", ()):
-        if record.plugin.name == name:
-            try:
-                return cast("Callable[..., object]", record.plugin.entry_point.load())
-            except Exception:  # noqa: BLE001 - already loaded by the registry
-                return None
-    return None
