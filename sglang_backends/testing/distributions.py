@@ -1,10 +1,8 @@
 """Write real installed distributions into a directory, for tests.
 
-A distribution is a ``NAME-VERSION.dist-info`` directory holding ``METADATA``
-and ``entry_points.txt``, plus any modules it ships, exactly what an
-installer leaves on disk, so :mod:`importlib.metadata` and stevedore find it
-as they would find a ``pip install``-ed package once the directory is on
-``sys.path`` (or ``PYTHONPATH``).
+A ``NAME-VERSION.dist-info`` directory with ``METADATA`` and ``entry_points.txt``,
+plus the modules it ships: what an installer leaves, found by
+:mod:`importlib.metadata` and stevedore once the directory is on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -78,8 +76,7 @@ class PluginSite:
         Modules it ships that were already imported are dropped from
         :data:`sys.modules`, so the next import sees the new code.
         """
-        tops = {Path(relative).parts[0] for relative in modules or {}}
-        tops = {top[:-3] if top.endswith(".py") else top for top in tops}
+        tops = {Path(relative).parts[0].removesuffix(".py") for relative in modules or {}}
         self._modules |= tops
         self._forget(tops)
         return write_distribution(self.path, name, modules=modules, **options)
