@@ -149,7 +149,7 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
 
     request = ServeRequest(argv=("--help",), model_path=None)
     started = time.perf_counter()
-    outcome = _call_bounded(lambda: backend.run(request), f"help-{name}", timeout, watch)
+    outcome = _call_bounded(functools.partial(backend.run, request), f"help-{name}", timeout, watch)
     elapsed = time.perf_counter() - started
     watch()
     error = None if outcome is None else outcome[1]
@@ -236,8 +236,7 @@ def assert_backend_contract(
         an installed backend (loaded through *registry*, or a new
         :class:`~sglang_backends.ServeBackendRegistry` with the built-ins).
     :param requests: ``(label, request)`` pairs for the detector; by default
-        :func:`awkward_requests` (no model path, a local directory, a hub id,
-        garbage, a very long string, ...).
+        :func:`awkward_requests` (no model path, a hub id, garbage, ...).
     :param timeout: seconds ``run(--help)`` and each ``detect()`` may take.
     :param sglang: also check that SGLang's own host accepts the backend
         (see :func:`assert_sglang_accepts`): ``None`` (the default) does so
@@ -316,18 +315,13 @@ def assert_sglang_accepts(
 ) -> None:
     """Check that SGLang's own ``sglang serve`` host accepts the backend; SGLang must be installed.
 
-    An installed backend *name* is loaded through SGLang's registry
-    (``sglang.cli.serve_backends.ServeBackendRegistry``), which refuses any
+    An installed backend is loaded through SGLang's registry, which refuses any
     ``ServeBackend`` but its own; a factory is called with SGLang's contract
-    module imported, as ``sglang serve`` would call it. The detector's
-    answers to *requests* (by default :func:`awkward_requests`), given
-    SGLang's ``ServeRequest``, must be SGLang's ``ServeBackendDetection``
-    members. :func:`assert_backend_contract` runs this wherever SGLang is
-    installed. A backend built with :func:`sglang_backends.portable_backend`
-    passes.
+    loaded. Given SGLang's ``ServeRequest`` for each of *requests* (by default
+    :func:`awkward_requests`), the detector must answer with SGLang's
+    ``ServeBackendDetection``. :func:`sglang_backends.portable_backend` passes.
 
-    :raises ContractViolation: SGLang is not installed, or refuses the backend
-        or an answer.
+    :raises ContractViolation: SGLang is not installed, or refuses the backend or an answer.
     """
     upstream = _sglang_contract(required=True)
     assert upstream is not None
