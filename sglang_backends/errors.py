@@ -1,13 +1,9 @@
-"""The exceptions this package raises.
+"""The exceptions this package raises, and the wording of their causes.
 
-Each one derives from :class:`ServeBackendError` *and* from the built-in type
-SGLang raises in the same situation (``ValueError``, ``RuntimeError`` or
-``TypeError``), so code written against SGLang keeps catching them.
-Every error carries the backend ``name`` and, where known, the
-``distribution`` that provides it, and pickles with those attributes (every
-argument after the message has a default), so errors can cross process
-boundaries. :func:`describe` puts any exception's cause on one line, as
-every refusal does; :func:`did_you_mean` suggests the name a slip meant.
+Each derives from :class:`ServeBackendError` and from the built-in type SGLang
+raises in the same situation, so code written against SGLang keeps catching
+it. Errors carry the backend ``name`` and ``distribution`` and pickle with
+them (every argument after the message has a default) to cross processes.
 """
 
 from __future__ import annotations
@@ -61,10 +57,7 @@ class BackendConflictError(ServeBackendError, RuntimeError):
 
 
 class DuplicateBackendError(ServeBackendError, RuntimeError):
-    """Several distributions register the same backend name.
-
-    :attr:`providers` lists them, sorted.
-    """
+    """Several distributions register the same backend name; :attr:`providers`, sorted."""
 
     def __init__(
         self, message: str, *, name: str | None = None, providers: tuple[str, ...] = ()
@@ -80,17 +73,14 @@ class UnknownBackendError(ServeBackendError, ValueError):
 class DisabledBackendError(ServeBackendError, ValueError):
     """The backend is installed but excluded by the enabled/disabled lists.
 
-    A sibling of :class:`UnknownBackendError`, not a kind of it: the name is
-    right, the configuration says no. Both are ``ValueError``.
+    A sibling of :class:`UnknownBackendError`: the name is right, the configuration says no.
     """
 
 
 class BackendLoadError(ServeBackendError, RuntimeError):
     """A plugin failed to import, was not callable, or its factory raised.
 
-    Any exception a plugin raises while importing or in its factory,
-    ``BaseException`` subclasses such as ``SystemExit`` or
-    ``asyncio.CancelledError`` included, becomes this error.
+    Whatever the plugin raised, ``SystemExit`` or ``asyncio.CancelledError`` included.
     """
 
 
@@ -103,10 +93,7 @@ class BackendAPIVersionError(ServeBackendError, RuntimeError):
 
 
 class AmbiguousDetectionError(ServeBackendError, RuntimeError):
-    """Several detectors claimed the same request.
-
-    :attr:`matches` names them, in registry order.
-    """
+    """Several detectors claimed the same request; :attr:`matches`, in registry order."""
 
     def __init__(self, message: str, *, matches: tuple[str, ...] = ()) -> None:
         super().__init__(message)
@@ -131,9 +118,7 @@ def describe_typed(exc: BaseException) -> str:
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``; did you mean 'x'?`` for the closest of *known* to *name*, else a full stop.
 
-    Every slip of a name (a backend, a configuration option, group or
-    variable) is answered the same way, so the suggestion reads alike from
-    every command. It ends a clause: ``f"Unknown thing {name!r}{did_you_mean(...)} ..."``.
+    Ends a clause, alike for every slip of a name: ``f"Unknown {name!r}{did_you_mean(...)}"``.
     """
     import difflib  # only on the error path
 

@@ -1,15 +1,14 @@
 """SGLang as the host: the built-in backends, SGLang's general plugins, its help note.
 
-The only module that imports ``sglang``: always inside a function, after
-SGLang's own warning filters, each use guarded by what the installed release
-provides, so that a machine without SGLang (or with an older release) gets a
-documented fallback rather than an ImportError. doc/source/user/operators.rst
-and plugins.rst describe the built-ins, the general plugins and the help note.
+The only module that imports ``sglang``: inside functions, after SGLang's
+warning filters, each use guarded so that without SGLang (or with an older
+release) it falls back as doc/source/user/operators.rst describes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -18,6 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.dispatch import wants_help
@@ -31,7 +31,6 @@ __all__ = [
     "default_builtins",
     "detect_diffusion_offline",
     "diffusion_backend",
-    "general_plugins_installed",
     "help_note",
     "run_diffusion",
     "run_general_plugins",
@@ -43,13 +42,12 @@ LOG = logging.getLogger(__name__)
 
 #: Entry-point group of SGLang's general (hardware and hook) plugins.
 GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
-#: What ``sglang serve --model-type diffusion --help`` prints without diffusion support.
-DIFFUSION_INSTALL_HINT = (
-    'Diffusion model support is not available. Install with: pip install "sglang[diffusion]"'
-)
-
 #: What to install for each built-in to serve, by name.
 INSTALL_COMMANDS = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
+#: What ``sglang serve --model-type diffusion --help`` prints without diffusion support.
+DIFFUSION_INSTALL_HINT = (
+    f"Diffusion model support is not available. Install with: {INSTALL_COMMANDS['diffusion']}"
+)
 #: How ``list`` and the general help describe each built-in.
 BUILTIN_NOTES = {
     "llm": f"built-in, SGLang's LLM server ({INSTALL_COMMANDS['llm']})",
@@ -89,17 +87,6 @@ def _quiet_sglang() -> None:
         suppress()
 
 
-def _absent_in_this_release(exc: BaseException, module: str) -> bool:
-    """Whether *exc* says *module* (or a parent) does not exist: an older SGLang, not a fault."""
-    name = getattr(exc, "name", None)
-    return (
-        isinstance(exc, ModuleNotFoundError)
-        and isinstance(name, str)
-        and (module == name or module.startswith(name + "."))
-        and name.startswith("sglang.")
-    )
-
-
 def _import_sglang(
     module: str,
     failure: str,
@@ -108,17 +95,21 @@ def _import_sglang(
     expected: bool = False,
     detail: Callable[[BaseException], str] = str,
 ) -> ModuleType | None:
-    """SGLang's *module*, imported after its warning filters, or ``None`` when it fails.
+    """SGLang's *module*, or ``None`` after logging one of *errors* with *failure*.
 
-    A failure of one of *errors* is logged with *failure* (``%s``: its
-    *detail*): at DEBUG when this release lacks *module* or the failure is
-    *expected*, at WARNING otherwise. Other errors propagate.
+    At DEBUG when *expected* or this release lacks *module*, else at WARNING.
     """
     _quiet_sglang()
     try:
         return importlib.import_module(module)
     except errors as exc:
-        quiet = expected or _absent_in_this_release(exc, module)
+        # An older SGLang lacks *module* (or a parent): not a fault.
+        absent = getattr(exc, "name", None) or ""
+        quiet = expected or (
+            isinstance(exc, ModuleNotFoundError)
+            and absent.startswith("sglang.")
+            and (module == absent or module.startswith(absent + "."))
+        )
         (LOG.debug if quiet else LOG.warning)(failure, detail(exc))
         return None
 
@@ -130,6 +121,15 @@ def _missing(name: str, exc: Exception) -> RuntimeError:
     )
 
 
+def _required(backend: str, module: str, name: str) -> Any:
+    """*name* from SGLang's *module*, or a RuntimeError saying what *backend* needs installed."""
+    _quiet_sglang()
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise _missing(backend, exc) from exc
+
+
 def run_llm(request: ServeRequest) -> None:
     """Run SGLang's LLM server with the request's arguments, or print its help.
 
@@ -137,19 +137,13 @@ def run_llm(request: ServeRequest) -> None:
     """
     if not sglang_installed():
         raise _missing("llm", ImportError("No module named 'sglang'"))
-    _quiet_sglang()
-    help_only = wants_help(request.argv)
-    try:
-        launch = None if help_only else importlib.import_module("sglang.launch_server").run_server
-        prepare_server_args = importlib.import_module("sglang.srt.server_args").prepare_server_args
-    except (ImportError, AttributeError) as exc:
-        raise _missing("llm", exc) from exc
-    if launch is None:
-        try:
+    if wants_help(request.argv):
+        prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
+        with contextlib.suppress(SystemExit):  # argparse's --help exits; the help is wanted
             prepare_server_args(["--help"])
-        except SystemExit:
-            pass  # argparse's --help exits; the help is what we wanted
         return
+    launch = _required("llm", "sglang.launch_server", "run_server")
+    prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
     launch(prepare_server_args(list(request.argv)))
 
 
@@ -161,49 +155,35 @@ def _diffusion_parser(
     return parser
 
 
-def _print_diffusion_help() -> None:
-    module = _import_sglang(
-        _DIFFUSION_SERVE_MODULE,
-        "SGLang's diffusion support is not importable: %s",
-        errors=(ImportError,),
-        expected=True,
-    )
-    add_args = getattr(module, "add_multimodal_gen_serve_args", None)
-    if add_args is None:
-        print(DIFFUSION_INSTALL_HINT)
-    else:
-        _diffusion_parser(add_args).print_help()
-
-
-def _apply_diffusion_plugin_hooks() -> None:
-    """SGLang's diffusion plugin hooks (0.5.21+); nothing on older releases."""
-    plugins = _import_sglang(
-        "sglang.multimodal_gen.runtime.platforms.plugins",
-        "No diffusion plugin hooks in this SGLang: %s",
-        errors=(ImportError,),
-        expected=True,
-    )
-    apply = getattr(plugins, "apply_plugin_hooks", None)
-    if callable(apply):
-        apply()
-
-
 def run_diffusion(request: ServeRequest) -> None:
     """Run SGLang's diffusion server with the request's arguments, or print its help.
 
     :raises RuntimeError: diffusion support is not importable; the message says what to install.
     """
-    _quiet_sglang()
     if wants_help(request.argv):
-        _print_diffusion_help()
+        module = _import_sglang(
+            _DIFFUSION_SERVE_MODULE,
+            "SGLang's diffusion support is not importable: %s",
+            errors=(ImportError,),
+            expected=True,
+        )
+        add_args = getattr(module, "add_multimodal_gen_serve_args", None)
+        if add_args is None:
+            print(DIFFUSION_INSTALL_HINT)
+        else:
+            _diffusion_parser(add_args).print_help()
         return
-    _apply_diffusion_plugin_hooks()
-    try:
-        module = importlib.import_module(_DIFFUSION_SERVE_MODULE)
-        add_args = module.add_multimodal_gen_serve_args
-        execute = module.execute_serve_cmd
-    except (ImportError, AttributeError) as exc:
-        raise _missing("diffusion", exc) from exc
+    hooks = _import_sglang(
+        "sglang.multimodal_gen.runtime.platforms.plugins",
+        "No diffusion plugin hooks in this SGLang: %s",
+        errors=(ImportError,),
+        expected=True,
+    )
+    apply_plugin_hooks = getattr(hooks, "apply_plugin_hooks", None)
+    if callable(apply_plugin_hooks):  # SGLang 0.5.21+
+        apply_plugin_hooks()
+    add_args = _required("diffusion", _DIFFUSION_SERVE_MODULE, "add_multimodal_gen_serve_args")
+    execute = _required("diffusion", _DIFFUSION_SERVE_MODULE, "execute_serve_cmd")
     parsed, remaining = _diffusion_parser(add_args).parse_known_args(list(request.argv))
     if request.model_path_is_positional:
         # SGLang tells arguments the user gave from parser defaults by this set.
@@ -214,9 +194,8 @@ def run_diffusion(request: ServeRequest) -> None:
 def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     """The ``diffusion`` detector without SGLang: SGLang's rule for a local directory.
 
-    The first Diffusers index present decides: a JSON object naming
-    ``_diffusers_version`` matches. Anything not a readable local directory
-    is ``UNKNOWN``. Never raises.
+    The first Diffusers index present decides (``_diffusers_version`` in it
+    matches); anything but a readable local directory is ``UNKNOWN``. Never raises.
     """
     path = request.model_path
     if not path:
@@ -237,11 +216,19 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     return ServeBackendDetection.NO_MATCH
 
 
-def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackendDetection] | None:
-    """The detector of ``sglang serve``, over the functions *utils* provides."""
+def diffusion_backend() -> ServeBackend:
+    """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
+    utils = None
+    if sglang_installed():
+        utils = _import_sglang(
+            "sglang.cli.utils",
+            "SGLang is installed but sglang.cli.utils failed to import (%s); "
+            "diffusion detection uses the offline rule",
+            detail=describe,
+        )
     is_diffusion_model = getattr(utils, "get_is_diffusion_model", None)
     if not callable(is_diffusion_model):
-        return None
+        return ServeBackend(api_version=1, run=run_diffusion, detect=detect_diffusion_offline)
     pipeline_name = getattr(utils, "get_pipeline_class_name", None)
     is_native = getattr(utils, "is_registered_native_pipeline", None)
 
@@ -257,21 +244,7 @@ def _sglang_detector(utils: ModuleType) -> Callable[[ServeRequest], ServeBackend
             return ServeBackendDetection.MATCH
         return ServeBackendDetection.NO_MATCH
 
-    return detect_diffusion
-
-
-def diffusion_backend() -> ServeBackend:
-    """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
-    utils = None
-    if sglang_installed():
-        utils = _import_sglang(
-            "sglang.cli.utils",
-            "SGLang is installed but sglang.cli.utils failed to import (%s); "
-            "diffusion detection uses the offline rule",
-            detail=describe,
-        )
-    detect = _sglang_detector(utils) if utils is not None else None
-    return ServeBackend(api_version=1, run=run_diffusion, detect=detect or detect_diffusion_offline)
+    return ServeBackend(api_version=1, run=run_diffusion, detect=detect_diffusion)
 
 
 def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
@@ -279,19 +252,8 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
     return {"llm": ServeBackend(api_version=1, run=run_llm), "diffusion": diffusion_backend}
 
 
-def general_plugins_installed() -> bool:
-    """Whether SGLang would load any general plugin (``$SGLANG_PLUGINS`` applied); metadata only."""
-    from sglang_backends.discovery import discover
-
-    names = set(discover(GENERAL_PLUGINS_GROUP))
-    allowed = os.environ.get("SGLANG_PLUGINS", "")
-    if allowed:
-        names &= {name.strip() for name in allowed.split(",") if name.strip()}
-    return bool(names)
-
-
 def run_general_plugins() -> bool:
-    """Run SGLang's general plugins once per process, skipped when none would load.
+    """Run SGLang's general plugins once per process, unless none would load.
 
     :returns: whether SGLang's loader ran in this call.
     :raises RuntimeError: SGLang's loader raised.
@@ -301,7 +263,13 @@ def run_general_plugins() -> bool:
         if _general_plugins_done:
             return False
         _general_plugins_done = True
-        if not general_plugins_installed():
+        from sglang_backends.discovery import discover
+
+        names = set(discover(GENERAL_PLUGINS_GROUP))
+        allowed = os.environ.get("SGLANG_PLUGINS", "")  # SGLang's own filter
+        if allowed:
+            names &= {name.strip() for name in allowed.split(",") if name.strip()}
+        if not names:
             LOG.debug("No SGLang general plugin to load")
             return False
         if not sglang_installed():
@@ -340,8 +308,7 @@ class _NotStatic(Exception):
 def help_note() -> str | None:
     """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``.
 
-    Read statically (:func:`_static_note`), since importing SGLang costs
-    seconds; ``sglang.cli.main`` is imported only when that fails.
+    Read without importing SGLang (which costs seconds) unless that fails.
     """
     if not sglang_installed():  # cheap: no package, no metadata lookup
         return None
@@ -358,14 +325,7 @@ def help_note() -> str | None:
 
 
 def _static_note() -> str | None:
-    """``COOKBOOK_EPILOG`` parsed from the ``sglang`` distribution's file, or ``None`` if empty.
-
-    The file is found through the distribution's metadata, never with
-    ``find_spec`` (which imports the parent package), and read only if regular.
-
-    :raises _NotStatic: no such distribution or file, or no literal value
-        (:func:`~sglang_backends.literal.read_string`).
-    """
+    """The note parsed from the ``sglang`` distribution's regular file, found without importing."""
     import importlib.metadata
 
     from sglang_backends.discovery import has_metadata, is_regular_file
@@ -389,9 +349,51 @@ def _static_note() -> str | None:
         if not listed or not is_regular_file(listed[0]):
             raise _NotStatic(f"no regular file {_NOTE_FILE} in the sglang distribution")
         path = listed[0]
-    from sglang_backends.literal import NotLiteral, read_string  # only with SGLang installed
+    return _read_string(path, _NOTE_NAME) or None
+
+
+def _read_string(path: str, name: str) -> str:
+    """Module-level *name* of *path*: strings, ``+``, f-strings of names bound once; not run."""
+    import ast  # only with SGLang installed
 
     try:
-        return read_string(path, _NOTE_NAME) or None
-    except NotLiteral as exc:
-        raise _NotStatic(str(exc)) from exc
+        with open(path, "rb") as stream:
+            tree = ast.parse(stream.read(), filename=path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise _NotStatic(f"{path} could not be read: {exc}") from exc
+    bound: dict[str, list[ast.expr]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign):
+            targets, value = statement.targets, statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            targets, value = [statement.target], statement.value
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(value)
+
+    def evaluate(node: ast.expr, seen: frozenset[str]) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            values = bound.get(node.id, [])
+            if len(values) != 1:
+                how = "not bound" if not values else "bound more than once"
+                raise _NotStatic(f"{node.id} is {how} at module level")
+            if node.id in seen:
+                raise _NotStatic(f"{node.id} refers to itself")
+            return evaluate(values[0], seen | {node.id})
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return evaluate(node.left, seen) + evaluate(node.right, seen)
+        if isinstance(node, ast.JoinedStr):
+            return "".join(evaluate(part, seen) for part in node.values)
+        if (
+            isinstance(node, ast.FormattedValue)
+            and node.conversion in (-1, ord("s"))
+            and node.format_spec is None
+        ):
+            return evaluate(node.value, seen)
+        raise _NotStatic(f"{ast.unparse(node)[:80]!r} is not a string literal")
+
+    return evaluate(ast.Name(id=name), frozenset())

@@ -2,14 +2,11 @@
 
 - :class:`PluginSite` / :func:`write_distribution` write real ``*.dist-info``
   directories that :mod:`importlib.metadata` finds like any installed package.
-- :func:`assert_backend_contract` checks a factory or an installed backend,
-  and where SGLang is installed that SGLang's own host accepts it too
+- :func:`assert_backend_contract` checks a factory or an installed backend, and
+  where SGLang is installed that SGLang's own host accepts it too
   (:func:`assert_sglang_accepts`).
-- The ``serve_backends`` pytest fixture (this package's ``pytest11`` plugin)
-  combines both for a test.
-
-The fixture is a pytest plugin, and sglang-backends itself does not
-require pytest: ``pip install "sglang-backends[testing]"`` brings it.
+- The ``serve_backends`` pytest fixture combines both; pytest comes with
+  ``pip install "sglang-backends[testing]"``.
 """
 
 from sglang_backends.testing.conformance import (

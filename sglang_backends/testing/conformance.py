@@ -1,19 +1,15 @@
 """A conformance check plugin authors run against their backend.
 
-:func:`assert_backend_contract` takes a factory or the name of an installed
-backend and checks what the host relies on: the factory returns a
-``ServeBackend`` with a literal, supported ``api_version``; ``run()`` honours
-``--help`` promptly, without listening on a socket or starting processes;
-the detector, if any, answers a spread of awkward requests with a
-``ServeBackendDetection`` and never raises. Where SGLang is installed it also
-checks portability: SGLang's own registry (``sglang.cli.serve_backends``)
-loads the backend and accepts the detector's answers, as ``sglang serve``
-would.
+What the host relies on: a literal, supported ``api_version``; ``run()``
+honouring ``--help`` promptly with no socket or process; a detector that
+answers awkward requests and never raises; and, where SGLang is installed,
+SGLang's own registry accepting the backend and its answers.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import os
@@ -21,8 +17,9 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import cast
 
@@ -64,7 +61,7 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
     long_path = "m" * 100_000
     garbage = "\x00\udcff../\n\t*?"
     missing = os.path.join(directory, "does-not-exist")
-    cases = {
+    return {
         "no model path": ServeRequest(argv=(), model_path=None),
         "empty model path": ServeRequest(argv=("--model-path", ""), model_path=""),
         "local directory": ServeRequest(("--model-path", directory), directory, True),
@@ -74,14 +71,12 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
         "very long string": ServeRequest(("--model-path", long_path), long_path),
         "help only": ServeRequest(argv=("--help",), model_path=None),
     }
-    return cases
 
 
 def _literal_api_version(factory: Callable[..., object]) -> str | None:
     """Why the factory's ``api_version`` is not a literal, or ``None`` if it is (or unknown)."""
     try:
-        source = textwrap.dedent(inspect.getsource(factory))
-        tree = ast.parse(source)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(factory)))
     except (OSError, TypeError, SyntaxError):
         return None
     for node in ast.walk(tree):
@@ -103,76 +98,80 @@ def _literal_api_version(factory: Callable[..., object]) -> str | None:
     return None
 
 
-def _listening(pid: int) -> set[tuple[str, int]]:
+def _footprint(pid: int) -> tuple[set[tuple[str, int]], set[int]]:
+    """The listening sockets and the descendants of process *pid*; empty when psutil cannot tell."""
     import psutil
 
     try:
-        conns = psutil.Process(pid).net_connections(kind="inet")
+        process = psutil.Process(pid)
+        conns = process.net_connections(kind="inet")
+        children = {child.pid for child in process.children(recursive=True)}
     except psutil.Error:
-        return set()
-    return {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
+        return set(), set()
+    return {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}, children
 
 
-def _children(pid: int) -> set[int]:
-    import psutil
-
-    try:
-        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
-    except psutil.Error:
-        return set()
-
-
-def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
-    """Run ``run(--help)`` in a thread, watching for sockets and processes."""
-    pid = os.getpid()
-    sockets_before, children_before = _listening(pid), _children(pid)
-    outcome: dict[str, BaseException | None] = {}
+def _call_bounded(
+    function: Callable[[], object],
+    label: str,
+    timeout: float,
+    watch: Callable[[], None] = lambda: None,
+) -> tuple[object, BaseException | None] | None:
+    """Run plugin code in a thread, polling *watch*: ``(value, error)``, ``None`` past *timeout*."""
+    outcome: list[tuple[object, BaseException | None]] = []
 
     def call() -> None:
         try:
-            backend.run(ServeRequest(argv=("--help",), model_path=None))
-            outcome["error"] = None
-        except SystemExit as exc:
-            outcome["error"] = None if exc.code in (0, None) else exc
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            outcome["error"] = exc
+            outcome.append((function(), None))
+        except BaseException as exc:  # noqa: BLE001 - the caller reports it
+            outcome.append((None, exc))
 
-    started = time.perf_counter()
-    thread = threading.Thread(target=call, name=f"help-{name}", daemon=True)
+    thread = threading.Thread(target=call, name=label, daemon=True)
     thread.start()
+    deadline = time.perf_counter() + timeout
+    while thread.is_alive() and time.perf_counter() < deadline:
+        watch()
+        thread.join(0.01)
+    return None if thread.is_alive() else outcome[0]
+
+
+def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
+    """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds."""
+    pid = os.getpid()
+    sockets_before, children_before = _footprint(pid)
     opened: set[tuple[str, int]] = set()
     spawned: set[int] = set()
-    while thread.is_alive() and time.perf_counter() - started < timeout:
-        opened |= _listening(pid) - sockets_before
-        spawned |= _children(pid) - children_before
-        thread.join(0.01)
+
+    def watch() -> None:
+        sockets, children = _footprint(pid)
+        opened.update(sockets - sockets_before)
+        spawned.update(children - children_before)
+
+    request = ServeRequest(argv=("--help",), model_path=None)
+    started = time.perf_counter()
+    outcome = _call_bounded(functools.partial(backend.run, request), f"help-{name}", timeout, watch)
     elapsed = time.perf_counter() - started
-    opened |= _listening(pid) - sockets_before
-    spawned |= _children(pid) - children_before
-    if thread.is_alive():
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) did not return within {timeout:g} s; "
+    watch()
+    error = None if outcome is None else outcome[1]
+    if isinstance(error, SystemExit) and error.code in (0, None):
+        error = None  # argparse's --help exits 0
+    if outcome is None:
+        problem = (
+            f"did not return within {timeout:g} s; "
             "print the help and return without launching a server"
         )
-    if opened:
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) opened listening sockets "
-            f"{sorted(opened)}; --help must not launch a server"
-        )
-    if spawned:
+    elif opened:
+        problem = f"opened listening sockets {sorted(opened)}; --help must not launch a server"
+    elif spawned:
         from sglang_backends.processes import kill_trees
 
         kill_trees(*spawned)
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) started processes {sorted(spawned)}; "
-            "--help must not launch a server"
-        )
-    error = outcome.get("error")
-    if error is not None:
-        raise ContractViolation(
-            f"Serve backend {name!r}: run(['--help']) raised {type(error).__name__}: {error}"
-        ) from error
-    return elapsed
+        problem = f"started processes {sorted(spawned)}; --help must not launch a server"
+    elif error is not None:
+        problem = f"raised {type(error).__name__}: {error}"
+    else:
+        return elapsed
+    raise ContractViolation(f"Serve backend {name!r}: run(['--help']) {problem}") from error
 
 
 def _check_detector(
@@ -189,36 +188,38 @@ def _check_detector(
         return {}
     results: dict[str, str] = {}
     for label, request in requests:
-        box: dict[str, object] = {}
-
-        def call(request: object = request, box: dict[str, object] = box) -> None:
-            try:
-                box["value"] = detector(request)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                box["error"] = exc
-
-        thread = threading.Thread(target=call, name=f"detect-{name}", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
+        outcome = _call_bounded(functools.partial(detector, request), f"detect-{name}", timeout)
+        if outcome is None:
             raise ContractViolation(
                 f"Serve backend {name!r}: detect() did not return within {timeout:g} s for "
                 f"a request with {label}; detectors must be cheap and return UNKNOWN when unsure"
             )
-        error = box.get("error")
-        if isinstance(error, BaseException):
+        value, error = outcome
+        if error is not None:
             raise ContractViolation(
                 f"Serve backend {name!r}: detect() raised {type(error).__name__} for a request "
                 f"with {label}: {error}; detectors must return UNKNOWN instead of raising"
             ) from error
-        detection = accept(box.get("value"))
+        detection = accept(value)
         if detection is None:
             raise ContractViolation(
-                f"Serve backend {name!r}: detect() returned {type(box.get('value')).__name__} "
+                f"Serve backend {name!r}: detect() returned {type(value).__name__} "
                 f"for a request with {label}; expected {expected}"
             )
         results[label] = str(getattr(detection, "value", detection))
     return results
+
+
+@contextmanager
+def _spread(
+    requests: Iterable[tuple[str, ServeRequest]] | None,
+) -> Iterator[list[tuple[str, ServeRequest]]]:
+    """*requests* as a list; by default :func:`awkward_requests` in a temporary directory."""
+    if requests is not None:
+        yield list(requests)
+        return
+    with tempfile.TemporaryDirectory(prefix="sglang-backends-contract-") as directory:
+        yield list(awkward_requests(directory).items())
 
 
 def assert_backend_contract(
@@ -235,8 +236,7 @@ def assert_backend_contract(
         an installed backend (loaded through *registry*, or a new
         :class:`~sglang_backends.ServeBackendRegistry` with the built-ins).
     :param requests: ``(label, request)`` pairs for the detector; by default
-        :func:`awkward_requests` (no model path, a local directory, a hub id,
-        garbage, a very long string, ...).
+        :func:`awkward_requests` (no model path, a hub id, garbage, ...).
     :param timeout: seconds ``run(--help)`` and each ``detect()`` may take.
     :param sglang: also check that SGLang's own host accepts the backend
         (see :func:`assert_sglang_accepts`): ``None`` (the default) does so
@@ -255,7 +255,13 @@ def assert_backend_contract(
             backend = registry.get(name).backend  # type: ignore[attr-defined]
         except Exception as exc:
             raise ContractViolation(str(exc)) from exc
-        factory = _installed_factory(registry, name)
+        plugin = next(
+            (r.plugin for r in getattr(registry, "plugins", ()) if r.plugin.name == name), None
+        )
+        try:  # the factory object, for its source
+            factory = None if plugin is None else plugin.entry_point.load()
+        except Exception:  # noqa: BLE001 - the registry loaded it already
+            factory = None
     else:
         factory = factory_or_name
         name = _factory_name(factory)
@@ -288,20 +294,17 @@ def assert_backend_contract(
         raise ContractViolation(f"Serve backend {name!r}: requires_model_path must be a bool")
 
     help_seconds = _check_help(backend, name, timeout)
-    with tempfile.TemporaryDirectory(prefix="sglang-backends-contract-") as directory:
-        spread = (
-            list(requests) if requests is not None else list(awkward_requests(directory).items())
-        )
+    with _spread(requests) as spread:
         detections = _check_detector(backend, name, spread, timeout)
-        checked = False
-        if sglang is not False:
-            upstream = _sglang_contract(required=bool(sglang))
-            if upstream is not None:
-                _check_sglang(upstream, factory_or_name, name, spread, timeout)
-                checked = True
+        checked = sglang is not False and _sglang_contract(required=bool(sglang)) is not None
+        if checked:
+            assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
     return ContractReport(
         backend=backend, help_seconds=help_seconds, detections=detections, sglang_checked=checked
     )
+
+
+_PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that both hosts accept it"
 
 
 def assert_sglang_accepts(
@@ -312,27 +315,53 @@ def assert_sglang_accepts(
 ) -> None:
     """Check that SGLang's own ``sglang serve`` host accepts the backend; SGLang must be installed.
 
-    An installed backend *name* is loaded through SGLang's registry
-    (``sglang.cli.serve_backends.ServeBackendRegistry``), which refuses any
+    An installed backend is loaded through SGLang's registry, which refuses any
     ``ServeBackend`` but its own; a factory is called with SGLang's contract
-    module imported, as ``sglang serve`` would call it. The detector's
-    answers to *requests* (by default :func:`awkward_requests`), given
-    SGLang's ``ServeRequest``, must be SGLang's ``ServeBackendDetection``
-    members. :func:`assert_backend_contract` runs this wherever SGLang is
-    installed. A backend built with :func:`sglang_backends.portable_backend`
-    passes.
+    loaded. Given SGLang's ``ServeRequest`` for each of *requests* (by default
+    :func:`awkward_requests`), the detector must answer with SGLang's
+    ``ServeBackendDetection``. :func:`sglang_backends.portable_backend` passes.
 
-    :raises ContractViolation: SGLang is not installed, or refuses the backend
-        or an answer.
+    :raises ContractViolation: SGLang is not installed, or refuses the backend or an answer.
     """
     upstream = _sglang_contract(required=True)
     assert upstream is not None
-    name = factory_or_name if isinstance(factory_or_name, str) else _factory_name(factory_or_name)
-    with tempfile.TemporaryDirectory(prefix="sglang-backends-contract-") as directory:
-        spread = (
-            list(requests) if requests is not None else list(awkward_requests(directory).items())
+    if isinstance(factory_or_name, str):
+        name = factory_or_name
+        try:
+            backend = upstream.ServeBackendRegistry({}).get(name).backend
+        except Exception as exc:
+            raise ContractViolation(
+                f"SGLang's registry refuses serve backend {name!r}: {exc}"
+                + (f"; {_PORTABLE_HINT}" if isinstance(exc, TypeError) else "")
+            ) from exc
+    else:
+        name = _factory_name(factory_or_name)
+        try:
+            backend = factory_or_name()
+        except Exception as exc:
+            raise ContractViolation(
+                f"Factory {name!r} raised {type(exc).__name__} when called with SGLang's "
+                f"contract loaded: {exc}"
+            ) from exc
+        if not isinstance(backend, upstream.ServeBackend):
+            raise ContractViolation(
+                f"SGLang refuses factory {name!r}: it returned {type(backend).__name__} from "
+                f"{type(backend).__module__}; expected {SGLANG_CONTRACT_MODULE}.ServeBackend; "
+                + _PORTABLE_HINT
+            )
+    detection_class = upstream.ServeBackendDetection
+    with _spread(requests) as spread:
+        their_requests = [(label, upstream.ServeRequest(**asdict(req))) for label, req in spread]
+        _check_detector(
+            backend,
+            name,
+            their_requests,
+            timeout,
+            # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own members count.
+            accept=lambda value: value if isinstance(value, detection_class) else None,
+            expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
+            + _PORTABLE_HINT,
         )
-        _check_sglang(upstream, factory_or_name, name, spread, timeout)
 
 
 def _factory_name(factory: object) -> str:
@@ -340,10 +369,7 @@ def _factory_name(factory: object) -> str:
 
 
 def _sglang_contract(*, required: bool) -> ModuleType | None:
-    """SGLang's contract module, imported; ``None`` when SGLang (or the module) is absent.
-
-    :raises ContractViolation: it is absent and *required*, or it fails to import.
-    """
+    """SGLang's contract module, ``None`` if absent; ContractViolation if *required* or broken."""
     try:
         return importlib.import_module(SGLANG_CONTRACT_MODULE)
     except ModuleNotFoundError as exc:
@@ -363,75 +389,3 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
             f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-
-
-_PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that both hosts accept it"
-
-
-def _check_sglang(
-    upstream: ModuleType,
-    factory_or_name: Callable[[], object] | str,
-    name: str,
-    requests: Iterable[tuple[str, ServeRequest]],
-    timeout: float,
-) -> None:
-    """Load the backend as ``sglang serve`` would and ask its detector as SGLang does."""
-    if isinstance(factory_or_name, str):
-        try:
-            backend = upstream.ServeBackendRegistry({}).get(factory_or_name).backend
-        except Exception as exc:
-            raise ContractViolation(
-                f"SGLang's registry refuses serve backend {name!r}: {exc}"
-                + (f"; {_PORTABLE_HINT}" if isinstance(exc, TypeError) else "")
-            ) from exc
-    else:
-        try:
-            backend = factory_or_name()
-        except Exception as exc:
-            raise ContractViolation(
-                f"Factory {name!r} raised {type(exc).__name__} when called with SGLang's "
-                f"contract loaded: {exc}"
-            ) from exc
-        if not isinstance(backend, upstream.ServeBackend):
-            raise ContractViolation(
-                f"SGLang refuses factory {name!r}: it returned {type(backend).__name__} from "
-                f"{type(backend).__module__}; expected {SGLANG_CONTRACT_MODULE}.ServeBackend; "
-                + _PORTABLE_HINT
-            )
-    detection_class = upstream.ServeBackendDetection
-    their_requests = [
-        (
-            label,
-            upstream.ServeRequest(
-                argv=request.argv,
-                model_path=request.model_path,
-                model_path_is_positional=request.model_path_is_positional,
-            ),
-        )
-        for label, request in requests
-    ]
-
-    def accept(value: object) -> object | None:
-        # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own members count.
-        return value if isinstance(value, detection_class) else None
-
-    _check_detector(
-        backend,
-        name,
-        their_requests,
-        timeout,
-        accept=accept,
-        expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
-        + _PORTABLE_HINT,
-    )
-
-
-def _installed_factory(registry: object, name: str) -> Callable[..., object] | None:
-    """The factory object behind installed backend *name*, if it is a plugin."""
-    for record in getattr(registry, "plugins", ()):
-        if record.plugin.name == name:
-            try:
-                return cast("Callable[..., object]", record.plugin.entry_point.load())
-            except Exception:  # noqa: BLE001 - already loaded by the registry
-                return None
-    return None

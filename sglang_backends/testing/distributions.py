@@ -1,10 +1,8 @@
 """Write real installed distributions into a directory, for tests.
 
-A distribution is a ``NAME-VERSION.dist-info`` directory holding ``METADATA``
-and ``entry_points.txt``, plus any modules it ships, exactly what an
-installer leaves on disk, so :mod:`importlib.metadata` and stevedore find it
-as they would find a ``pip install``-ed package once the directory is on
-``sys.path`` (or ``PYTHONPATH``).
+A ``NAME-VERSION.dist-info`` directory with ``METADATA`` and ``entry_points.txt``,
+plus the modules it ships: what an installer leaves, found by
+:mod:`importlib.metadata` and stevedore once the directory is on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ import textwrap
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sglang_backends.contract import SERVE_BACKENDS_GROUP
 
@@ -70,31 +69,17 @@ class PluginSite:
         self._modules: set[str] = set()
 
     def install(
-        self,
-        name: str,
-        *,
-        version: str = "1.0",
-        entry_points: Mapping[str, str] | None = None,
-        group: str = SERVE_BACKENDS_GROUP,
-        modules: Mapping[str, str] | None = None,
+        self, name: str, *, modules: Mapping[str, str] | None = None, **options: Any
     ) -> Path:
-        """Install a distribution here; see :func:`write_distribution`.
+        """Install a distribution here; see :func:`write_distribution` for the options.
 
         Modules it ships that were already imported are dropped from
         :data:`sys.modules`, so the next import sees the new code.
         """
-        tops = {Path(relative).parts[0] for relative in modules or {}}
-        tops = {top[:-3] if top.endswith(".py") else top for top in tops}
+        tops = {Path(relative).parts[0].removesuffix(".py") for relative in modules or {}}
         self._modules |= tops
         self._forget(tops)
-        return write_distribution(
-            self.path,
-            name,
-            version=version,
-            entry_points=entry_points,
-            group=group,
-            modules=modules,
-        )
+        return write_distribution(self.path, name, modules=modules, **options)
 
     def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """A copy of *base* (default ``os.environ``) with this site on ``PYTHONPATH``."""

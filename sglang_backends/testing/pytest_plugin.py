@@ -1,9 +1,7 @@
-"""pytest plugin (entry point ``pytest11``): fixtures for testing serve backends.
+"""pytest plugin (entry point ``pytest11``): the ``serve_backends`` fixture.
 
-``serve_backends`` installs real distributions into a private directory put
-first on ``sys.path`` and hands out fresh registries that see them. Module
-and import caches are reset on the way in and out, so what one test installs
-never leaks into the next.
+It installs real distributions into a private directory first on ``sys.path``
+and builds registries that see them; what one test installs never leaks into the next.
 """
 
 from __future__ import annotations
