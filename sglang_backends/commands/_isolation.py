@@ -22,8 +22,9 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
+from sglang_backends.commands._worker import Job, Result
 from sglang_backends.processes import StopSignals, kill_trees, send, signal_name
 
 __all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_many"]
@@ -33,7 +34,7 @@ __all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_man
 class WorkerResult:
     """What one worker process produced.
 
-    :param result: the job's JSON result, ``None`` if the worker produced none.
+    :param result: the job's result, ``None`` if the worker produced none.
     :param failure: why there is no result: ``timeout``, ``crashed``, or ``stopped``
         (a stop signal ended the command first).
     :param detail: one line explaining the failure.
@@ -41,7 +42,7 @@ class WorkerResult:
     :param stderr: what the worker wrote to stderr.
     """
 
-    result: dict[str, Any] | None
+    result: Result | None
     failure: str | None
     detail: str | None
     seconds: float
@@ -125,9 +126,7 @@ def _read(stream: IO[bytes]) -> str:
     return stream.read().decode(errors="replace")
 
 
-def run_isolated(
-    job: dict[str, Any], *, timeout: float, env: dict[str, str] | None = None
-) -> WorkerResult:
+def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     """Run *job* in a fresh worker interpreter (see :mod:`._worker`).
 
     The worker gets its own session (process group) and kills whatever its
@@ -136,21 +135,19 @@ def run_isolated(
     them cannot hold up the report. Never raises for the worker's fault.
     """
     with _stop_signals_kill_workers():
-        return _run_isolated(job, timeout=timeout, env=env)
+        return _run_isolated(job, timeout=timeout)
 
 
-def _run_isolated(
-    job: dict[str, Any], *, timeout: float, env: dict[str, str] | None
-) -> WorkerResult:
+def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         if _WORKERS.stopped:
             return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
         with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
-            given.write(json.dumps(job).encode())
+            given.write(json.dumps(job.to_json()).encode())
             given.seek(0)
             process = subprocess.Popen(
-                _command(), stdin=given, stdout=out, stderr=err, env=env, start_new_session=True
+                _command(), stdin=given, stdout=out, stderr=err, start_new_session=True
             )
         try:
             if not _WORKERS.add(process.pid):
@@ -181,11 +178,11 @@ def _run_isolated(
         result = None
     if process.returncode != 0 or not isinstance(result, dict):
         return WorkerResult(None, "crashed", _describe_exit(process.returncode), seconds, stderr)
-    return WorkerResult(result, None, None, seconds, stderr)
+    return WorkerResult(Result.from_json(result), None, None, seconds, stderr)
 
 
 def run_many(
-    jobs: Sequence[dict[str, Any]],
+    jobs: Sequence[Job],
     *,
     timeout: float,
     concurrency: int,

@@ -15,7 +15,7 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
-from sglang_backends.commands._worker import Job, Result
+from sglang_backends.commands._worker import Job
 from sglang_backends.usage import Survey, printable
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class CheckBackends(SelectionOptions, Lister):
             # The kit bounds each call; a third of the worker's time leaves room to report.
             contract_timeout=parsed_args.timeout / 3,
         )
-        jobs = [dataclasses.replace(base, name=name).to_json() for name in to_load]
+        jobs = [dataclasses.replace(base, name=name) for name in to_load]
         workers = run_many(jobs, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
         results = dict(zip(to_load, workers, strict=True))
 
@@ -172,13 +172,13 @@ class CheckBackends(SelectionOptions, Lister):
                 continue
             worker = results[keys[id(record)]]
             seconds = round(worker.seconds, 3)
-            if worker.failure is not None:
+            result = worker.result
+            if result is None:
                 detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
                 if worker.failure == "crashed" and last_line(worker.stderr):
                     detail += f" (last output: {last_line(worker.stderr)})"
                 rows.append((*head, worker.failure, seconds, detail))
                 continue
-            result = Result.from_json(worker.result or {})
             if not result.ok:
                 rows.append((*head, "error", seconds, result.error))
                 continue

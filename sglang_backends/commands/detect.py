@@ -16,7 +16,7 @@ from sglang_backends.commands._base import (
     option_span,
     positive_seconds,
 )
-from sglang_backends.commands._worker import Job, Result
+from sglang_backends.commands._worker import Job
 
 __all__ = ["DetectBackend"]
 
@@ -76,7 +76,7 @@ def _culprits(job: Job, records: Iterable[Any], timeout: float) -> str:
     from sglang_backends.selection import PluginStatus
 
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
-    jobs = [dataclasses.replace(job, action="load", name=name).to_json() for name in names]
+    jobs = [dataclasses.replace(job, action="load", name=name) for name in names]
     bound = max(timeout, CULPRIT_TIMEOUT)
     results = run_many(jobs, timeout=bound, concurrency=default_jobs())
     broken, slow = [], []
@@ -234,14 +234,14 @@ class DetectBackend(SelectionOptions, Lister):
             timeout = settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
         with tempfile.NamedTemporaryFile(prefix="sglang-backends-detect-") as trace:
             traced = dataclasses.replace(job, progress=trace.name)
-            worker = run_isolated(traced.to_json(), timeout=timeout)
+            worker = run_isolated(traced, timeout=timeout)
             underway = Underway().replay(trace.read().decode("utf-8", "replace"))
-        if worker.failure is not None:
+        result = worker.result
+        if result is None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
                 f"{_why(underway, job, survey.records, timeout)}"
             )
-        result = Result.from_json(worker.result or {})
         if not result.ok:
             raise ServeBackendError(str(result.error))
 
