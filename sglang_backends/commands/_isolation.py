@@ -10,6 +10,7 @@ command's process group never reach them by themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ from typing import IO
 from sglang_backends.commands._worker import Job, Result
 from sglang_backends.processes import StopSignals, kill_trees, send, signal_name
 
-__all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_many"]
+__all__ = ["WorkerResult", "default_jobs", "last_line", "run_isolated", "run_loads"]
 
 
 @dataclass(frozen=True)
@@ -181,17 +182,14 @@ def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     return WorkerResult(Result.from_json(result), None, None, seconds, stderr)
 
 
-def run_many(
-    jobs: Sequence[Job],
-    *,
-    timeout: float,
-    concurrency: int,
-) -> list[WorkerResult]:
-    """Run *jobs* with at most *concurrency* workers at once; results in job order."""
-    if not jobs:
-        return []
+def run_loads(
+    job: Job, names: Sequence[str], *, timeout: float, concurrency: int
+) -> dict[str, WorkerResult]:
+    """Run *job* once for each of *names*, at most *concurrency* workers at once."""
+    jobs = [dataclasses.replace(job, name=name) for name in names]
     with (
         _stop_signals_kill_workers(),
         ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
     ):
-        return list(pool.map(lambda job: run_isolated(job, timeout=timeout), jobs))
+        results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
+        return dict(zip(names, results, strict=True))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +122,7 @@ class CheckBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends.commands._isolation import last_line, run_many
+        from sglang_backends.commands._isolation import last_line, run_loads
         from sglang_backends.selection import PluginStatus
 
         survey = self.survey(parsed_args)
@@ -147,9 +146,9 @@ class CheckBackends(SelectionOptions, Lister):
             # The kit bounds each call; a third of the worker's time leaves room to report.
             contract_timeout=parsed_args.timeout / 3,
         )
-        jobs = [dataclasses.replace(base, name=name) for name in to_load]
-        workers = run_many(jobs, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
-        results = dict(zip(to_load, workers, strict=True))
+        results = run_loads(
+            base, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs
+        )
 
         rows: list[tuple[Any, ...]] = []
         for name in builtins:

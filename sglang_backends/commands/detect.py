@@ -72,15 +72,15 @@ def _culprits(job: Job, records: Iterable[Any], timeout: float) -> str:
     crashes its interpreter or does not load within that bound is blamed; one
     that loads, however slowly, is reported with its time, never as broken.
     """
-    from sglang_backends.commands._isolation import default_jobs, run_many
+    from sglang_backends.commands._isolation import default_jobs, run_loads
     from sglang_backends.selection import PluginStatus
 
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
-    jobs = [dataclasses.replace(job, action="load", name=name) for name in names]
     bound = max(timeout, CULPRIT_TIMEOUT)
-    results = run_many(jobs, timeout=bound, concurrency=default_jobs())
+    load = dataclasses.replace(job, action="load")
+    results = run_loads(load, names, timeout=bound, concurrency=default_jobs())
     broken, slow = [], []
-    for name, result in zip(names, results, strict=True):
+    for name, result in results.items():
         if result.failure == "timeout":
             broken.append(f"{name!r} does not load within {bound:g} s (it hangs)")
         elif result.failure is not None:
