@@ -1,14 +1,21 @@
-"""A throw-away interpreter that loads plugins for ``check`` and ``detect``.
+"""Worker processes that load plugins for ``check`` and ``detect``: the job, its result, both ends.
 
-Started by :func:`sglang_backends.commands._isolation.run_isolated` with the
-caller's ``sys.path`` and a JSON job as its one argument. Plugins are
-imported here, not in the operator's process, so one that hangs or crashes
-the interpreter at import costs only this process. The result is one JSON
-object written to the original standard output; everything a plugin prints
-(to ``sys.stdout`` or straight to file descriptor 1) goes to stderr. Before
-reporting, the worker kills every process the plugin started (it is a child
-subreaper on Linux, so orphaned grandchildren are found too) and then exits
-at once, whatever threads or exit handlers the plugin left behind.
+:func:`run_isolated` runs a :class:`Job` in a fresh interpreter with the
+command's exact ``sys.path``, in a session of its own, bounded in time;
+plugins are imported there, not in the operator's process, so one that
+hangs or crashes the interpreter at import costs only that process. The
+worker (:func:`main`) writes one JSON :class:`Result` to its original
+standard output (whatever a plugin prints goes to stderr), kills every
+process the plugin started (it is a child subreaper on Linux, so orphaned
+grandchildren are found too) and exits at once, whatever threads or exit
+handlers the plugin left behind.
+
+A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) that reaches the command
+while workers run kills every worker's tree and process group at once,
+starts no further worker, and ends the command with ``128 + N`` (SIGINT as
+``KeyboardInterrupt``, which cliff turns into ``130``): the workers lead
+sessions of their own, so the terminal's Ctrl+C and a signal to the
+command's process group never reach them by themselves.
 """
 
 from __future__ import annotations
@@ -17,36 +24,36 @@ import dataclasses
 import json
 import logging
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
+
+from sglang_backends.processes import (
+    StopSignals,
+    become_subreaper,
+    descendants,
+    kill_trees,
+    send,
+    signal_name,
+    stop_tree,
+)
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend
     from sglang_backends.registry import ServeBackendRegistry
 
-__all__ = ["Job", "Result"]
-
-
-_T = TypeVar("_T", bound="_Json")
-
-
-class _Json:
-    """A dataclass sent to or from a worker: JSON by field name, the one wire format."""
-
-    def to_json(self) -> dict[str, Any]:
-        # Every subclass is a dataclass; mypy cannot tell from this base.
-        fields: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
-        return fields
-
-    @classmethod
-    def from_json(cls: type[_T], data: Mapping[str, Any]) -> _T:
-        return cls(**data)
+__all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Job(_Json):
+class Job:
     """What one worker does, and under which selection.
 
     :param action: ``load`` one backend by :attr:`name`, check its
@@ -79,7 +86,7 @@ class Outcome(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Result(_Json):
+class Result:
     """What one job found: the loaded backend's declarations, detection's outcomes, or an error."""
 
     ok: bool = False
@@ -101,6 +108,173 @@ class Result(_Json):
         return cls(**{**data, "outcomes": outcomes})
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerResult:
+    """What one worker process produced.
+
+    :param result: the job's result, ``None`` if the worker produced none.
+    :param failure: why there is no result: ``timeout``, ``crashed``, or ``stopped``
+        (a stop signal ended the command first).
+    :param detail: one line explaining the failure.
+    :param seconds: wall-clock time of the worker.
+    :param stderr: what the worker wrote to stderr.
+    """
+
+    result: Result | None
+    failure: str | None
+    detail: str | None
+    seconds: float
+    stderr: str
+
+
+# -- the command's end ------------------------------------------------------------
+
+
+def default_jobs() -> int:
+    """Default number of workers run at once: the CPU count, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class _Workers:
+    """The workers running now, so that a stop signal can kill them all."""
+
+    def __init__(self) -> None:
+        # Re-entrant: the stop handler runs in the main thread, maybe inside add().
+        self.lock = threading.RLock()
+        self.running: set[int] = set()
+        self.stopped = False
+
+    def add(self, pid: int) -> bool:
+        """Count worker *pid* as running; ``False`` (and the worker killed) once stopped."""
+        with self.lock:
+            if not self.stopped:
+                self.running.add(pid)
+                return True
+        kill_trees(pid, groups=True)
+        return False
+
+    def discard(self, pid: int) -> None:
+        with self.lock:
+            self.running.discard(pid)
+
+    def stop(self) -> None:
+        """Start no further worker and kill every running one."""
+        with self.lock:
+            self.stopped = True
+            pids = list(self.running)
+        kill_trees(*pids, groups=True)
+
+
+_WORKERS = _Workers()
+
+
+@contextmanager
+def _stop_signals_kill_workers() -> Iterator[None]:
+    """While workers run, a stop signal kills them, then ends the command (main thread only)."""
+    with StopSignals(on_signal=lambda signum: _WORKERS.stop()) as stops:
+        stops.arm()
+        yield
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of *text*, or an empty string."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def _command() -> list[str]:
+    """The worker's command line: this interpreter, with this process's exact ``sys.path``.
+
+    ``python -m`` would put the current directory first on ``sys.path``, which
+    the ``sglang-backends`` console script does not: a module there could
+    shadow a plugin and the worker would test something ``serve`` never runs.
+    Only the built-in ``sys`` is imported before the path is replaced.
+    """
+    code = (
+        f"import sys; sys.path[:] = {list(sys.path)!r}; "
+        "from sglang_backends.commands._worker import main; main()"
+    )
+    return [sys.executable, "-c", code]
+
+
+def _read(stream: IO[bytes]) -> str:
+    stream.seek(0)
+    return stream.read().decode(errors="replace")
+
+
+def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
+    """Run *job* in a fresh worker interpreter; never raises for the worker's fault.
+
+    On timeout the worker's whole tree and group are killed. Output goes to
+    files, not pipes, so a process that inherited them cannot hold up the report.
+    """
+    with _stop_signals_kill_workers():
+        return _run_isolated(job, timeout=timeout)
+
+
+def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        if _WORKERS.stopped:
+            return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
+        with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
+            given.write(json.dumps(dataclasses.asdict(job)).encode())
+            given.seek(0)
+            process = subprocess.Popen(
+                _command(), stdin=given, stdout=out, stderr=err, start_new_session=True
+            )
+        try:
+            if not _WORKERS.add(process.pid):
+                process.wait()
+                return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_trees(process.pid, groups=True)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            return WorkerResult(
+                None,
+                "timeout",
+                f"did not finish within {timeout:g} s; its process tree was killed",
+                time.perf_counter() - started,
+                _read(err),
+            )
+        finally:
+            _WORKERS.discard(process.pid)
+            send(process.pid, signal.SIGKILL, group=True)  # what is left of its group
+        seconds = time.perf_counter() - started
+        stdout, stderr = _read(out), _read(err)
+    try:
+        result = json.loads(stdout)
+    except ValueError:
+        result = None
+    code = process.returncode
+    if code != 0 or not isinstance(result, dict):
+        if code < 0:
+            detail = f"the interpreter was killed by {signal_name(-code)}"
+        else:
+            detail = f"the interpreter exited with status {code} before reporting"
+        return WorkerResult(None, "crashed", detail, seconds, stderr)
+    return WorkerResult(Result.from_json(result), None, None, seconds, stderr)
+
+
+def run_loads(
+    job: Job, names: Sequence[str], *, timeout: float, concurrency: int
+) -> dict[str, WorkerResult]:
+    """Run *job* once for each of *names*, at most *concurrency* workers at once."""
+    jobs = [dataclasses.replace(job, name=name) for name in names]
+    with (
+        _stop_signals_kill_workers(),
+        ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
+    ):
+        results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
+        return dict(zip(names, results, strict=True))
+
+
+# -- the worker's end -------------------------------------------------------------
+
+
 def _registry(job: Job) -> ServeBackendRegistry:
     from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.settings import Settings
@@ -113,10 +287,6 @@ def _registry(job: Job) -> ServeBackendRegistry:
         load_timeout=job.load_timeout or defaults.load_timeout,
     )
     return ServeBackendRegistry.from_settings(settings, origins={})
-
-
-def _error(exc: BaseException) -> Result:
-    return Result(ok=False, error=str(exc) or type(exc).__name__)
 
 
 def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) -> Result:
@@ -193,35 +363,25 @@ def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
     return progress
 
 
-def _run(job: Job) -> Result:
-    """Run *job*; a failure, ours or a plugin's, is the result, never raised."""
-    try:
-        return _explain(job) if job.action == "explain" else _load(job)
-    except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
-        return _error(exc)
-
-
 def main() -> None:
     """Read the job from stdin, run it, write the result to the saved stdout.
 
     stdin, not a command-line argument: one argument holds at most 128 KiB
     on Linux, and a request (detect's) may be longer.
     """
-    from sglang_backends.processes import become_subreaper, descendants, stop_tree
-
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     become_subreaper()
-    result = _run(Job.from_json(json.load(sys.stdin)))
+    job = Job(**json.load(sys.stdin))
+    try:
+        result = _explain(job) if job.action == "explain" else _load(job)
+    except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
+        result = Result(ok=False, error=str(exc) or type(exc).__name__)
     stop_tree(descendants, 0)  # what the plugin started, orphaned grandchildren included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
-        json.dump(result.to_json(), out)
+        json.dump(dataclasses.asdict(result), out)
     sys.stdout.flush()
     sys.stderr.flush()
     # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -14,7 +14,6 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
-from sglang_backends.commands._worker import Job
 from sglang_backends.usage import Survey, printable
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ class CheckBackends(SelectionOptions, Lister):
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        from sglang_backends.commands._isolation import default_jobs
+        from sglang_backends.commands._worker import default_jobs
 
         parser = super().get_parser(prog_name)
         parser.add_argument(
@@ -122,7 +121,7 @@ class CheckBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends.commands._isolation import last_line, run_loads
+        from sglang_backends.commands._worker import Job, last_line, run_loads
         from sglang_backends.selection import PluginStatus
 
         survey = self.survey(parsed_args)

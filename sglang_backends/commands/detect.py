@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff.lister import Lister
 
@@ -16,7 +16,9 @@ from sglang_backends.commands._base import (
     option_span,
     positive_seconds,
 )
-from sglang_backends.commands._worker import Job
+
+if TYPE_CHECKING:
+    from sglang_backends.commands._worker import Job
 
 __all__ = ["DetectBackend"]
 
@@ -72,7 +74,7 @@ def _culprits(job: Job, records: Iterable[Any], timeout: float) -> str:
     crashes its interpreter or does not load within that bound is blamed; one
     that loads, however slowly, is reported with its time, never as broken.
     """
-    from sglang_backends.commands._isolation import default_jobs, run_loads
+    from sglang_backends.commands._worker import default_jobs, run_loads
     from sglang_backends.selection import PluginStatus
 
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
@@ -194,7 +196,7 @@ class DetectBackend(SelectionOptions, Lister):
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         import tempfile
 
-        from sglang_backends.commands._isolation import run_isolated
+        from sglang_backends.commands._worker import Job, run_isolated
         from sglang_backends.dispatch import AUTO, normalize, parse_host_options
         from sglang_backends.errors import ServeBackendError
         from sglang_backends.registry import Underway
