@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import stevedore
@@ -23,6 +23,7 @@ __all__ = [
     "add_config_options",
     "builtin_status",
     "builtin_target",
+    "list_origins",
     "option_action",
     "option_span",
     "positive_seconds",
@@ -120,14 +121,6 @@ class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
         return [tuple(printable(value) for value in row) for row in rows]
 
 
-@dataclasses.dataclass(frozen=True)
-class Selection:
-    """The effective settings of one command run and where the lists came from."""
-
-    settings: Settings
-    origins: Mapping[str, str]
-
-
 def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
     """Flatten repeated and comma-separated ``--enable``/``--disable`` values.
 
@@ -210,21 +203,21 @@ class SelectionOptions(SafeDisplay):
         """
         from sglang_backends.selection import warn_unknown_selection
 
-        selection = self.selection(parsed_args)
-        installed = survey(selection.settings)
+        settings = self.settings(parsed_args)
+        installed = survey(settings)
         warn_unknown_selection(
             installed.installed,
             installed.builtins,
-            enabled=selection.settings.enabled,
-            disabled=selection.settings.disabled,
-            origins=selection.origins,
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            origins=list_origins(settings, parsed_args),
         )
-        problem = _model_type_problem(installed, selection.origins)
+        problem = _model_type_problem(installed)
         if problem:
             self.app.LOG.warning("%s", problem)
         return installed
 
-    def selection(self, parsed_args: argparse.Namespace) -> Selection:
+    def settings(self, parsed_args: argparse.Namespace) -> Settings:
         """Read configuration and apply the command-line overrides.
 
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
@@ -237,23 +230,25 @@ class SelectionOptions(SafeDisplay):
             from sglang_backends.config import load_settings
 
             settings = load_settings(config_files=files, config_dirs=dirs)
-        origins = {
-            "enabled": settings.describe("enabled_backends"),
-            "disabled": settings.describe("disabled_backends"),
-            "model_type": settings.describe("model_type"),
-        }
         enable = _names(parsed_args.enable, "--enable")
         disable = _names(parsed_args.disable, "--disable")
         if enable is not None:
             settings = dataclasses.replace(settings, enabled=enable or None)
-            origins["enabled"] = "--enable on the command line"
         if disable is not None:
             settings = dataclasses.replace(settings, disabled=disable)
-            origins["disabled"] = "--disable on the command line"
-        return Selection(settings, origins)
+        return settings
 
 
-def _model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | None:
+def list_origins(settings: Settings, parsed_args: argparse.Namespace) -> dict[str, str]:
+    """Where the enabled and disabled lists were set: in configuration, or by the flag."""
+    origins = settings.list_origins()
+    for flag in ("enable", "disable"):
+        if getattr(parsed_args, flag) is not None:
+            origins[f"{flag}d"] = f"--{flag} on the command line"
+    return origins
+
+
+def _model_type_problem(installed: Survey) -> str | None:
     """Why the configured ``model_type`` would make ``serve`` fail, or ``None``.
 
     ``serve`` refuses a name nothing provides (or that the lists disable);
@@ -269,7 +264,7 @@ def _model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | 
     matching = [] if name in installed.builtins else installed.designated(model_type)
     if any(r.status.usable for r in matching):
         return None
-    where = origins.get("model_type", "model_type")
+    where = installed.settings.describe("model_type")
     if matching:
         return (
             f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "

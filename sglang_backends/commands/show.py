@@ -17,6 +17,7 @@ from sglang_backends.commands._base import (
     SelectionOptions,
     builtin_status,
     builtin_target,
+    list_origins,
     summary_line,
 )
 
@@ -87,8 +88,9 @@ class ShowBackend(SelectionOptions, ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
         from sglang_backends.registry import ServeBackendRegistry
 
-        selection = self.selection(parsed_args)
-        registry = ServeBackendRegistry.from_settings(selection.settings, origins=selection.origins)
+        settings = self.settings(parsed_args)
+        origins = list_origins(settings, parsed_args)
+        registry = ServeBackendRegistry.from_settings(settings, origins=origins)
         started = time.perf_counter()
         with _output_to_stderr():
             registered = registry.get(parsed_args.name)
