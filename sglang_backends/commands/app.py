@@ -22,20 +22,6 @@ from sglang_backends.usage import LOG_FORMAT, PrintableRecords
 __all__ = ["OperatorApp"]
 
 
-def _commands() -> dict[str, type[Command]]:
-    from sglang_backends.commands.check import CheckBackends
-    from sglang_backends.commands.detect import DetectBackend
-    from sglang_backends.commands.listing import ListBackends
-    from sglang_backends.commands.show import ShowBackend
-
-    return {
-        "list": ListBackends,
-        "show": ShowBackend,
-        "check": CheckBackends,
-        "detect": DetectBackend,
-    }
-
-
 class _ConsoleFilter(PrintableRecords):
     """Escape control characters in messages (never tracebacks); show each message once.
 
@@ -55,20 +41,6 @@ class _ConsoleFilter(PrintableRecords):
             return False
         self._seen.add(key)
         return True
-
-
-#: The configuration options' destinations: global options before the command name only.
-_CONFIG_DESTS = ("config_file", "config_dir")
-
-
-def _short_cluster(parser: argparse.ArgumentParser, token: str) -> bool:
-    """Whether argparse reads *token* as a short option of *parser* and more (``-vv``, ``-vx``)."""
-    return (
-        len(token) > 2
-        and token[0] == "-"
-        and token[1] != "-"
-        and option_action(parser, token[:2]) is not None
-    )
 
 
 class _GlobalOptions(argparse.ArgumentParser):
@@ -98,12 +70,15 @@ class _GlobalOptions(argparse.ArgumentParser):
                 rest += args[index:]
                 break
             option = option_span(self, token)
-            if option is not None and not (commanded and option[0].dest in _CONFIG_DESTS):
+            if option is not None and not (
+                commanded and option[0].dest in ("config_file", "config_dir")
+            ):
                 mine += args[index : index + option[1]]  # --log-file FILE: both
                 index += option[1]
                 continue
-            if _short_cluster(self, token):
-                mine.append(token)
+            short = token[:2] if token.startswith("-") and not token.startswith("--") else ""
+            if len(token) > 2 and short and option_action(self, short) is not None:
+                mine.append(token)  # a cluster of short options: -vv, -vx
             else:
                 rest.append(token)
                 commanded = commanded or not token.startswith("-")
@@ -169,15 +144,6 @@ Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for detai
 """
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang-backends")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class OperatorApp(App):
     """``sglang-backends``: list, show, check and explain serve backends."""
 
@@ -190,17 +156,34 @@ class OperatorApp(App):
         # No namespace: cliff would read every installed entry point through
         # stevedore's cache, and one malformed entry_points.txt of an unrelated
         # package would break every command. The commands are added by name.
+        from importlib.metadata import PackageNotFoundError, version
+
+        from sglang_backends.commands.check import CheckBackends
+        from sglang_backends.commands.detect import DetectBackend
+        from sglang_backends.commands.listing import ListBackends
+        from sglang_backends.commands.show import ShowBackend
+
+        try:
+            own_version = version("sglang-backends")
+        except PackageNotFoundError:
+            own_version = "unknown"
         manager = _Commands(None)
         super().__init__(
             description=_DESCRIPTION,
-            version=_version(),
+            version=own_version,
             command_manager=manager,
             deferred_help=True,
         )
-        for name, command in _commands().items():
+        commands: dict[str, type[Command]] = {
+            "list": ListBackends,
+            "show": ShowBackend,
+            "check": CheckBackends,
+            "detect": DetectBackend,
+            "serve": Serve,
+            "help": Help,
+        }
+        for name, command in commands.items():
             manager.add_command(name, command)
-        manager.add_command("serve", Serve)
-        manager.add_command("help", Help)
 
     def build_option_parser(
         self,
