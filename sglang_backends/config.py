@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg, types
 
-from sglang_backends.configfiles import Source, dir_files, parse, read_sources
+from sglang_backends.configfiles import Source, ordered, parse, read_sources
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
 from sglang_backends.errors import ConfigurationError, did_you_mean
 from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, ENVIRONMENT_PREFIX, Settings
@@ -175,10 +175,8 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 def _files_read(conf: cfg.ConfigOpts) -> list[str]:
     """The configuration files a service's *conf* read, in reading order."""
-    files = [os.path.abspath(path) for path in getattr(conf, "config_file", None) or ()]
-    for directory in getattr(conf, "config_dir", None) or ():
-        files += dir_files(directory)
-    return files
+    files, dirs = getattr(conf, "config_file", None), getattr(conf, "config_dir", None)
+    return [path for path, _ in ordered(files or (), dirs or ())]
 
 
 def _locator(conf: cfg.ConfigOpts, sources: Sequence[Source]) -> Callable[[str], str | None]:

@@ -19,7 +19,7 @@ from oslo_config import cfg
 
 from sglang_backends.errors import ConfigurationError
 
-__all__ = ["Source", "dir_files", "parse", "read_sources"]
+__all__ = ["Source", "ordered", "parse", "read_sources"]
 
 #: Bytes a configuration file may hold; more is not configuration (``/dev/zero``, say).
 _MAX_FILE_BYTES = 1 << 20
@@ -99,15 +99,22 @@ def parse(path: str, shown: str) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def read_sources(files: Sequence[str], dirs: Sequence[str], private: str) -> list[Source]:
-    """Read every file once, in oslo.config's order (files, then each directory's), and
-    copy each into *private*, so that what oslo.config uses and messages quote are the same.
+def ordered(files: Sequence[str], dirs: Sequence[str]) -> list[tuple[str, bool]]:
+    """Every file's absolute path in oslo.config's order (files, then each directory's
+    ``*.conf``), and whether it was found in a directory.
     """
     named = [(os.path.abspath(os.fspath(path)), False) for path in files]
     for directory in dirs:
         named += [(path, True) for path in dir_files(os.fspath(directory))]
+    return named
+
+
+def read_sources(files: Sequence[str], dirs: Sequence[str], private: str) -> list[Source]:
+    """Read every file once, in :func:`ordered` order, and copy each into *private*, so
+    that what oslo.config uses and messages quote are the same bytes.
+    """
     sources = []
-    for index, (path, in_directory) in enumerate(named):
+    for index, (path, in_directory) in enumerate(ordered(files, dirs)):
         copy = os.path.join(private, f"{index}.conf")
         with open(copy, "wb") as stream:
             stream.write(_read_file(path, in_directory=in_directory))
