@@ -27,7 +27,6 @@ __all__ = [
     "option_action",
     "option_span",
     "positive_seconds",
-    "summary_line",
 ]
 
 
@@ -104,23 +103,6 @@ class SafeCommand(Command):
         return _CONFIG_EPILOG
 
 
-class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
-    """A display command whose formatters are listed by :class:`_MetadataFormatters`."""
-
-    # cliff has no public way to choose how formatter plugins are found; this
-    # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
-    def _load_formatter_plugins(self) -> Any:
-        return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
-
-    def safe_rows(
-        self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
-    ) -> list[tuple[Any, ...]]:
-        """*rows* with control characters escaped when the formatter is a human one."""
-        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
-            return [tuple(row) for row in rows]
-        return [tuple(printable(value) for value in row) for row in rows]
-
-
 def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
     """Flatten repeated and comma-separated ``--enable``/``--disable`` values.
 
@@ -144,12 +126,26 @@ def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
     return names
 
 
-class SelectionOptions(SafeDisplay):
-    """A command honouring configuration files, the environment and ``--enable``/``--disable``.
+class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
+    """A display command honouring configuration, the environment and ``--enable``/``--disable``.
 
-    A :class:`ConfigurationError` ends the command with one line on stderr
-    and exit status 2 (a traceback too with ``--debug``).
+    Its formatters are listed by :class:`_MetadataFormatters`. A
+    :class:`ConfigurationError` ends it with one line on stderr and exit
+    status 2 (a traceback too with ``--debug``).
     """
+
+    # cliff has no public way to choose how formatter plugins are found; this
+    # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
+    def _load_formatter_plugins(self) -> Any:
+        return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
+
+    def safe_rows(
+        self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """*rows* with control characters escaped when the formatter is a human one."""
+        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
+            return [tuple(row) for row in rows]
+        return [tuple(printable(value) for value in row) for row in rows]
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -342,11 +338,3 @@ def builtin_target(backend: Any) -> str:
     """``module:function`` of a built-in backend's ``run``, or of a lazy built-in's factory."""
     run = getattr(backend, "run", backend)
     return f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
-
-
-def summary_line(obj: object) -> str | None:
-    """The first line of *obj*'s docstring, if it has one."""
-    import inspect
-
-    doc = inspect.getdoc(obj)
-    return doc.strip().splitlines()[0] if doc and doc.strip() else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import os
 import sys
 import time
@@ -18,7 +19,6 @@ from sglang_backends.commands._base import (
     builtin_status,
     builtin_target,
     list_origins,
-    summary_line,
 )
 
 __all__ = ["FIELDS", "ShowBackend"]
@@ -110,7 +110,7 @@ class ShowBackend(SelectionOptions, ShowOne):
         )
         if plugin is None:
             origin, distribution, version = "built-in", None, None
-            target, summary = builtin_target(backend), summary_line(backend.run)
+            target, documented = builtin_target(backend), backend.run
             status = builtin_status(registered.name)
         else:
             origin, distribution, version = "plugin", plugin.distribution_label, plugin.version
@@ -118,7 +118,9 @@ class ShowBackend(SelectionOptions, ShowOne):
             # Already imported by registry.get(): this is a lookup, not a second import.
             with _output_to_stderr():
                 factory = plugin.entry_point.load()
-            target, summary = plugin.target, summary_line(factory)
+            target, documented = plugin.target, factory
+        doc = (inspect.getdoc(documented) or "").strip()
+        summary = doc.splitlines()[0] if doc else None
         values = (
             registered.name,
             origin,
