@@ -1,4 +1,4 @@
-"""The cliff application behind the operator commands."""
+"""The cliff application behind the operator commands, read in linear time over a long line."""
 
 from __future__ import annotations
 
@@ -23,11 +23,8 @@ __all__ = ["OperatorApp"]
 
 
 class _ConsoleFilter(PrintableRecords):
-    """Escape control characters in messages (never tracebacks); show each message once.
-
-    Package metadata is read more than once per command (cliff's formatters,
-    then the backends), and a warning about a broken distribution says the
-    same thing each time.
+    """Escape control characters in messages (never tracebacks); show each message once:
+    metadata is read more than once per command, and its warnings would repeat.
     """
 
     def __init__(self) -> None:
@@ -44,16 +41,12 @@ class _ConsoleFilter(PrintableRecords):
 
 
 class _GlobalOptions(argparse.ArgumentParser):
-    """The global options, read from the whole command line in linear time.
+    """The global options, read from anywhere on the command line in linear time.
 
-    cliff reads its global options anywhere on the command line, a detect
-    request included; argparse before 3.13 rescans every option-like string
-    for each one it meets, O(N²) over the line. Only the strings that are
-    global options (with their values) reach argparse here; every other
-    string is returned as it came, in order, as argparse would.
-    ``--config-file`` and ``--config-dir`` are global only before the command
-    name: after it they are the command's own (and inside a detect request,
-    the request's).
+    argparse before 3.13 is O(N²) over a long line (a detect request): only the
+    global options and their values reach it here; the rest is returned as it
+    came. ``--config-file`` and ``--config-dir`` are global only before the
+    command name: after it they are the command's own (or the request's).
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -90,11 +83,8 @@ class _GlobalOptions(argparse.ArgumentParser):
 
 
 class _Commands(CommandManager):
-    """The commands, found by the first word of the command line only.
-
-    cliff's own search tries every leading run of words as a command name,
-    joining each, O(N²) over a long command line; every command here is one
-    word. Anything else, an unknown command included, is cliff's to report.
+    """The commands, found by the first word only (cliff's own search is O(N²) over the
+    line); anything else, an unknown command included, is cliff's to report.
     """
 
     def find_command(self, argv: list[str]) -> tuple[type[Command], str, list[str]]:
@@ -122,12 +112,9 @@ class Help(SafeCommand, HelpCommand):
 
 
 class Serve(SafeCommand):
-    """Serve a model with the backend --model-type names, or the one detection picks
+    """Serve a model with the backend --model-type names, or the one detection picks"""
 
-    ``serve`` never reaches cliff (the console script, :mod:`sglang_backends.cli`,
-    routes it first); it is registered so that the command list names
-    it, and ``help serve`` prints its help.
-    """
+    # Routed before cliff by the console script; registered for the command list and help.
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         raise AssertionError("serve is routed before cliff")  # pragma: no cover
@@ -153,9 +140,8 @@ class OperatorApp(App):
     CONSOLE_MESSAGE_FORMAT = LOG_FORMAT
 
     def __init__(self) -> None:
-        # No namespace: cliff would read every installed entry point through
-        # stevedore's cache, and one malformed entry_points.txt of an unrelated
-        # package would break every command. The commands are added by name.
+        # Commands added by name, no namespace: one malformed entry_points.txt of an
+        # unrelated package would break a stevedore scan of every entry point.
         from importlib.metadata import PackageNotFoundError, version
 
         from sglang_backends.commands.check import CheckBackends
@@ -193,9 +179,7 @@ class OperatorApp(App):
     ) -> argparse.ArgumentParser:
         """The global options, ``--config-file`` and ``--config-dir`` among them.
 
-        The description is kept as written.
-        No abbreviations: cliff parses global options anywhere on the line, and
-        ``--deb`` or ``--log`` in a ``detect`` request must stay the request's.
+        No abbreviations: ``--deb`` or ``--log`` in a ``detect`` request stay the request's.
         """
         kwargs = dict(argparse_kwargs or {})
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
@@ -211,10 +195,8 @@ class OperatorApp(App):
         return parser
 
     def configure_logging(self) -> None:
-        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.
-
-        Messages quote package metadata, which is untrusted: control characters
-        in them are escaped before they reach the terminal.
+        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``;
+        control characters (in untrusted package metadata) escaped.
         """
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}

@@ -27,6 +27,7 @@ FAILURES = frozenset({"error", "timeout", "crashed"})
 
 
 def _jobs(text: str) -> int:
+    """An argparse type: a whole number, at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -127,7 +128,7 @@ class CheckBackends(SelectionOptions, Lister):
         survey = self.survey(parsed_args)
         settings = survey.settings
         builtins, records = survey.builtins, _chosen(survey, parsed_args.names)
-        for warning in sglang_script_warnings(records):
+        for warning in _sglang_script_warnings(records):
             self.app.LOG.warning(printable(warning))
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
@@ -196,14 +197,9 @@ class CheckBackends(SelectionOptions, Lister):
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
 
-def sglang_script_warnings(records: Iterable[Any]) -> list[str]:
-    """One line per plugin distribution installing a console script named ``sglang``.
-
-    SGLang's plugin guide reserves that executable for the ``sglang``
-    distribution: a plugin installing one replaces SGLang's CLI, and
-    uninstalling the plugin removes it. Read from the distributions'
-    ``entry_points.txt`` only (checked to be a regular file before it is
-    opened); nothing is imported.
+def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
+    """One line per plugin distribution installing a console script named ``sglang``,
+    which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
     from sglang_backends.discovery import has_metadata, normalize_distribution
 
@@ -249,7 +245,7 @@ def _load_name(record: PluginRecord, names: Sequence[str]) -> str:
 
 
 def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
-    """The records *names* designate (``NAME`` or ``DIST:NAME``); all of them without names.
+    """The records *names* designate (``NAME`` or ``DIST:NAME``); all without names.
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
