@@ -40,8 +40,8 @@ configuration:
   a warning. Exit status 2 means the configuration is invalid.
 """
 
-#: ``--config-file`` and ``--config-dir``: global options before the command name (as
-#: OpenStack clients take them), each command's own after it; the command reads both.
+#: Global options before the command name (as OpenStack clients take them), each
+#: command's own after it; the command reads both.
 _CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
     "--config-file": {
         "metavar": "PATH",
@@ -56,9 +56,8 @@ _CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def add_config_options(parser: Any, *, documented: bool = True) -> None:
-    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group).
-
-    The global parser takes them undocumented: its description mentions them.
+    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group);
+    undocumented in the global parser, whose description mentions them.
     """
     for flag, kwargs in _CONFIG_OPTIONS.items():
         help_text = kwargs["help"] if documented else argparse.SUPPRESS
@@ -73,12 +72,8 @@ _HUMAN_FORMATS = frozenset({"table", "value", "csv"})
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
-    """cliff's formatter plugins, read past distributions whose metadata is malformed.
-
-    stevedore's own listing parses every installed ``entry_points.txt`` and
-    fails as a whole on one broken file of an unrelated package; the public
-    :meth:`list_entry_points` hook reads through
-    :func:`sglang_backends.discovery.discover` instead, which skips it.
+    """cliff's formatter plugins, listed by :func:`~sglang_backends.discovery.discover`
+    (through stevedore's public hook), which skips an unrelated package's broken metadata.
     """
 
     def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
@@ -88,11 +83,8 @@ class _MetadataFormatters(stevedore.ExtensionManager[Any]):
 
 
 class SafeCommand(Command):
-    """A cliff command that survives an unrelated distribution's malformed metadata.
-
-    cliff passes ``cmd_name`` only to a constructor that accepts it, and
-    loads command hooks (a stevedore scan of every entry point) only with
-    it; this constructor does not take it: these commands have no hooks.
+    """A cliff command that survives an unrelated distribution's malformed metadata: its
+    constructor takes no ``cmd_name``, so cliff loads no hooks (a scan of every entry point).
     """
 
     def __init__(self, app: Any, app_args: argparse.Namespace | None) -> None:
@@ -104,11 +96,8 @@ class SafeCommand(Command):
 
 
 def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
-    """Flatten repeated and comma-separated ``--enable``/``--disable`` values.
-
-    The rule is ``enabled_backends``': one empty value alone means an empty
-    list (``--enable ''`` allows every plugin, ``--disable ''`` disables
-    none); an empty name among others is a slip.
+    """Flatten repeated and comma-separated ``--enable``/``--disable`` values, by
+    ``enabled_backends``' rule: one empty value alone is an empty list.
 
     :raises ConfigurationError: an empty name among others.
     """
@@ -172,11 +161,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     failed = False
 
     def run(self, parsed_args: argparse.Namespace) -> int:
-        """Run the command; exit status 2 for a usage slip, 1 if its output reports a failure.
-
-        A usage slip is invalid configuration or a backend name nothing
-        provides: the same status ``serve`` gives, so that scripts can tell a
-        typo from a broken plugin.
+        """Run the command; exit status 2 for a usage slip (invalid configuration, a name
+        nothing provides: as ``serve``), 1 if its output reports a failure.
         """
         from sglang_backends.errors import UnknownBackendError
 
@@ -192,10 +178,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         return status or (1 if self.failed else 0)
 
     def survey(self, parsed_args: argparse.Namespace) -> Survey:
-        """Read the selection and every installed plugin's status under it; imports none.
-
-        Names in the lists that nothing installed provides are warned about,
-        and a ``model_type`` serve would refuse.
+        """Every installed plugin's status under the selection, imports none; warns of
+        listed names nothing provides and of a ``model_type`` serve would refuse.
         """
         from sglang_backends.selection import warn_unknown_selection
 
@@ -245,11 +229,7 @@ def list_origins(settings: Settings, parsed_args: argparse.Namespace) -> dict[st
 
 
 def _model_type_problem(installed: Survey) -> str | None:
-    """Why the configured ``model_type`` would make ``serve`` fail, or ``None``.
-
-    ``serve`` refuses a name nothing provides (or that the lists disable);
-    the operator commands say so up front, naming where it was set.
-    """
+    """Why the configured ``model_type`` would make ``serve`` fail, or ``None``."""
     from sglang_backends.discovery import split_qualified_name
     from sglang_backends.errors import did_you_mean
 
@@ -291,21 +271,16 @@ def positive_seconds(text: str) -> float:
 def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
     """The action of *parser*'s option string *name*, if it has one.
 
-    argparse has no public way to ask a parser whether a string is one of its
-    options, and cliff adds options of its own (-f, -c, --max-width, ...), so
-    this reads argparse's option table: the one private name the commands use.
+    argparse has no public way to ask this, and cliff adds options of its own,
+    so this reads argparse's option table: the one private name the commands use.
     """
     table: dict[str, argparse.Action] = parser._option_string_actions
     return table.get(name)
 
 
 def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Action, int] | None:
-    """*parser*'s action for option string *token*, and how many strings it spans.
-
-    The span counts the option and the values that follow it (none when
-    ``--name=value`` joins them), as argparse reads them. ``None`` if *token*
-    is not one of *parser*'s options. Scanning a command line with it is
-    linear, where argparse before 3.13 is quadratic in the options met.
+    """*parser*'s action for option string *token* and how many strings it spans (the
+    option and its values, as argparse reads them), or ``None``; linear, unlike argparse <3.13.
     """
     name, joined, _ = token.partition("=")
     action = option_action(parser, name) if token.startswith("-") else None
@@ -321,11 +296,8 @@ ENABLED = "enabled"
 
 
 def builtin_status(name: str) -> str:
-    """How ``list``, ``show`` and ``check`` all show built-in *name*: usable, or what it needs.
-
-    The built-ins run SGLang's servers; without SGLang they are installed
-    but cannot serve. Every command says so with the same words, and none
-    fails for it (SGLang is optional: plugins serve without it).
+    """How every command shows built-in *name*: enabled, or the SGLang it needs to serve
+    (not a failure: plugins serve without SGLang).
     """
     from sglang_backends.host import INSTALL_COMMANDS, sglang_installed
 

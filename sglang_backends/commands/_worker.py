@@ -1,21 +1,13 @@
 """Worker processes that load plugins for ``check`` and ``detect``: the job, its result, both ends.
 
-:func:`run_isolated` runs a :class:`Job` in a fresh interpreter with the
-command's exact ``sys.path``, in a session of its own, bounded in time;
-plugins are imported there, not in the operator's process, so one that
-hangs or crashes the interpreter at import costs only that process. The
-worker (:func:`main`) writes one JSON :class:`Result` to its original
-standard output (whatever a plugin prints goes to stderr), kills every
-process the plugin started (it is a child subreaper on Linux, so orphaned
-grandchildren are found too) and exits at once, whatever threads or exit
-handlers the plugin left behind.
-
-A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) that reaches the command
-while workers run kills every worker's tree and process group at once,
-starts no further worker, and ends the command with ``128 + N`` (SIGINT as
-``KeyboardInterrupt``, which cliff turns into ``130``): the workers lead
-sessions of their own, so the terminal's Ctrl+C and a signal to the
-command's process group never reach them by themselves.
+:func:`run_isolated` runs a :class:`Job` in a fresh interpreter, in a session
+of its own, bounded in time, so a plugin that hangs or crashes at import
+costs only that process. The worker (:func:`main`) writes one JSON
+:class:`Result` to its original stdout (what a plugin prints goes to stderr),
+kills every process the plugin started (as a child subreaper, orphans too)
+and exits at once. A stop signal reaching the command kills every worker's
+tree and group, starts no further worker and ends the command with
+``128 + N`` (130 for SIGINT): Ctrl+C never reaches the workers' sessions.
 """
 
 from __future__ import annotations
@@ -54,12 +46,9 @@ __all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """What one worker does, and under which selection.
-
-    :param action: ``load`` one backend by :attr:`name`, check its
-        ``contract`` too, or ``explain`` automatic detection for a request.
-    :param progress: a file the worker notes each load and detector in as it
-        starts and ends, for the command to read should the worker not finish.
+    """What one worker does (``load`` backend :attr:`name`, check its ``contract`` too, or
+    ``explain`` detection for a request), under which selection; *progress* is a file it
+    notes each load and detector in, read should the worker not finish.
     """
 
     action: Literal["load", "contract", "explain"]
@@ -110,14 +99,8 @@ class Result:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerResult:
-    """What one worker process produced.
-
-    :param result: the job's result, ``None`` if the worker produced none.
-    :param failure: why there is no result: ``timeout``, ``crashed``, or ``stopped``
-        (a stop signal ended the command first).
-    :param detail: one line explaining the failure.
-    :param seconds: wall-clock time of the worker.
-    :param stderr: what the worker wrote to stderr.
+    """What one worker process produced: its result, or the *failure* (``timeout``,
+    ``crashed``, ``stopped``) and a one-line *detail*; its wall-clock *seconds* and stderr.
     """
 
     result: Result | None
@@ -182,12 +165,8 @@ def last_line(text: str) -> str:
 
 
 def _command() -> list[str]:
-    """The worker's command line: this interpreter, with this process's exact ``sys.path``.
-
-    ``python -m`` would put the current directory first on ``sys.path``, which
-    the ``sglang-backends`` console script does not: a module there could
-    shadow a plugin and the worker would test something ``serve`` never runs.
-    Only the built-in ``sys`` is imported before the path is replaced.
+    """The worker's command line: this interpreter with this process's exact ``sys.path``,
+    not ``python -m``'s (the current directory first), so it imports what ``serve`` would.
     """
     code = (
         f"import sys; sys.path[:] = {list(sys.path)!r}; "
@@ -202,10 +181,8 @@ def _read(stream: IO[bytes]) -> str:
 
 
 def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
-    """Run *job* in a fresh worker interpreter; never raises for the worker's fault.
-
-    On timeout the worker's whole tree and group are killed. Output goes to
-    files, not pipes, so a process that inherited them cannot hold up the report.
+    """Run *job* in a fresh worker; never raises for its fault. On timeout its tree and
+    group are killed; output goes to files, which an inheriting process cannot hold up.
     """
     with _stop_signals_kill_workers():
         return _run_isolated(job, timeout=timeout)
@@ -348,10 +325,7 @@ def _explain(job: Job) -> Result:
 
 
 def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
-    """Where the worker notes each load and detector as it starts and ends.
-
-    Read by the command should the worker not finish, to name what held it up.
-    """
+    """A callback noting each load and detector as it starts and ends in file *path*."""
     if not path:
         return None
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -364,10 +338,8 @@ def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
 
 
 def main() -> None:
-    """Read the job from stdin, run it, write the result to the saved stdout.
-
-    stdin, not a command-line argument: one argument holds at most 128 KiB
-    on Linux, and a request (detect's) may be longer.
+    """Read the job from stdin (a request may be longer than an argument's 128 KiB), run
+    it, write the result to the saved stdout.
     """
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
