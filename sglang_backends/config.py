@@ -3,14 +3,10 @@
 The ``[serve_backends]`` group chooses the backend (``model_type``), which plugins may
 load (``enabled_backends``, ``disabled_backends``) and how long detection and stopping may
 take (``detect_timeout``, ``load_timeout``, ``stop_timeout``). Values come, highest first,
-from the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on, oslo.config's own
-source), the configuration files, then the defaults; each option's type validates them.
-
-Every function works on a private :class:`~oslo_config.cfg.ConfigOpts` (never ``CONF``).
-:func:`load_settings` reads each file once (a pipe too), refuses one it cannot read rather
-than skip it, and hands oslo.config a private copy. Bad configuration is a one-line
-:class:`~sglang_backends.errors.ConfigurationError` naming the file (or variable) and the
-option. ``serve`` imports this module (and so oslo.config) only when configuration is in use.
+from the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on), the configuration
+files, then the defaults; each option's type validates them. Every function works on a
+private :class:`~oslo_config.cfg.ConfigOpts` (never ``CONF``); bad configuration is a
+one-line :class:`~sglang_backends.errors.ConfigurationError` naming where and the option.
 """
 
 from __future__ import annotations
@@ -50,7 +46,7 @@ GROUP = "serve_backends"
 
 
 def _new_group() -> cfg.OptGroup:
-    """A fresh group object: an ``OptGroup`` remembers the options registered in it."""
+    """A fresh group: an ``OptGroup`` remembers the options registered in it."""
     return cfg.OptGroup(
         GROUP,
         title="Serve backends",
@@ -80,11 +76,8 @@ class _Names(types.List):
 
 
 class _Seconds(types.Float):
-    """Seconds: oslo.config's Float with ``max`` = MAX_TIMEOUT, and a lower bound in words.
-
-    oslo.config's ``min`` is inclusive and words a refusal "Should be greater
-    than or equal to 0"; a detection timeout must be greater than 0 (a stop
-    timeout may be 0), and the messages the docs quote say what to write.
+    """Seconds: oslo.config's Float with ``max`` = MAX_TIMEOUT, and a lower bound (0
+    excluded unless *zero*) worded as the docs quote it: oslo.config's ``min`` is inclusive.
     """
 
     def __init__(self, *, zero: bool = False) -> None:
@@ -180,9 +173,8 @@ def _files_read(conf: cfg.ConfigOpts) -> list[str]:
 
 
 def _locator(conf: cfg.ConfigOpts, sources: Sequence[Source]) -> Callable[[str], str | None]:
-    """Where an option was set, asked of *conf* when a message needs it; ``None``: the default.
-
-    :param sources: the files as read, to name a private copy by its original.
+    """Where an option was set, asked of *conf* when a message needs it (``None``: the
+    default); a private copy among *sources* is named by its original.
     """
     originals = {source.copy: source.path for source in sources}
 
@@ -199,11 +191,8 @@ def _locator(conf: cfg.ConfigOpts, sources: Sequence[Source]) -> Callable[[str],
 
 
 def _invalid(name: str, cause: str, sources: Sequence[Source]) -> ConfigurationError:
-    """A one-line error for option *name*, quoting its text and saying where it was set.
-
-    oslo.config cannot say where a value it refuses came from (``get_location()``
-    converts it too), so it is found as oslo.config finds it: the environment beats
-    every file, and a later file an earlier one.
+    """A one-line error for option *name*, quoting its text and where it was set: found as
+    oslo.config finds it (``get_location()`` converts a value, and fails on a bad one).
     """
     variable = ENVIRONMENT_PREFIX + name.upper()
     found = None
@@ -230,9 +219,8 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
 
 
 def _settings(conf: cfg.ConfigOpts, sources: Sequence[Source] | None) -> Settings:
-    """:func:`settings_from_conf`; *sources* are the files as read, when this module read them.
-
-    A service's own files are read here only to quote a value its types refused.
+    """:func:`settings_from_conf`; *sources* are the files, if read here (a service's are
+    read only to quote a value its types refused).
     """
     values: dict[str, Any] = {}
     for name in _OPT_NAMES:
@@ -295,15 +283,9 @@ def load_settings(
 
 
 def _unknown(sources: Sequence[Source], environ: Mapping[str, str]) -> list[str]:
-    """Name every group, option and variable that nothing reads, one line each.
-
-    oslo.config ignores what it does not know, so ``model_typ = echo`` or a
-    ``[serve_backend]`` group would silently leave the default in place. A
-    group other than ``[serve_backends]`` (or an empty ``[DEFAULT]``), an
-    option not in :data:`OPTS` and an ``OS_SERVE_BACKENDS__*`` variable
-    naming no option are reported, with the closest known name.
-    ``oslo-config-validator`` checks a file the same way, but only as a
-    command, without the closest name, and not the environment.
+    """Name every group, option and ``OS_SERVE_BACKENDS__*`` variable that nothing reads,
+    one line each with the closest known name: oslo.config ignores them silently, and
+    ``oslo-config-validator`` is a command, without the closest name or the environment.
     """
     known = list(_OPT_NAMES)
     problems: list[str] = []
