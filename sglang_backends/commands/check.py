@@ -127,17 +127,15 @@ class CheckBackends(SelectionOptions, Lister):
 
         survey = self.survey(parsed_args)
         settings = survey.settings
-        builtins, records = survey.builtins, _chosen(survey, parsed_args.names)
-        for warning in _sglang_script_warnings(records):
+        builtins, chosen = survey.builtins, _chosen(survey, parsed_args.names)
+        for warning in _sglang_script_warnings(record for record, _ in chosen):
             self.app.LOG.warning(printable(warning))
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
         conflicts = sorted(
             {r.plugin.name for r in survey.records if r.status is PluginStatus.CONFLICT}
         )
-        # What each record is loaded as: its name, or DIST:NAME when that provider was asked for.
-        keys = {id(r): _load_name(r, parsed_args.names) for r in records}
-        to_load = sorted({keys[id(r)] for r in records if r.status.usable})
+        to_load = sorted({key for record, key in chosen if record.status.usable})
         base = Job(
             action="contract" if parsed_args.contract else "load",
             enabled=settings.enabled,
@@ -155,7 +153,7 @@ class CheckBackends(SelectionOptions, Lister):
             status = builtin_status(name)
             outcome = "ok" if status == ENABLED else status
             rows.append((name, "built-in", None, None, outcome, 0.0, "built-in; not loaded"))
-        for record in records:
+        for record, key in chosen:
             plugin = record.plugin
             head = (plugin.name, "plugin", plugin.distribution, plugin.version)
             if record.status is PluginStatus.DISABLED:
@@ -169,7 +167,7 @@ class CheckBackends(SelectionOptions, Lister):
                 )
                 rows.append((*head, "error", 0.0, detail))
                 continue
-            worker = results[keys[id(record)]]
+            worker = results[key]
             seconds = round(worker.seconds, 3)
             result = worker.result
             if result is None:
@@ -233,19 +231,9 @@ def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     return lines
 
 
-def _load_name(record: PluginRecord, names: Sequence[str]) -> str:
-    """``DIST:NAME`` if *names* picks *record*'s provider that way, else its plain name."""
-    from sglang_backends.selection import designates
-
-    plugin = record.plugin
-    for name in names:
-        if name != plugin.name and designates(name, plugin):
-            return name
-    return str(plugin.name)
-
-
-def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
-    """The records *names* designate (``NAME`` or ``DIST:NAME``); all without names.
+def _chosen(installed: Survey, names: Sequence[str]) -> list[tuple[PluginRecord, str]]:
+    """The records *names* designate (``NAME`` or ``DIST:NAME``), all without names, each
+    with the name it is loaded as: ``DIST:NAME`` where that picked its provider.
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
@@ -253,8 +241,8 @@ def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
     from sglang_backends.errors import UnknownBackendError, did_you_mean
 
     if not names:
-        return list(installed.records)
-    chosen: list[PluginRecord] = []
+        return [(record, record.plugin.name) for record in installed.records]
+    chosen: dict[int, tuple[PluginRecord, str]] = {}
     for name in names:
         dist, plain = split_qualified_name(name)
         found = installed.designated(name)
@@ -267,5 +255,7 @@ def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
                 "'sglang-backends list' shows every backend.",
                 name=name,
             )
-        chosen += [r for r in found if r not in chosen]
-    return chosen
+        for record in found:
+            _, key = chosen.get(id(record), (record, record.plugin.name))
+            chosen[id(record)] = (record, name if key == record.plugin.name else key)
+    return list(chosen.values())
