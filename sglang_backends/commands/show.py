@@ -117,8 +117,8 @@ class ShowBackend(SelectionOptions, ShowOne):
             status = ENABLED  # registry.get() refuses any other
             # Already imported by registry.get(): this is a lookup, not a second import.
             with _output_to_stderr():
-                factory = plugin.entry_point.load()
-            target, documented = plugin.target, factory
+                documented = plugin.entry_point.load()
+            target = plugin.target
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
         values = (
