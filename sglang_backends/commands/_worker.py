@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
 
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 from sglang_backends.processes import (
     StopSignals,
     become_subreaper,
@@ -56,8 +57,8 @@ class Job:
     disabled: Sequence[str]
     name: str = ""
     contract_timeout: float = 0.0
-    detect_timeout: float | None = None
-    load_timeout: float | None = None
+    detect_timeout: float = DEFAULT_DETECT_TIMEOUT
+    load_timeout: float = DEFAULT_LOAD_TIMEOUT
     argv: Sequence[str] = ()
     model_path: str | None = None
     positional: bool = False
@@ -256,12 +257,11 @@ def _registry(job: Job) -> ServeBackendRegistry:
     from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.settings import Settings
 
-    defaults = Settings()
     settings = Settings(
         enabled=None if job.enabled is None else tuple(job.enabled),
         disabled=tuple(job.disabled),
-        detect_timeout=job.detect_timeout or defaults.detect_timeout,
-        load_timeout=job.load_timeout or defaults.load_timeout,
+        detect_timeout=job.detect_timeout,
+        load_timeout=job.load_timeout,
     )
     return ServeBackendRegistry.from_settings(settings, origins={})
 
