@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import importlib.metadata
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import stevedore
 from cliff.command import Command
@@ -16,16 +16,20 @@ from sglang_backends.errors import ConfigurationError
 from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import Survey, printable, survey
 
+if TYPE_CHECKING:
+    from sglang_backends.discovery import PluginEntryPoint
+
 __all__ = [
     "ENABLED",
     "SafeCommand",
     "SelectionOptions",
     "add_config_options",
+    "builtin_row",
     "builtin_status",
-    "builtin_target",
     "list_origins",
     "option_action",
     "option_span",
+    "plugin_row",
     "positive_seconds",
 ]
 
@@ -306,7 +310,15 @@ def builtin_status(name: str) -> str:
     return f"needs SGLang ({INSTALL_COMMANDS[name]})"
 
 
-def builtin_target(backend: Any) -> str:
-    """``module:function`` of a built-in backend's ``run``, or of a lazy built-in's factory."""
+def builtin_row(name: str, backend: Any) -> tuple[Any, ...]:
+    """Built-in *name*'s Name, Origin, Distribution, Version, Target and Status, as ``list``
+    and ``show`` give them; the target is its ``run`` (a lazy one's factory) as ``module:function``.
+    """
     run = getattr(backend, "run", backend)
-    return f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
+    target = f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
+    return (name, "built-in", None, None, target, builtin_status(name))
+
+
+def plugin_row(plugin: PluginEntryPoint, status: str) -> tuple[Any, ...]:
+    """The same columns for *plugin*, with *status*."""
+    return (plugin.name, "plugin", plugin.distribution_label, plugin.version, plugin.target, status)

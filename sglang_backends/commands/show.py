@@ -16,9 +16,9 @@ from cliff.show import ShowOne
 from sglang_backends.commands._base import (
     ENABLED,
     SelectionOptions,
-    builtin_status,
-    builtin_target,
+    builtin_row,
     list_origins,
+    plugin_row,
 )
 
 __all__ = ["FIELDS", "ShowBackend"]
@@ -109,25 +109,16 @@ class ShowBackend(SelectionOptions, ShowOne):
             None,
         )
         if plugin is None:
-            origin, distribution, version = "built-in", None, None
-            target, documented = builtin_target(backend), backend.run
-            status = builtin_status(registered.name)
+            head, documented = builtin_row(registered.name, backend), backend.run
         else:
-            origin, distribution, version = "plugin", plugin.distribution_label, plugin.version
-            status = ENABLED  # registry.get() refuses any other
+            head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
             # Already imported by registry.get(): this is a lookup, not a second import.
             with _output_to_stderr():
                 documented = plugin.entry_point.load()
-            target = plugin.target
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
         values = (
-            registered.name,
-            origin,
-            distribution,
-            version,
-            target,
-            status,
+            *head,
             backend.api_version,
             backend.detect is not None,
             backend.requires_model_path,
