@@ -13,6 +13,7 @@ from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
 from sglang_backends.errors import ConfigurationError
+from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import Survey, printable, survey
 
@@ -295,8 +296,8 @@ def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.A
     return action, 2 if action.nargs in (None, "?") else 1 + int(action.nargs or 0)
 
 
-#: A backend that may be used.
-ENABLED = "enabled"
+#: How a usable backend's status reads, built-in or plugin.
+ENABLED = PluginStatus.ENABLED.value
 
 
 def builtin_status(name: str) -> str:
