@@ -154,6 +154,8 @@ OPTS = [
 ]
 
 _OPT_NAMES = tuple(opt.dest for opt in OPTS)
+#: The options' environment variables (oslo.config's own source).
+_VARIABLES = tuple(ENVIRONMENT_PREFIX + name.upper() for name in _OPT_NAMES)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
@@ -231,8 +233,7 @@ def _settings(conf: cfg.ConfigOpts, sources: Sequence[Source] | None) -> Setting
                 sources = [Source(path, path, parse(path, path)) for path in _files_read(conf)]
             raise _invalid(name, str(exc).rpartition(" is not valid: ")[2], sources) from None
     files = [source.path for source in sources] if sources is not None else _files_read(conf)
-    variables = [ENVIRONMENT_PREFIX + name.upper() for name in _OPT_NAMES]
-    files += [f"environment variable {name}" for name in variables if name in os.environ]
+    files += [f"environment variable {name}" for name in _VARIABLES if name in os.environ]
     return Settings(
         model_type=values["model_type"],
         enabled=tuple(values["enabled_backends"]) or None,
@@ -311,14 +312,13 @@ def _unknown(sources: Sequence[Source], environ: Mapping[str, str]) -> list[str]
                     f"Ignoring unknown group [{section}] in {path}"
                     f"{did_you_mean(section, [GROUP])} sglang-backends reads only [{GROUP}]."
                 )
-    variables = {ENVIRONMENT_PREFIX + name.upper() for name in known}
     for key in sorted(environ):
         # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
-        if key.startswith("OS_SERVE_BACKEND") and key not in variables:
+        if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES:
             problems.append(
                 f"Ignoring unknown environment variable {key}"
-                f"{did_you_mean(key, sorted(variables))} Known variables: "
-                f"{', '.join(sorted(variables))}."
+                f"{did_you_mean(key, sorted(_VARIABLES))} Known variables: "
+                f"{', '.join(sorted(_VARIABLES))}."
             )
     return problems
 
