@@ -150,6 +150,8 @@ class _Workers:
 
 
 _WORKERS = _Workers()
+#: What a job comes to once a stop signal has ended the command.
+_STOPPED = WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
 
 
 @contextmanager
@@ -193,7 +195,7 @@ def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         if _WORKERS.stopped:
-            return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
+            return _STOPPED
         with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
             given.write(json.dumps(dataclasses.asdict(job)).encode())
             given.seek(0)
@@ -203,7 +205,7 @@ def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
         try:
             if not _WORKERS.add(process.pid):
                 process.wait()
-                return WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
+                return _STOPPED
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_trees(process.pid, groups=True)
