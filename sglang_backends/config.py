@@ -3,14 +3,10 @@
 The ``[serve_backends]`` group chooses the backend (``model_type``), which plugins may
 load (``enabled_backends``, ``disabled_backends``) and how long detection and stopping may
 take (``detect_timeout``, ``load_timeout``, ``stop_timeout``). Values come, highest first,
-from the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on, oslo.config's own
-source), the configuration files, then the defaults; each option's type validates them.
-
-Every function works on a private :class:`~oslo_config.cfg.ConfigOpts` (never ``CONF``).
-:func:`load_settings` reads each file once (a pipe too), refuses one it cannot read rather
-than skip it, and hands oslo.config a private copy. Bad configuration is a one-line
-:class:`~sglang_backends.errors.ConfigurationError` naming the file (or variable) and the
-option. ``serve`` imports this module (and so oslo.config) only when configuration is in use.
+from the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on), the configuration
+files, then the defaults; each option's type validates them. Every function works on a
+private :class:`~oslo_config.cfg.ConfigOpts` (never ``CONF``); bad configuration is a
+one-line :class:`~sglang_backends.errors.ConfigurationError` naming where and the option.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg, types
 
-from sglang_backends.configfiles import Source, dir_files, parse, read_sources
+from sglang_backends.configfiles import Source, ordered, parse, read_sources
 from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
 from sglang_backends.errors import ConfigurationError, did_you_mean
 from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, ENVIRONMENT_PREFIX, Settings
@@ -50,7 +46,7 @@ GROUP = "serve_backends"
 
 
 def _new_group() -> cfg.OptGroup:
-    """A fresh group object: an ``OptGroup`` remembers the options registered in it."""
+    """A fresh group: an ``OptGroup`` remembers the options registered in it."""
     return cfg.OptGroup(
         GROUP,
         title="Serve backends",
@@ -80,11 +76,8 @@ class _Names(types.List):
 
 
 class _Seconds(types.Float):
-    """Seconds: oslo.config's Float with ``max`` = MAX_TIMEOUT, and a lower bound in words.
-
-    oslo.config's ``min`` is inclusive and words a refusal "Should be greater
-    than or equal to 0"; a detection timeout must be greater than 0 (a stop
-    timeout may be 0), and the messages the docs quote say what to write.
+    """Seconds: oslo.config's Float with ``max`` = MAX_TIMEOUT, and a lower bound (0
+    excluded unless *zero*) worded as the docs quote it: oslo.config's ``min`` is inclusive.
     """
 
     def __init__(self, *, zero: bool = False) -> None:
@@ -161,6 +154,8 @@ OPTS = [
 ]
 
 _OPT_NAMES = tuple(opt.dest for opt in OPTS)
+#: The options' environment variables (oslo.config's own source).
+_VARIABLES = tuple(ENVIRONMENT_PREFIX + name.upper() for name in _OPT_NAMES)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
@@ -175,16 +170,13 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 def _files_read(conf: cfg.ConfigOpts) -> list[str]:
     """The configuration files a service's *conf* read, in reading order."""
-    files = [os.path.abspath(path) for path in getattr(conf, "config_file", None) or ()]
-    for directory in getattr(conf, "config_dir", None) or ():
-        files += dir_files(directory)
-    return files
+    files, dirs = getattr(conf, "config_file", None), getattr(conf, "config_dir", None)
+    return [path for path, _ in ordered(files or (), dirs or ())]
 
 
 def _locator(conf: cfg.ConfigOpts, sources: Sequence[Source]) -> Callable[[str], str | None]:
-    """Where an option was set, asked of *conf* when a message needs it; ``None``: the default.
-
-    :param sources: the files as read, to name a private copy by its original.
+    """Where an option was set, asked of *conf* when a message needs it (``None``: the
+    default); a private copy among *sources* is named by its original.
     """
     originals = {source.copy: source.path for source in sources}
 
@@ -201,11 +193,8 @@ def _locator(conf: cfg.ConfigOpts, sources: Sequence[Source]) -> Callable[[str],
 
 
 def _invalid(name: str, cause: str, sources: Sequence[Source]) -> ConfigurationError:
-    """A one-line error for option *name*, quoting its text and saying where it was set.
-
-    oslo.config cannot say where a value it refuses came from (``get_location()``
-    converts it too), so it is found as oslo.config finds it: the environment beats
-    every file, and a later file an earlier one.
+    """A one-line error for option *name*, quoting its text and where it was set: found as
+    oslo.config finds it (``get_location()`` converts a value, and fails on a bad one).
     """
     variable = ENVIRONMENT_PREFIX + name.upper()
     found = None
@@ -232,9 +221,8 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
 
 
 def _settings(conf: cfg.ConfigOpts, sources: Sequence[Source] | None) -> Settings:
-    """:func:`settings_from_conf`; *sources* are the files as read, when this module read them.
-
-    A service's own files are read here only to quote a value its types refused.
+    """:func:`settings_from_conf`; *sources* are the files, if read here (a service's are
+    read only to quote a value its types refused).
     """
     values: dict[str, Any] = {}
     for name in _OPT_NAMES:
@@ -245,8 +233,7 @@ def _settings(conf: cfg.ConfigOpts, sources: Sequence[Source] | None) -> Setting
                 sources = [Source(path, path, parse(path, path)) for path in _files_read(conf)]
             raise _invalid(name, str(exc).rpartition(" is not valid: ")[2], sources) from None
     files = [source.path for source in sources] if sources is not None else _files_read(conf)
-    variables = [ENVIRONMENT_PREFIX + name.upper() for name in _OPT_NAMES]
-    files += [f"environment variable {name}" for name in variables if name in os.environ]
+    files += [f"environment variable {name}" for name in _VARIABLES if name in os.environ]
     return Settings(
         model_type=values["model_type"],
         enabled=tuple(values["enabled_backends"]) or None,
@@ -297,15 +284,9 @@ def load_settings(
 
 
 def _unknown(sources: Sequence[Source], environ: Mapping[str, str]) -> list[str]:
-    """Name every group, option and variable that nothing reads, one line each.
-
-    oslo.config ignores what it does not know, so ``model_typ = echo`` or a
-    ``[serve_backend]`` group would silently leave the default in place. A
-    group other than ``[serve_backends]`` (or an empty ``[DEFAULT]``), an
-    option not in :data:`OPTS` and an ``OS_SERVE_BACKENDS__*`` variable
-    naming no option are reported, with the closest known name.
-    ``oslo-config-validator`` checks a file the same way, but only as a
-    command, without the closest name, and not the environment.
+    """Name every group, option and ``OS_SERVE_BACKENDS__*`` variable that nothing reads,
+    one line each with the closest known name: oslo.config ignores them silently, and
+    ``oslo-config-validator`` is a command, without the closest name or the environment.
     """
     known = list(_OPT_NAMES)
     problems: list[str] = []
@@ -331,14 +312,13 @@ def _unknown(sources: Sequence[Source], environ: Mapping[str, str]) -> list[str]
                     f"Ignoring unknown group [{section}] in {path}"
                     f"{did_you_mean(section, [GROUP])} sglang-backends reads only [{GROUP}]."
                 )
-    variables = {ENVIRONMENT_PREFIX + name.upper() for name in known}
     for key in sorted(environ):
         # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
-        if key.startswith("OS_SERVE_BACKEND") and key not in variables:
+        if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES:
             problems.append(
                 f"Ignoring unknown environment variable {key}"
-                f"{did_you_mean(key, sorted(variables))} Known variables: "
-                f"{', '.join(sorted(variables))}."
+                f"{did_you_mean(key, sorted(_VARIABLES))} Known variables: "
+                f"{', '.join(sorted(_VARIABLES))}."
             )
     return problems
 

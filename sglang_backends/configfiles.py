@@ -1,11 +1,9 @@
 """Configuration files read once, as oslo.config would read them, and never skipped.
 
-A file named on the command line may be a pipe; one found in a ``--config-dir`` must be a
-regular file. Each is read once, bounded (1 MiB), checked to be UTF-8 and parsed by
-oslo.config's own parser; :func:`read_sources` copies it into a private directory for
-oslo.config to read, so that what it uses and what messages quote are the same bytes. A
-file or directory that cannot be read is a one-line
-:class:`~sglang_backends.errors.ConfigurationError` naming it.
+Each file (a pipe too, if named; a regular file, if found in a ``--config-dir``) is read
+once, bounded (1 MiB), checked to be UTF-8, parsed by oslo.config's parser and copied for
+oslo.config to read, so that what it uses and what messages quote are the same bytes. One
+that cannot be read is a one-line :class:`~sglang_backends.errors.ConfigurationError`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from oslo_config import cfg
 
 from sglang_backends.errors import ConfigurationError
 
-__all__ = ["Source", "dir_files", "parse", "read_sources"]
+__all__ = ["Source", "ordered", "parse", "read_sources"]
 
 #: Bytes a configuration file may hold; more is not configuration (``/dev/zero``, say).
 _MAX_FILE_BYTES = 1 << 20
@@ -50,10 +48,9 @@ def _fail_reading(path: str, exc: OSError, what: str = "file") -> ConfigurationE
     return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
 
 
-def dir_files(directory: str) -> list[str]:
-    """The ``*.conf`` files of *directory* in name order, as oslo.config's ``--config-dir``.
-
-    A directory that cannot be listed is an error, never taken for an empty one.
+def _dir_files(directory: str) -> list[str]:
+    """The ``*.conf`` files of *directory* in name order, as oslo.config's ``--config-dir``;
+    one that cannot be listed is an error, never taken for an empty one.
     """
     path = os.path.abspath(directory)
     try:
@@ -64,8 +61,8 @@ def dir_files(directory: str) -> list[str]:
 
 
 def _read_file(path: str, *, in_directory: bool) -> bytes:
-    """The bytes of *path*, read once: a pipe may be named, but a file found in a directory
-    must be a regular one, so that a FIFO dropped there cannot make every command wait.
+    """The bytes of *path*, read once; one found in a directory must be a regular file,
+    so that a FIFO dropped there cannot make every command wait.
     """
     try:
         if in_directory and not stat.S_ISREG(os.stat(path).st_mode):
@@ -99,15 +96,22 @@ def parse(path: str, shown: str) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def read_sources(files: Sequence[str], dirs: Sequence[str], private: str) -> list[Source]:
-    """Read every file once, in oslo.config's order (files, then each directory's), and
-    copy each into *private*, so that what oslo.config uses and messages quote are the same.
+def ordered(files: Sequence[str], dirs: Sequence[str]) -> list[tuple[str, bool]]:
+    """Every file's absolute path in oslo.config's order (files, then each directory's
+    ``*.conf``), and whether it was found in a directory.
     """
     named = [(os.path.abspath(os.fspath(path)), False) for path in files]
     for directory in dirs:
-        named += [(path, True) for path in dir_files(os.fspath(directory))]
+        named += [(path, True) for path in _dir_files(os.fspath(directory))]
+    return named
+
+
+def read_sources(files: Sequence[str], dirs: Sequence[str], private: str) -> list[Source]:
+    """Read every file once, in :func:`ordered` order, and copy each into *private*, so
+    that what oslo.config uses and messages quote are the same bytes.
+    """
     sources = []
-    for index, (path, in_directory) in enumerate(named):
+    for index, (path, in_directory) in enumerate(ordered(files, dirs)):
         copy = os.path.join(private, f"{index}.conf")
         with open(copy, "wb") as stream:
             stream.write(_read_file(path, in_directory=in_directory))

@@ -1,11 +1,7 @@
-"""Operator commands: ``sglang-backends list|show|check|detect``, on cliff.
-
-Each command is a cliff command, so cliff's output formatters (``-f
-table|json|yaml|value|csv``, ``-c COLUMN``) come with it. The application adds
-them by name rather than scanning entry points, so a malformed
-``entry_points.txt`` of an unrelated distribution cannot break them; they
-are also declared in the ``sglang_backends.commands`` entry-point group, for
-documentation tools. This module stays light: cliff is imported by
+"""Operator commands: ``sglang-backends list|show|check|detect``, on cliff (its ``-f`` and
+``-c`` formatters come with them). The application adds them by name: their
+``sglang_backends.commands`` entry points are for documentation tools, and a scan of
+every entry point would break on an unrelated malformed one. cliff is imported by
 :func:`main`, not here.
 """
 

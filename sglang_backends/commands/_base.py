@@ -5,28 +5,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import stevedore
 from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
 from sglang_backends.errors import ConfigurationError
+from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import Survey, printable, survey
+
+if TYPE_CHECKING:
+    from sglang_backends.discovery import PluginEntryPoint
 
 __all__ = [
     "ENABLED",
     "SafeCommand",
     "SelectionOptions",
     "add_config_options",
+    "builtin_row",
     "builtin_status",
-    "builtin_target",
+    "list_origins",
     "option_action",
     "option_span",
+    "plugin_row",
     "positive_seconds",
-    "summary_line",
 ]
 
 
@@ -40,8 +45,8 @@ configuration:
   a warning. Exit status 2 means the configuration is invalid.
 """
 
-#: ``--config-file`` and ``--config-dir``: global options before the command name (as
-#: OpenStack clients take them), each command's own after it; the command reads both.
+#: Global options before the command name (as OpenStack clients take them), each
+#: command's own after it; the command reads both.
 _CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
     "--config-file": {
         "metavar": "PATH",
@@ -56,9 +61,8 @@ _CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def add_config_options(parser: Any, *, documented: bool = True) -> None:
-    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group).
-
-    The global parser takes them undocumented: its description mentions them.
+    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group);
+    undocumented in the global parser, whose description mentions them.
     """
     for flag, kwargs in _CONFIG_OPTIONS.items():
         help_text = kwargs["help"] if documented else argparse.SUPPRESS
@@ -73,12 +77,8 @@ _HUMAN_FORMATS = frozenset({"table", "value", "csv"})
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
-    """cliff's formatter plugins, read past distributions whose metadata is malformed.
-
-    stevedore's own listing parses every installed ``entry_points.txt`` and
-    fails as a whole on one broken file of an unrelated package; the public
-    :meth:`list_entry_points` hook reads through
-    :func:`sglang_backends.discovery.discover` instead, which skips it.
+    """cliff's formatter plugins, listed by :func:`~sglang_backends.discovery.discover`
+    (through stevedore's public hook), which skips an unrelated package's broken metadata.
     """
 
     def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
@@ -88,11 +88,8 @@ class _MetadataFormatters(stevedore.ExtensionManager[Any]):
 
 
 class SafeCommand(Command):
-    """A cliff command that survives an unrelated distribution's malformed metadata.
-
-    cliff passes ``cmd_name`` only to a constructor that accepts it, and
-    loads command hooks (a stevedore scan of every entry point) only with
-    it; this constructor does not take it: these commands have no hooks.
+    """A cliff command that survives an unrelated distribution's malformed metadata: its
+    constructor takes no ``cmd_name``, so cliff loads no hooks (a scan of every entry point).
     """
 
     def __init__(self, app: Any, app_args: argparse.Namespace | None) -> None:
@@ -103,37 +100,9 @@ class SafeCommand(Command):
         return _CONFIG_EPILOG
 
 
-class SafeDisplay(SafeCommand, DisplayCommandBase[Any]):
-    """A display command whose formatters are listed by :class:`_MetadataFormatters`."""
-
-    # cliff has no public way to choose how formatter plugins are found; this
-    # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
-    def _load_formatter_plugins(self) -> Any:
-        return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
-
-    def safe_rows(
-        self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
-    ) -> list[tuple[Any, ...]]:
-        """*rows* with control characters escaped when the formatter is a human one."""
-        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
-            return [tuple(row) for row in rows]
-        return [tuple(printable(value) for value in row) for row in rows]
-
-
-@dataclasses.dataclass(frozen=True)
-class Selection:
-    """The effective settings of one command run and where the lists came from."""
-
-    settings: Settings
-    origins: Mapping[str, str]
-
-
 def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
-    """Flatten repeated and comma-separated ``--enable``/``--disable`` values.
-
-    The rule is ``enabled_backends``': one empty value alone means an empty
-    list (``--enable ''`` allows every plugin, ``--disable ''`` disables
-    none); an empty name among others is a slip.
+    """Flatten repeated and comma-separated ``--enable``/``--disable`` values, by
+    ``enabled_backends``' rule: one empty value alone is an empty list.
 
     :raises ConfigurationError: an empty name among others.
     """
@@ -151,12 +120,26 @@ def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
     return names
 
 
-class SelectionOptions(SafeDisplay):
-    """A command honouring configuration files, the environment and ``--enable``/``--disable``.
+class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
+    """A display command honouring configuration, the environment and ``--enable``/``--disable``.
 
-    A :class:`ConfigurationError` ends the command with one line on stderr
-    and exit status 2 (a traceback too with ``--debug``).
+    Its formatters are listed by :class:`_MetadataFormatters`. A
+    :class:`ConfigurationError` ends it with one line on stderr and exit
+    status 2 (a traceback too with ``--debug``).
     """
+
+    # cliff has no public way to choose how formatter plugins are found; this
+    # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
+    def _load_formatter_plugins(self) -> Any:
+        return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
+
+    def safe_rows(
+        self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """*rows* with control characters escaped when the formatter is a human one."""
+        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
+            return [tuple(row) for row in rows]
+        return [tuple(printable(value) for value in row) for row in rows]
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -183,11 +166,8 @@ class SelectionOptions(SafeDisplay):
     failed = False
 
     def run(self, parsed_args: argparse.Namespace) -> int:
-        """Run the command; exit status 2 for a usage slip, 1 if its output reports a failure.
-
-        A usage slip is invalid configuration or a backend name nothing
-        provides: the same status ``serve`` gives, so that scripts can tell a
-        typo from a broken plugin.
+        """Run the command; exit status 2 for a usage slip (invalid configuration, a name
+        nothing provides: as ``serve``), 1 if its output reports a failure.
         """
         from sglang_backends.errors import UnknownBackendError
 
@@ -203,28 +183,26 @@ class SelectionOptions(SafeDisplay):
         return status or (1 if self.failed else 0)
 
     def survey(self, parsed_args: argparse.Namespace) -> Survey:
-        """Read the selection and every installed plugin's status under it; imports none.
-
-        Names in the lists that nothing installed provides are warned about,
-        and a ``model_type`` serve would refuse.
+        """Every installed plugin's status under the selection, imports none; warns of
+        listed names nothing provides and of a ``model_type`` serve would refuse.
         """
         from sglang_backends.selection import warn_unknown_selection
 
-        selection = self.selection(parsed_args)
-        installed = survey(selection.settings)
+        settings = self.settings(parsed_args)
+        installed = survey(settings)
         warn_unknown_selection(
             installed.installed,
             installed.builtins,
-            enabled=selection.settings.enabled,
-            disabled=selection.settings.disabled,
-            origins=selection.origins,
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            origins=list_origins(settings, parsed_args),
         )
-        problem = _model_type_problem(installed, selection.origins)
+        problem = _model_type_problem(installed)
         if problem:
             self.app.LOG.warning("%s", problem)
         return installed
 
-    def selection(self, parsed_args: argparse.Namespace) -> Selection:
+    def settings(self, parsed_args: argparse.Namespace) -> Settings:
         """Read configuration and apply the command-line overrides.
 
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
@@ -237,28 +215,26 @@ class SelectionOptions(SafeDisplay):
             from sglang_backends.config import load_settings
 
             settings = load_settings(config_files=files, config_dirs=dirs)
-        origins = {
-            "enabled": settings.describe("enabled_backends"),
-            "disabled": settings.describe("disabled_backends"),
-            "model_type": settings.describe("model_type"),
-        }
         enable = _names(parsed_args.enable, "--enable")
         disable = _names(parsed_args.disable, "--disable")
         if enable is not None:
             settings = dataclasses.replace(settings, enabled=enable or None)
-            origins["enabled"] = "--enable on the command line"
         if disable is not None:
             settings = dataclasses.replace(settings, disabled=disable)
-            origins["disabled"] = "--disable on the command line"
-        return Selection(settings, origins)
+        return settings
 
 
-def _model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | None:
-    """Why the configured ``model_type`` would make ``serve`` fail, or ``None``.
+def list_origins(settings: Settings, parsed_args: argparse.Namespace) -> dict[str, str]:
+    """Where the enabled and disabled lists were set: in configuration, or by the flag."""
+    origins = settings.list_origins()
+    for flag in ("enable", "disable"):
+        if getattr(parsed_args, flag) is not None:
+            origins[f"{flag}d"] = f"--{flag} on the command line"
+    return origins
 
-    ``serve`` refuses a name nothing provides (or that the lists disable);
-    the operator commands say so up front, naming where it was set.
-    """
+
+def _model_type_problem(installed: Survey) -> str | None:
+    """Why the configured ``model_type`` would make ``serve`` fail, or ``None``."""
     from sglang_backends.discovery import split_qualified_name
     from sglang_backends.errors import did_you_mean
 
@@ -269,7 +245,7 @@ def _model_type_problem(installed: Survey, origins: Mapping[str, str]) -> str | 
     matching = [] if name in installed.builtins else installed.designated(model_type)
     if any(r.status.usable for r in matching):
         return None
-    where = origins.get("model_type", "model_type")
+    where = installed.settings.describe("model_type")
     if matching:
         return (
             f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
@@ -300,21 +276,16 @@ def positive_seconds(text: str) -> float:
 def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
     """The action of *parser*'s option string *name*, if it has one.
 
-    argparse has no public way to ask a parser whether a string is one of its
-    options, and cliff adds options of its own (-f, -c, --max-width, ...), so
-    this reads argparse's option table: the one private name the commands use.
+    argparse has no public way to ask this, and cliff adds options of its own,
+    so this reads argparse's option table: the one private name the commands use.
     """
     table: dict[str, argparse.Action] = parser._option_string_actions
     return table.get(name)
 
 
 def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Action, int] | None:
-    """*parser*'s action for option string *token*, and how many strings it spans.
-
-    The span counts the option and the values that follow it (none when
-    ``--name=value`` joins them), as argparse reads them. ``None`` if *token*
-    is not one of *parser*'s options. Scanning a command line with it is
-    linear, where argparse before 3.13 is quadratic in the options met.
+    """*parser*'s action for option string *token* and how many strings it spans (the
+    option and its values, as argparse reads them), or ``None``; linear, unlike argparse <3.13.
     """
     name, joined, _ = token.partition("=")
     action = option_action(parser, name) if token.startswith("-") else None
@@ -325,16 +296,13 @@ def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.A
     return action, 2 if action.nargs in (None, "?") else 1 + int(action.nargs or 0)
 
 
-#: A backend that may be used.
-ENABLED = "enabled"
+#: How a usable backend's status reads, built-in or plugin.
+ENABLED = PluginStatus.ENABLED.value
 
 
 def builtin_status(name: str) -> str:
-    """How ``list``, ``show`` and ``check`` all show built-in *name*: usable, or what it needs.
-
-    The built-ins run SGLang's servers; without SGLang they are installed
-    but cannot serve. Every command says so with the same words, and none
-    fails for it (SGLang is optional: plugins serve without it).
+    """How every command shows built-in *name*: enabled, or the SGLang it needs to serve
+    (not a failure: plugins serve without SGLang).
     """
     from sglang_backends.host import INSTALL_COMMANDS, sglang_installed
 
@@ -343,15 +311,15 @@ def builtin_status(name: str) -> str:
     return f"needs SGLang ({INSTALL_COMMANDS[name]})"
 
 
-def builtin_target(backend: Any) -> str:
-    """``module:function`` of a built-in backend's ``run``, or of a lazy built-in's factory."""
+def builtin_row(name: str, backend: Any) -> tuple[Any, ...]:
+    """Built-in *name*'s Name, Origin, Distribution, Version, Target and Status, as ``list``
+    and ``show`` give them; the target is its ``run`` (a lazy one's factory) as ``module:function``.
+    """
     run = getattr(backend, "run", backend)
-    return f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
+    target = f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
+    return (name, "built-in", None, None, target, builtin_status(name))
 
 
-def summary_line(obj: object) -> str | None:
-    """The first line of *obj*'s docstring, if it has one."""
-    import inspect
-
-    doc = inspect.getdoc(obj)
-    return doc.strip().splitlines()[0] if doc and doc.strip() else None
+def plugin_row(plugin: PluginEntryPoint, status: str) -> tuple[Any, ...]:
+    """The same columns for *plugin*, with *status*."""
+    return (plugin.name, "plugin", plugin.distribution_label, plugin.version, plugin.target, status)

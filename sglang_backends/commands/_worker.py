@@ -1,14 +1,13 @@
-"""A throw-away interpreter that loads plugins for ``check`` and ``detect``.
+"""Worker processes that load plugins for ``check`` and ``detect``: the job, its result, both ends.
 
-Started by :func:`sglang_backends.commands._isolation.run_isolated` with the
-caller's ``sys.path`` and a JSON job as its one argument. Plugins are
-imported here, not in the operator's process, so one that hangs or crashes
-the interpreter at import costs only this process. The result is one JSON
-object written to the original standard output; everything a plugin prints
-(to ``sys.stdout`` or straight to file descriptor 1) goes to stderr. Before
-reporting, the worker kills every process the plugin started (it is a child
-subreaper on Linux, so orphaned grandchildren are found too) and then exits
-at once, whatever threads or exit handlers the plugin left behind.
+:func:`run_isolated` runs a :class:`Job` in a fresh interpreter, in a session
+of its own, bounded in time, so a plugin that hangs or crashes at import
+costs only that process. The worker (:func:`main`) writes one JSON
+:class:`Result` to its original stdout (what a plugin prints goes to stderr),
+kills every process the plugin started (as a child subreaper, orphans too)
+and exits at once. A stop signal reaching the command kills every worker's
+tree and group, starts no further worker and ends the command with
+``128 + N`` (130 for SIGINT): Ctrl+C never reaches the workers' sessions.
 """
 
 from __future__ import annotations
@@ -17,42 +16,40 @@ import dataclasses
 import json
 import logging
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
+
+from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
+from sglang_backends.processes import (
+    StopSignals,
+    become_subreaper,
+    descendants,
+    kill_trees,
+    send,
+    signal_name,
+    stop_tree,
+)
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend
     from sglang_backends.registry import ServeBackendRegistry
 
-__all__ = ["Job", "Result"]
-
-
-_T = TypeVar("_T", bound="_Json")
-
-
-class _Json:
-    """A dataclass sent to or from a worker: JSON by field name, the one wire format."""
-
-    def to_json(self) -> dict[str, Any]:
-        # Every subclass is a dataclass; mypy cannot tell from this base.
-        fields: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
-        return fields
-
-    @classmethod
-    def from_json(cls: type[_T], data: Mapping[str, Any]) -> _T:
-        return cls(**data)
+__all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Job(_Json):
-    """What one worker does, and under which selection.
-
-    :param action: ``load`` one backend by :attr:`name`, check its
-        ``contract`` too, or ``explain`` automatic detection for a request.
-    :param progress: a file the worker notes each load and detector in as it
-        starts and ends, for the command to read should the worker not finish.
+class Job:
+    """What one worker does (``load`` backend :attr:`name`, check its ``contract`` too, or
+    ``explain`` detection for a request), under which selection; *progress* is a file it
+    notes each load and detector in, read should the worker not finish.
     """
 
     action: Literal["load", "contract", "explain"]
@@ -60,8 +57,8 @@ class Job(_Json):
     disabled: Sequence[str]
     name: str = ""
     contract_timeout: float = 0.0
-    detect_timeout: float | None = None
-    load_timeout: float | None = None
+    detect_timeout: float = DEFAULT_DETECT_TIMEOUT
+    load_timeout: float = DEFAULT_LOAD_TIMEOUT
     argv: Sequence[str] = ()
     model_path: str | None = None
     positional: bool = False
@@ -79,7 +76,7 @@ class Outcome(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Result(_Json):
+class Result:
     """What one job found: the loaded backend's declarations, detection's outcomes, or an error."""
 
     ok: bool = False
@@ -101,22 +98,174 @@ class Result(_Json):
         return cls(**{**data, "outcomes": outcomes})
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerResult:
+    """What one worker process produced: its result, or the *failure* (``timeout``,
+    ``crashed``, ``stopped``) and a one-line *detail*; its wall-clock *seconds* and stderr.
+    """
+
+    result: Result | None
+    failure: str | None
+    detail: str | None
+    seconds: float
+    stderr: str
+
+
+# -- the command's end ------------------------------------------------------------
+
+
+def default_jobs() -> int:
+    """Default number of workers run at once: the CPU count, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class _Workers:
+    """The workers running now, so that a stop signal can kill them all."""
+
+    def __init__(self) -> None:
+        # Re-entrant: the stop handler runs in the main thread, maybe inside add().
+        self.lock = threading.RLock()
+        self.running: set[int] = set()
+        self.stopped = False
+
+    def add(self, pid: int) -> bool:
+        """Count worker *pid* as running; ``False`` (and the worker killed) once stopped."""
+        with self.lock:
+            if not self.stopped:
+                self.running.add(pid)
+                return True
+        kill_trees(pid, groups=True)
+        return False
+
+    def discard(self, pid: int) -> None:
+        with self.lock:
+            self.running.discard(pid)
+
+    def stop(self) -> None:
+        """Start no further worker and kill every running one."""
+        with self.lock:
+            self.stopped = True
+            pids = list(self.running)
+        kill_trees(*pids, groups=True)
+
+
+_WORKERS = _Workers()
+#: What a job comes to once a stop signal has ended the command.
+_STOPPED = WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
+
+
+@contextmanager
+def _stop_signals_kill_workers() -> Iterator[None]:
+    """While workers run, a stop signal kills them, then ends the command (main thread only)."""
+    with StopSignals(on_signal=lambda signum: _WORKERS.stop()) as stops:
+        stops.arm()
+        yield
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of *text*, or an empty string."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def _command() -> list[str]:
+    """The worker's command line: this interpreter with this process's exact ``sys.path``,
+    not ``python -m``'s (the current directory first), so it imports what ``serve`` would.
+    """
+    code = (
+        f"import sys; sys.path[:] = {list(sys.path)!r}; "
+        "from sglang_backends.commands._worker import main; main()"
+    )
+    return [sys.executable, "-c", code]
+
+
+def _read(stream: IO[bytes]) -> str:
+    stream.seek(0)
+    return stream.read().decode(errors="replace")
+
+
+def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
+    """Run *job* in a fresh worker; never raises for its fault. On timeout its tree and
+    group are killed; output goes to files, which an inheriting process cannot hold up.
+    """
+    with _stop_signals_kill_workers():
+        return _run_isolated(job, timeout=timeout)
+
+
+def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        if _WORKERS.stopped:
+            return _STOPPED
+        with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
+            given.write(json.dumps(dataclasses.asdict(job)).encode())
+            given.seek(0)
+            process = subprocess.Popen(
+                _command(), stdin=given, stdout=out, stderr=err, start_new_session=True
+            )
+        try:
+            if not _WORKERS.add(process.pid):
+                process.wait()
+                return _STOPPED
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_trees(process.pid, groups=True)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            return WorkerResult(
+                None,
+                "timeout",
+                f"did not finish within {timeout:g} s; its process tree was killed",
+                time.perf_counter() - started,
+                _read(err),
+            )
+        finally:
+            _WORKERS.discard(process.pid)
+            send(process.pid, signal.SIGKILL, group=True)  # what is left of its group
+        seconds = time.perf_counter() - started
+        stdout, stderr = _read(out), _read(err)
+    try:
+        result = json.loads(stdout)
+    except ValueError:
+        result = None
+    code = process.returncode
+    if code != 0 or not isinstance(result, dict):
+        if code < 0:
+            detail = f"the interpreter was killed by {signal_name(-code)}"
+        else:
+            detail = f"the interpreter exited with status {code} before reporting"
+        return WorkerResult(None, "crashed", detail, seconds, stderr)
+    return WorkerResult(Result.from_json(result), None, None, seconds, stderr)
+
+
+def run_loads(
+    job: Job, names: Sequence[str], *, timeout: float, concurrency: int
+) -> dict[str, WorkerResult]:
+    """Run *job* once for each of *names*, at most *concurrency* workers at once."""
+    jobs = [dataclasses.replace(job, name=name) for name in names]
+    with (
+        _stop_signals_kill_workers(),
+        ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
+    ):
+        results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
+        return dict(zip(names, results, strict=True))
+
+
+# -- the worker's end -------------------------------------------------------------
+
+
 def _registry(job: Job) -> ServeBackendRegistry:
     from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.settings import Settings
 
-    defaults = Settings()
     settings = Settings(
         enabled=None if job.enabled is None else tuple(job.enabled),
         disabled=tuple(job.disabled),
-        detect_timeout=job.detect_timeout or defaults.detect_timeout,
-        load_timeout=job.load_timeout or defaults.load_timeout,
+        detect_timeout=job.detect_timeout,
+        load_timeout=job.load_timeout,
     )
     return ServeBackendRegistry.from_settings(settings, origins={})
-
-
-def _error(exc: BaseException) -> Result:
-    return Result(ok=False, error=str(exc) or type(exc).__name__)
 
 
 def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) -> Result:
@@ -178,10 +327,7 @@ def _explain(job: Job) -> Result:
 
 
 def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
-    """Where the worker notes each load and detector as it starts and ends.
-
-    Read by the command should the worker not finish, to name what held it up.
-    """
+    """A callback noting each load and detector as it starts and ends in file *path*."""
     if not path:
         return None
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -193,35 +339,23 @@ def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
     return progress
 
 
-def _run(job: Job) -> Result:
-    """Run *job*; a failure, ours or a plugin's, is the result, never raised."""
-    try:
-        return _explain(job) if job.action == "explain" else _load(job)
-    except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
-        return _error(exc)
-
-
 def main() -> None:
-    """Read the job from stdin, run it, write the result to the saved stdout.
-
-    stdin, not a command-line argument: one argument holds at most 128 KiB
-    on Linux, and a request (detect's) may be longer.
+    """Read the job from stdin (a request may be longer than an argument's 128 KiB), run
+    it, write the result to the saved stdout.
     """
-    from sglang_backends.processes import become_subreaper, descendants, stop_tree
-
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     become_subreaper()
-    result = _run(Job.from_json(json.load(sys.stdin)))
+    job = Job(**json.load(sys.stdin))
+    try:
+        result = _explain(job) if job.action == "explain" else _load(job)
+    except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
+        result = Result(ok=False, error=str(exc) or type(exc).__name__)
     stop_tree(descendants, 0)  # what the plugin started, orphaned grandchildren included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
-        json.dump(result.to_json(), out)
+        json.dump(dataclasses.asdict(result), out)
     sys.stdout.flush()
     sys.stderr.flush()
     # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

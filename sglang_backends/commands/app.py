@@ -1,4 +1,4 @@
-"""The cliff application behind the operator commands."""
+"""The cliff application behind the operator commands, read in linear time over a long line."""
 
 from __future__ import annotations
 
@@ -22,26 +22,9 @@ from sglang_backends.usage import LOG_FORMAT, PrintableRecords
 __all__ = ["OperatorApp"]
 
 
-def _commands() -> dict[str, type[Command]]:
-    from sglang_backends.commands.check import CheckBackends
-    from sglang_backends.commands.detect import DetectBackend
-    from sglang_backends.commands.listing import ListBackends
-    from sglang_backends.commands.show import ShowBackend
-
-    return {
-        "list": ListBackends,
-        "show": ShowBackend,
-        "check": CheckBackends,
-        "detect": DetectBackend,
-    }
-
-
 class _ConsoleFilter(PrintableRecords):
-    """Escape control characters in messages (never tracebacks); show each message once.
-
-    Package metadata is read more than once per command (cliff's formatters,
-    then the backends), and a warning about a broken distribution says the
-    same thing each time.
+    """Escape control characters in messages (never tracebacks); show each message once:
+    metadata is read more than once per command, and its warnings would repeat.
     """
 
     def __init__(self) -> None:
@@ -57,31 +40,13 @@ class _ConsoleFilter(PrintableRecords):
         return True
 
 
-#: The configuration options' destinations: global options before the command name only.
-_CONFIG_DESTS = ("config_file", "config_dir")
-
-
-def _short_cluster(parser: argparse.ArgumentParser, token: str) -> bool:
-    """Whether argparse reads *token* as a short option of *parser* and more (``-vv``, ``-vx``)."""
-    return (
-        len(token) > 2
-        and token[0] == "-"
-        and token[1] != "-"
-        and option_action(parser, token[:2]) is not None
-    )
-
-
 class _GlobalOptions(argparse.ArgumentParser):
-    """The global options, read from the whole command line in linear time.
+    """The global options, read from anywhere on the command line in linear time.
 
-    cliff reads its global options anywhere on the command line, a detect
-    request included; argparse before 3.13 rescans every option-like string
-    for each one it meets, O(N²) over the line. Only the strings that are
-    global options (with their values) reach argparse here; every other
-    string is returned as it came, in order, as argparse would.
-    ``--config-file`` and ``--config-dir`` are global only before the command
-    name: after it they are the command's own (and inside a detect request,
-    the request's).
+    argparse before 3.13 is O(N²) over a long line (a detect request): only the
+    global options and their values reach it here; the rest is returned as it
+    came. ``--config-file`` and ``--config-dir`` are global only before the
+    command name: after it they are the command's own (or the request's).
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -98,12 +63,15 @@ class _GlobalOptions(argparse.ArgumentParser):
                 rest += args[index:]
                 break
             option = option_span(self, token)
-            if option is not None and not (commanded and option[0].dest in _CONFIG_DESTS):
+            if option is not None and not (
+                commanded and option[0].dest in ("config_file", "config_dir")
+            ):
                 mine += args[index : index + option[1]]  # --log-file FILE: both
                 index += option[1]
                 continue
-            if _short_cluster(self, token):
-                mine.append(token)
+            short = token[:2] if token.startswith("-") and not token.startswith("--") else ""
+            if len(token) > 2 and short and option_action(self, short) is not None:
+                mine.append(token)  # a cluster of short options: -vv, -vx
             else:
                 rest.append(token)
                 commanded = commanded or not token.startswith("-")
@@ -115,11 +83,8 @@ class _GlobalOptions(argparse.ArgumentParser):
 
 
 class _Commands(CommandManager):
-    """The commands, found by the first word of the command line only.
-
-    cliff's own search tries every leading run of words as a command name,
-    joining each, O(N²) over a long command line; every command here is one
-    word. Anything else, an unknown command included, is cliff's to report.
+    """The commands, found by the first word only (cliff's own search is O(N²) over the
+    line); anything else, an unknown command included, is cliff's to report.
     """
 
     def find_command(self, argv: list[str]) -> tuple[type[Command], str, list[str]]:
@@ -147,12 +112,9 @@ class Help(SafeCommand, HelpCommand):
 
 
 class Serve(SafeCommand):
-    """Serve a model with the backend --model-type names, or the one detection picks
+    """Serve a model with the backend --model-type names, or the one detection picks"""
 
-    ``serve`` never reaches cliff (the console script, :mod:`sglang_backends.cli`,
-    routes it first); it is registered so that the command list names
-    it, and ``help serve`` prints its help.
-    """
+    # Routed before cliff by the console script; registered for the command list and help.
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         raise AssertionError("serve is routed before cliff")  # pragma: no cover
@@ -169,15 +131,6 @@ Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for detai
 """
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang-backends")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class OperatorApp(App):
     """``sglang-backends``: list, show, check and explain serve backends."""
 
@@ -187,20 +140,36 @@ class OperatorApp(App):
     CONSOLE_MESSAGE_FORMAT = LOG_FORMAT
 
     def __init__(self) -> None:
-        # No namespace: cliff would read every installed entry point through
-        # stevedore's cache, and one malformed entry_points.txt of an unrelated
-        # package would break every command. The commands are added by name.
+        # Commands added by name, no namespace: one malformed entry_points.txt of an
+        # unrelated package would break a stevedore scan of every entry point.
+        from importlib.metadata import PackageNotFoundError, version
+
+        from sglang_backends.commands.check import CheckBackends
+        from sglang_backends.commands.detect import DetectBackend
+        from sglang_backends.commands.listing import ListBackends
+        from sglang_backends.commands.show import ShowBackend
+
+        try:
+            own_version = version("sglang-backends")
+        except PackageNotFoundError:
+            own_version = "unknown"
         manager = _Commands(None)
         super().__init__(
             description=_DESCRIPTION,
-            version=_version(),
+            version=own_version,
             command_manager=manager,
             deferred_help=True,
         )
-        for name, command in _commands().items():
+        commands: dict[str, type[Command]] = {
+            "list": ListBackends,
+            "show": ShowBackend,
+            "check": CheckBackends,
+            "detect": DetectBackend,
+            "serve": Serve,
+            "help": Help,
+        }
+        for name, command in commands.items():
             manager.add_command(name, command)
-        manager.add_command("serve", Serve)
-        manager.add_command("help", Help)
 
     def build_option_parser(
         self,
@@ -210,9 +179,7 @@ class OperatorApp(App):
     ) -> argparse.ArgumentParser:
         """The global options, ``--config-file`` and ``--config-dir`` among them.
 
-        The description is kept as written.
-        No abbreviations: cliff parses global options anywhere on the line, and
-        ``--deb`` or ``--log`` in a ``detect`` request must stay the request's.
+        No abbreviations: ``--deb`` or ``--log`` in a ``detect`` request stay the request's.
         """
         kwargs = dict(argparse_kwargs or {})
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
@@ -228,10 +195,8 @@ class OperatorApp(App):
         return parser
 
     def configure_logging(self) -> None:
-        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``.
-
-        Messages quote package metadata, which is untrusted: control characters
-        in them are escaped before they reach the terminal.
+        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``;
+        control characters (in untrusted package metadata) escaped.
         """
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,6 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
-from sglang_backends.commands._worker import Job, Result
 from sglang_backends.usage import Survey, printable
 
 if TYPE_CHECKING:
@@ -29,6 +27,7 @@ FAILURES = frozenset({"error", "timeout", "crashed"})
 
 
 def _jobs(text: str) -> int:
+    """An argparse type: a whole number, at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -88,7 +87,7 @@ class CheckBackends(SelectionOptions, Lister):
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        from sglang_backends.commands._isolation import default_jobs
+        from sglang_backends.commands._worker import default_jobs
 
         parser = super().get_parser(prog_name)
         parser.add_argument(
@@ -123,22 +122,20 @@ class CheckBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends.commands._isolation import last_line, run_many
+        from sglang_backends.commands._worker import Job, last_line, run_loads
         from sglang_backends.selection import PluginStatus
 
         survey = self.survey(parsed_args)
         settings = survey.settings
-        builtins, records = survey.builtins, _chosen(survey, parsed_args.names)
-        for warning in sglang_script_warnings(records):
+        builtins, chosen = survey.builtins, _chosen(survey, parsed_args.names)
+        for warning in _sglang_script_warnings(record for record, _ in chosen):
             self.app.LOG.warning(printable(warning))
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
         conflicts = sorted(
             {r.plugin.name for r in survey.records if r.status is PluginStatus.CONFLICT}
         )
-        # What each record is loaded as: its name, or DIST:NAME when that provider was asked for.
-        keys = {id(r): _load_name(r, parsed_args.names) for r in records}
-        to_load = sorted({keys[id(r)] for r in records if r.status.usable})
+        to_load = sorted({key for record, key in chosen if record.status.usable})
         base = Job(
             action="contract" if parsed_args.contract else "load",
             enabled=settings.enabled,
@@ -147,16 +144,16 @@ class CheckBackends(SelectionOptions, Lister):
             # The kit bounds each call; a third of the worker's time leaves room to report.
             contract_timeout=parsed_args.timeout / 3,
         )
-        jobs = [dataclasses.replace(base, name=name).to_json() for name in to_load]
-        workers = run_many(jobs, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
-        results = dict(zip(to_load, workers, strict=True))
+        results = run_loads(
+            base, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs
+        )
 
         rows: list[tuple[Any, ...]] = []
         for name in builtins:
             status = builtin_status(name)
             outcome = "ok" if status == ENABLED else status
             rows.append((name, "built-in", None, None, outcome, 0.0, "built-in; not loaded"))
-        for record in records:
+        for record, key in chosen:
             plugin = record.plugin
             head = (plugin.name, "plugin", plugin.distribution, plugin.version)
             if record.status is PluginStatus.DISABLED:
@@ -170,15 +167,15 @@ class CheckBackends(SelectionOptions, Lister):
                 )
                 rows.append((*head, "error", 0.0, detail))
                 continue
-            worker = results[keys[id(record)]]
+            worker = results[key]
             seconds = round(worker.seconds, 3)
-            if worker.failure is not None:
+            result = worker.result
+            if result is None:
                 detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
                 if worker.failure == "crashed" and last_line(worker.stderr):
                     detail += f" (last output: {last_line(worker.stderr)})"
                 rows.append((*head, worker.failure, seconds, detail))
                 continue
-            result = Result.from_json(worker.result or {})
             if not result.ok:
                 rows.append((*head, "error", seconds, result.error))
                 continue
@@ -198,14 +195,9 @@ class CheckBackends(SelectionOptions, Lister):
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
 
-def sglang_script_warnings(records: Iterable[Any]) -> list[str]:
-    """One line per plugin distribution installing a console script named ``sglang``.
-
-    SGLang's plugin guide reserves that executable for the ``sglang``
-    distribution: a plugin installing one replaces SGLang's CLI, and
-    uninstalling the plugin removes it. Read from the distributions'
-    ``entry_points.txt`` only (checked to be a regular file before it is
-    opened); nothing is imported.
+def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
+    """One line per plugin distribution installing a console script named ``sglang``,
+    which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
     from sglang_backends.discovery import has_metadata, normalize_distribution
 
@@ -239,19 +231,9 @@ def sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     return lines
 
 
-def _load_name(record: PluginRecord, names: Sequence[str]) -> str:
-    """``DIST:NAME`` if *names* picks *record*'s provider that way, else its plain name."""
-    from sglang_backends.selection import designates
-
-    plugin = record.plugin
-    for name in names:
-        if name != plugin.name and designates(name, plugin):
-            return name
-    return str(plugin.name)
-
-
-def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
-    """The records *names* designate (``NAME`` or ``DIST:NAME``); all of them without names.
+def _chosen(installed: Survey, names: Sequence[str]) -> list[tuple[PluginRecord, str]]:
+    """The records *names* designate (``NAME`` or ``DIST:NAME``), all without names, each
+    with the name it is loaded as: ``DIST:NAME`` where that picked its provider.
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
@@ -259,8 +241,8 @@ def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
     from sglang_backends.errors import UnknownBackendError, did_you_mean
 
     if not names:
-        return list(installed.records)
-    chosen: list[PluginRecord] = []
+        return [(record, record.plugin.name) for record in installed.records]
+    chosen: dict[int, tuple[PluginRecord, str]] = {}
     for name in names:
         dist, plain = split_qualified_name(name)
         found = installed.designated(name)
@@ -273,5 +255,7 @@ def _chosen(installed: Survey, names: Sequence[str]) -> list[PluginRecord]:
                 "'sglang-backends list' shows every backend.",
                 name=name,
             )
-        chosen += [r for r in found if r not in chosen]
-    return chosen
+        for record in found:
+            _, key = chosen.get(id(record), (record, record.plugin.name))
+            chosen[id(record)] = (record, name if key == record.plugin.name else key)
+    return list(chosen.values())

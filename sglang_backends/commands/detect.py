@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff.lister import Lister
 
@@ -16,71 +16,47 @@ from sglang_backends.commands._base import (
     option_span,
     positive_seconds,
 )
-from sglang_backends.commands._worker import Job, Result
+
+if TYPE_CHECKING:
+    from sglang_backends.commands._worker import Job
 
 __all__ = ["DetectBackend"]
 
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
 
 
-def _split_request(parser: argparse.ArgumentParser, args: Sequence[str]) -> list[str]:
-    """Insert ``--`` before the first argument that is not one of detect's own options.
-
-    Everything from there on is the serve command line, options included,
-    so ``detect --model-path X --tp 2`` needs no ``--``.
-    """
-    args = list(args)
-    index = 0
-    while index < len(args) and args[index] != "--":
-        option = option_span(parser, args[index])
-        if option is None:
-            return [*args[:index], "--", *args[index:]]
-        index += option[1]
-    return args
-
-
-#: Seconds the detecting process gets beyond ``load_timeout + detect_timeout``
-#: (the bounds automatic detection keeps by itself) by default: its start-up.
+#: Seconds the detecting process gets by default beyond ``load_timeout + detect_timeout``
+#: (bounds detection keeps by itself): its start-up.
 WORKER_MARGIN = 10.0
 
-#: Seconds each plugin gets when loaded alone to find why detection did not finish:
-#: at least this, so that a plugin merely slower than a short --timeout is not blamed.
+#: The least seconds each plugin gets when loaded alone to find why detection did not
+#: finish, so that a plugin merely slower than a short --timeout is not blamed.
 CULPRIT_TIMEOUT = 10.0
 
 
 def _why(underway: Any, job: Job, records: Iterable[Any], timeout: float) -> str:
     """Why detection did not finish: the detectors still running, else the loads' culprits.
 
-    Detectors still running once every plugin had loaded are named: loading
-    the plugins one by one again would find nothing wrong. While loads were
-    under way, every one of them looks stuck when one holds the interpreter,
-    so each plugin is then loaded alone (:func:`_culprits`).
+    Once every plugin had loaded, loading them again would find nothing wrong;
+    while loads were under way, one holding the interpreter makes them all look
+    stuck, so each enabled plugin is loaded alone, given ``max(timeout,
+    CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
     """
+    from sglang_backends.commands._worker import default_jobs, run_loads
+    from sglang_backends.selection import PluginStatus
+
     busy = underway.describe()
     if busy and not underway.busy["loading"]:
         return (
             f"It was {busy}: a detector that does not return (one holding the GIL defeats "
             "detect_timeout). Disable it to detect without it, and report it to its authors."
         )
-    return _culprits(job, records, timeout)
-
-
-def _culprits(job: Job, records: Iterable[Any], timeout: float) -> str:
-    """Load the enabled plugins one per process to say why detection did not finish.
-
-    Each gets ``max(timeout, CULPRIT_TIMEOUT)`` seconds. Only a plugin that
-    crashes its interpreter or does not load within that bound is blamed; one
-    that loads, however slowly, is reported with its time, never as broken.
-    """
-    from sglang_backends.commands._isolation import default_jobs, run_many
-    from sglang_backends.selection import PluginStatus
-
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
-    jobs = [dataclasses.replace(job, action="load", name=name).to_json() for name in names]
     bound = max(timeout, CULPRIT_TIMEOUT)
-    results = run_many(jobs, timeout=bound, concurrency=default_jobs())
+    load = dataclasses.replace(job, action="load")
+    results = run_loads(load, names, timeout=bound, concurrency=default_jobs())
     broken, slow = [], []
-    for name, result in zip(names, results, strict=True):
+    for name, result in results.items():
         if result.failure == "timeout":
             broken.append(f"{name!r} does not load within {bound:g} s (it hangs)")
         elif result.failure is not None:
@@ -104,11 +80,22 @@ def _culprits(job: Job, records: Iterable[Any], timeout: float) -> str:
 
 
 class _RequestParser(argparse.ArgumentParser):
-    """A parser that takes everything after detect's own options as the request."""
+    """A parser that takes everything after detect's own options as the request.
+
+    It inserts ``--`` before the first argument that is not one of them, so
+    ``detect --model-path X --tp 2`` needs no ``--``.
+    """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         if args is not None:
-            args = _split_request(self, args)
+            args = list(args)
+            index = 0
+            while index < len(args) and args[index] != "--":
+                option = option_span(self, args[index])
+                if option is None:
+                    args.insert(index, "--")
+                    break
+                index += option[1]
         return super().parse_known_args(args, namespace)
 
 
@@ -194,7 +181,7 @@ class DetectBackend(SelectionOptions, Lister):
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         import tempfile
 
-        from sglang_backends.commands._isolation import run_isolated
+        from sglang_backends.commands._worker import Job, run_isolated
         from sglang_backends.dispatch import AUTO, normalize, parse_host_options
         from sglang_backends.errors import ServeBackendError
         from sglang_backends.registry import Underway
@@ -234,14 +221,14 @@ class DetectBackend(SelectionOptions, Lister):
             timeout = settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
         with tempfile.NamedTemporaryFile(prefix="sglang-backends-detect-") as trace:
             traced = dataclasses.replace(job, progress=trace.name)
-            worker = run_isolated(traced.to_json(), timeout=timeout)
+            worker = run_isolated(traced, timeout=timeout)
             underway = Underway().replay(trace.read().decode("utf-8", "replace"))
-        if worker.failure is not None:
+        result = worker.result
+        if result is None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
                 f"{_why(underway, job, survey.records, timeout)}"
             )
-        result = Result.from_json(worker.result or {})
         if not result.ok:
             raise ServeBackendError(str(result.error))
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions, builtin_status, builtin_target
+from sglang_backends.commands._base import SelectionOptions, builtin_row, plugin_row
 
 __all__ = ["COLUMNS", "ListBackends"]
 
@@ -53,21 +53,6 @@ class ListBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         survey = self.survey(parsed_args)
-        builtins = survey.builtins
-        rows: list[tuple[Any, ...]] = [
-            (name, "built-in", None, None, builtin_target(backend), builtin_status(name))
-            for name, backend in builtins.items()
-        ]
-        for record in survey.records:
-            plugin = record.plugin
-            rows.append(
-                (
-                    plugin.name,
-                    "plugin",
-                    plugin.distribution_label,
-                    plugin.version,
-                    plugin.target,
-                    record.status.value,
-                )
-            )
+        rows = [builtin_row(name, backend) for name, backend in survey.builtins.items()]
+        rows += [plugin_row(record.plugin, record.status.value) for record in survey.records]
         return COLUMNS, self.safe_rows(parsed_args, rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import os
 import sys
 import time
@@ -15,9 +16,9 @@ from cliff.show import ShowOne
 from sglang_backends.commands._base import (
     ENABLED,
     SelectionOptions,
-    builtin_status,
-    builtin_target,
-    summary_line,
+    builtin_row,
+    list_origins,
+    plugin_row,
 )
 
 __all__ = ["FIELDS", "ShowBackend"]
@@ -87,8 +88,9 @@ class ShowBackend(SelectionOptions, ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
         from sglang_backends.registry import ServeBackendRegistry
 
-        selection = self.selection(parsed_args)
-        registry = ServeBackendRegistry.from_settings(selection.settings, origins=selection.origins)
+        settings = self.settings(parsed_args)
+        origins = list_origins(settings, parsed_args)
+        registry = ServeBackendRegistry.from_settings(settings, origins=origins)
         started = time.perf_counter()
         with _output_to_stderr():
             registered = registry.get(parsed_args.name)
@@ -107,23 +109,16 @@ class ShowBackend(SelectionOptions, ShowOne):
             None,
         )
         if plugin is None:
-            origin, distribution, version = "built-in", None, None
-            target, summary = builtin_target(backend), summary_line(backend.run)
-            status = builtin_status(registered.name)
+            head, documented = builtin_row(registered.name, backend), backend.run
         else:
-            origin, distribution, version = "plugin", plugin.distribution_label, plugin.version
-            status = ENABLED  # registry.get() refuses any other
+            head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
             # Already imported by registry.get(): this is a lookup, not a second import.
             with _output_to_stderr():
-                factory = plugin.entry_point.load()
-            target, summary = plugin.target, summary_line(factory)
+                documented = plugin.entry_point.load()
+        doc = (inspect.getdoc(documented) or "").strip()
+        summary = doc.splitlines()[0] if doc else None
         values = (
-            registered.name,
-            origin,
-            distribution,
-            version,
-            target,
-            status,
+            *head,
             backend.api_version,
             backend.detect is not None,
             backend.requires_model_path,
