@@ -327,14 +327,15 @@ def test_sigterm_during_a_hung_import_is_serves_stop_not_the_plugins_exit(site, 
     assert "Received SIGTERM" in log
 
 
-#: A plugin that never releases the GIL, at import or in its detector: a
-#: catastrophic regular expression (re holds the GIL throughout).
+#: A plugin that never releases the GIL, at import or in its detector: a C
+#: call made through PyDLL keeps the GIL throughout (as a catastrophic regular
+#: expression would, without burning a CPU while the test waits).
 GIL_HOG = """
-import re
+import ctypes
 from sglang_backends import ServeBackend, ServeBackendDetection
 
 def hog():
-    re.match(r"(a+)+$", "a" * 64 + "b")
+    ctypes.PyDLL(None).sleep(3600)
 
 if "{where}" == "import":
     hog()
