@@ -21,6 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from sglang_backends import host as sglang_host
+from sglang_backends import processes
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
 from sglang_backends.detection import FALLBACK_BACKEND
 from sglang_backends.dispatch import (
@@ -39,7 +40,6 @@ from sglang_backends.errors import (
     UnknownBackendError,
     describe,
 )
-from sglang_backends.processes import exit_status
 from sglang_backends.settings import (
     Settings,
     configured,
@@ -161,7 +161,7 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
     except SystemExit as exc:
-        return exit_status(exc)
+        return processes.exit_status(exc)
     except Exception as exc:  # any failure of run() is reported
         raise _failed(description, exc) from exc
     return 0
@@ -171,22 +171,12 @@ def _launch_here(
     request: ServeRequest, timeout: float, description: str, registered: RegisteredServeBackend
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
-    from sglang_backends.processes import (
-        StopSignals,
-        become_subreaper,
-        descendants,
-        log_received,
-        log_stopped,
-        log_swept,
-        stop_tree,
-    )
-
-    become_subreaper()
+    processes.become_subreaper()
     # A forced stop (second signal, expired deadline) kills at once: no grace period.
-    guard = StopSignals(
-        on_signal=log_received,
+    guard = processes.StopSignals(
+        on_signal=processes.log_received,
         timeout=2 * timeout,
-        on_force=lambda: stop_tree(descendants, 0),
+        on_force=lambda: processes.stop_tree(processes.descendants, 0),
     )
     status = 0
     failure: _Failure | None = None
@@ -202,12 +192,12 @@ def _launch_here(
         except KeyboardInterrupt:
             status = 128 + signal.SIGINT
         except SystemExit as exc:
-            status = exit_status(exc)
+            status = processes.exit_status(exc)
         except _Failure as exc:
             failure = exc
-        log_swept(stop_tree(descendants, timeout))
+        processes.log_swept(processes.stop_tree(processes.descendants, timeout))
     if guard.signum is not None:
-        log_stopped(description, guard.signum)
+        processes.log_stopped(description, guard.signum)
         return 128 + guard.signum
     if failure is not None:
         raise failure
@@ -322,7 +312,7 @@ def _serve(host: HostOptions) -> int:
             try:  # the backend prints its own help: no model path check, no cleanup
                 registered.backend.run(request)
             except SystemExit as exc:
-                return exit_status(exc)  # the backend exited: SGLang adds no note either
+                return processes.exit_status(exc)  # the backend exited: SGLang adds no note either
             except Exception as exc:
                 raise _failed(_describe(registry, registered), exc) from exc
         # Here rather than in a backend's help, so that it appears exactly once.
