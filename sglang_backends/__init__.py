@@ -4,26 +4,17 @@ Out-of-tree runtimes register a zero-argument factory returning a
 :class:`ServeBackend` in the ``sglang.serve_backends`` entry-point group; its
 name becomes a ``--model-type`` value. The contract (``ServeBackend``,
 ``ServeRequest``, ``ServeBackendDetection`` and the constants) is importable
-from here without importing stevedore or :mod:`importlib.metadata`: the
-registry and detection are loaded on first use. :func:`portable_backend` builds a
-backend that both hosts accept, ``sglang serve`` and ``sglang-backends serve``.
+from here without importing stevedore or :mod:`importlib.metadata`. All
+but the errors is imported on first use, so a program that needs none of
+the contract's dataclasses (the general help) does not pay for them.
+:func:`portable_backend` builds a backend that both hosts accept,
+``sglang serve`` and ``sglang-backends serve``.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from sglang_backends.contract import (
-    RESERVED_SERVE_BACKEND_NAMES,
-    SERVE_BACKEND_API_VERSION,
-    SERVE_BACKENDS_GROUP,
-    RegisteredServeBackend,
-    ServeBackend,
-    ServeBackendDetection,
-    ServeRequest,
-    host_contract,
-    portable_backend,
-)
 from sglang_backends.errors import (
     AmbiguousDetectionError,
     BackendAPIVersionError,
@@ -42,12 +33,20 @@ TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
 if TYPE_CHECKING:
     from typing import Any
 
-    from sglang_backends.detection import (
-        DEFAULT_DETECT_TIMEOUT,
-        DEFAULT_LOAD_TIMEOUT,
-        DetectionReport,
+    from sglang_backends.contract import (
+        RESERVED_SERVE_BACKEND_NAMES,
+        SERVE_BACKEND_API_VERSION,
+        SERVE_BACKENDS_GROUP,
+        RegisteredServeBackend,
+        ServeBackend,
+        ServeBackendDetection,
+        ServeRequest,
+        host_contract,
+        portable_backend,
     )
+    from sglang_backends.detection import DetectionReport
     from sglang_backends.registry import ServeBackendRegistry
+    from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 
 __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
@@ -77,15 +76,29 @@ __all__ = [
 ]
 
 _LAZY = {
-    "DEFAULT_DETECT_TIMEOUT": "sglang_backends.detection",
-    "DEFAULT_LOAD_TIMEOUT": "sglang_backends.detection",
+    **dict.fromkeys(
+        (
+            "RESERVED_SERVE_BACKEND_NAMES",
+            "SERVE_BACKEND_API_VERSION",
+            "SERVE_BACKENDS_GROUP",
+            "RegisteredServeBackend",
+            "ServeBackend",
+            "ServeBackendDetection",
+            "ServeRequest",
+            "host_contract",
+            "portable_backend",
+        ),
+        "sglang_backends.contract",
+    ),
+    "DEFAULT_DETECT_TIMEOUT": "sglang_backends.settings",
+    "DEFAULT_LOAD_TIMEOUT": "sglang_backends.settings",
     "DetectionReport": "sglang_backends.detection",
     "ServeBackendRegistry": "sglang_backends.registry",
 }
 
 
 def __getattr__(name: str) -> Any:
-    """Import the registry and its companions on first access."""
+    """Import the contract, the registry and their companions on first access."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,9 +20,15 @@ from typing import TYPE_CHECKING, Any
 from oslo_config import cfg, types
 
 from sglang_backends.configfiles import Source, ordered, parse, read_sources
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
 from sglang_backends.errors import ConfigurationError, did_you_mean
-from sglang_backends.settings import DEFAULT_STOP_TIMEOUT, ENVIRONMENT_PREFIX, Settings
+from sglang_backends.settings import (
+    DEFAULT_DETECT_TIMEOUT,
+    DEFAULT_LOAD_TIMEOUT,
+    DEFAULT_STOP_TIMEOUT,
+    ENVIRONMENT_PREFIX,
+    MAX_TIMEOUT,
+    Settings,
+)
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest

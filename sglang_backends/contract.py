@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
+
 __all__ = [
     "RESERVED_SERVE_BACKEND_NAMES",
     "SERVE_BACKENDS_GROUP",
@@ -42,12 +44,8 @@ __all__ = [
     "portable_backend",
 ]
 
-#: Entry-point group in which plugins register their zero-argument factory.
-SERVE_BACKENDS_GROUP = "sglang.serve_backends"
 #: Contract version a factory's :class:`ServeBackend` must declare.
 SERVE_BACKEND_API_VERSION = 1
-#: Names no backend may take: ``auto`` means "choose for me".
-RESERVED_SERVE_BACKEND_NAMES = frozenset({"auto"})
 #: SGLang's contract module: ``sglang serve`` imports it before it loads a plugin.
 SGLANG_CONTRACT_MODULE = "sglang.cli.serve_backends"
 

@@ -25,12 +25,9 @@ from sglang_backends.contract import (
     coerce_detection,
 )
 from sglang_backends.errors import AmbiguousDetectionError, describe
+from sglang_backends.names import FALLBACK_BACKEND
 
 __all__ = [
-    "DEFAULT_DETECT_TIMEOUT",
-    "DEFAULT_LOAD_TIMEOUT",
-    "FALLBACK_BACKEND",
-    "MAX_TIMEOUT",
     "DetectionOutcome",
     "DetectionReport",
     "Verdict",
@@ -41,31 +38,6 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
-
-#: The backend chosen when no detector claims a request.
-FALLBACK_BACKEND = "llm"
-
-#: Seconds a detector may take before it counts as inconclusive. Generous,
-#: because a detector may look a model up on a hub (SGLang's own diffusion
-#: detector queries the Hugging Face Hub); an offline check takes
-#: milliseconds.
-DEFAULT_DETECT_TIMEOUT = 10.0
-
-#: Seconds each candidate's load (import, then factory) may take during
-#: automatic detection before it is skipped. Five minutes: loading is never
-#: given up on while healthy. A cold import of a torch-based runtime takes
-#: tens of seconds (SGLang's ``sglang.cli.utils`` takes ~6 s warm on a
-#: 2-core machine, several times that from a cold disk or network file
-#: system); 300 s is five to ten times the slowest healthy import seen, and
-#: still ends a hung one.
-DEFAULT_LOAD_TIMEOUT = 300.0
-
-
-#: The longest timeout any setting may hold, in seconds: a billion (31 years),
-#: or a quarter of the longest wait the platform's threads accept
-#: (:data:`threading.TIMEOUT_MAX`) where that is less. A quarter, so that a
-#: sum of two timeouts or a doubled one is still a wait the platform takes.
-MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
 
 
 class Verdict(str, enum.Enum):
@@ -190,7 +162,7 @@ def report(
         outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
     :returns: one match selects it; several select nothing (ambiguous);
-        none selects :data:`FALLBACK_BACKEND`.
+        none selects :data:`~sglang_backends.names.FALLBACK_BACKEND`.
     """
     backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
     detected = iter(run_detectors(backends, request, timeout=timeout))

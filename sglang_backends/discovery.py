@@ -18,10 +18,10 @@ import logging
 import os
 import re
 import stat
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from sglang_backends.contract import SERVE_BACKENDS_GROUP
 from sglang_backends.errors import describe_typed
+from sglang_backends.names import SERVE_BACKENDS_GROUP
 
 __all__ = [
     "PluginEntryPoint",
@@ -36,8 +36,7 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PluginEntryPoint:
+class PluginEntryPoint(NamedTuple):
     """One installed ``sglang.serve_backends`` entry point.
 
     :param name: the backend name (the entry point's name).

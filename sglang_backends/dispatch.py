@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
-from sglang_backends.contract import ServeRequest
+if TYPE_CHECKING:
+    from sglang_backends.contract import ServeRequest
 
 __all__ = [
-    "AUTO",
     "HostOptions",
     "UsageError",
     "hoisted",
@@ -26,9 +26,6 @@ __all__ = [
     "parse_host_options",
     "wants_help",
 ]
-
-#: The ``--model-type`` value asking for automatic detection.
-AUTO = "auto"
 
 _MODEL_PATH_OPTIONS = ("--model-path", "--model")
 _HELP_OPTIONS = ("-h", "--help")
@@ -40,8 +37,7 @@ class UsageError(ValueError):
     """The command line itself is wrong (exit status 2)."""
 
 
-@dataclass(frozen=True)
-class HostOptions:
+class HostOptions(NamedTuple):
     """What ``serve`` takes for itself, and the arguments left for the backend.
 
     :param model_type: the ``--model-type`` value, ``None`` when not given.
@@ -189,6 +185,8 @@ def normalize(argv: Sequence[str]) -> ServeRequest:
     A first argument not starting with ``-`` is the model: it becomes
     ``--model-path MODEL`` and the request is marked positional.
     """
+    from sglang_backends.contract import ServeRequest  # not for the general help
+
     if argv and not argv[0].startswith("-"):
         forwarded = ("--model-path", argv[0], *argv[1:])
         return ServeRequest(argv=forwarded, model_path=argv[0], model_path_is_positional=True)

@@ -17,13 +17,16 @@ import os
 import threading
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.dispatch import wants_help
 from sglang_backends.errors import describe
 
+if TYPE_CHECKING:
+    from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
+
 __all__ = [
+    "BUILTIN_NAMES",
     "BUILTIN_NOTES",
     "DIFFUSION_INSTALL_HINT",
     "GENERAL_PLUGINS_GROUP",
@@ -42,6 +45,9 @@ LOG = logging.getLogger(__name__)
 
 #: Entry-point group of SGLang's general (hardware and hook) plugins.
 GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
+#: The built-in backends' names, in :func:`default_builtins`'s order; the
+#: general help needs no more, and so never imports the contract.
+BUILTIN_NAMES = ("llm", "diffusion")
 #: What to install for each built-in to serve, by name.
 INSTALL_COMMANDS = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
 #: What ``sglang serve --model-type diffusion --help`` prints without diffusion support.
@@ -197,6 +203,8 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     The first Diffusers index present decides (``_diffusers_version`` in it
     matches); anything but a readable local directory is ``UNKNOWN``. Never raises.
     """
+    from sglang_backends.contract import ServeBackendDetection
+
     path = request.model_path
     if not path:
         return ServeBackendDetection.UNKNOWN
@@ -218,6 +226,8 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
 
 def diffusion_backend() -> ServeBackend:
     """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
+    from sglang_backends.contract import ServeBackend, ServeBackendDetection
+
     utils = None
     if sglang_installed():
         utils = _import_sglang(
@@ -249,6 +259,8 @@ def diffusion_backend() -> ServeBackend:
 
 def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
     """The built-in backends by name: ``llm`` (the fallback) then ``diffusion`` (lazy)."""
+    from sglang_backends.contract import ServeBackend
+
     return {"llm": ServeBackend(api_version=1, run=run_llm), "diffusion": diffusion_backend}
 
 

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
-from sglang_backends.contract import SERVE_BACKENDS_GROUP, RegisteredServeBackend
+from sglang_backends.contract import RegisteredServeBackend
 from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_each
 from sglang_backends.discovery import PluginEntryPoint
 from sglang_backends.errors import BackendLoadError, ServeBackendError, describe_typed
+from sglang_backends.names import SERVE_BACKENDS_GROUP
 from sglang_backends.processes import StopRequested
 
 __all__ = ["BackendLoader", "Candidate", "call_plugin_code", "load_driver"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from sglang_backends import errors, selection
 from sglang_backends.contract import (
@@ -21,20 +21,16 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_backend,
 )
-from sglang_backends.detection import (
-    DEFAULT_DETECT_TIMEOUT,
-    DEFAULT_LOAD_TIMEOUT,
-    FALLBACK_BACKEND,
-    MAX_TIMEOUT,
-    DetectionOutcome,
-    DetectionReport,
-    report,
-)
+from sglang_backends.detection import DetectionOutcome, DetectionReport, report
 from sglang_backends.discovery import PluginEntryPoint, discover
 from sglang_backends.loading import BackendLoader, Candidate, call_plugin_code, load_driver
-
-if TYPE_CHECKING:
-    from sglang_backends.settings import Settings
+from sglang_backends.names import FALLBACK_BACKEND
+from sglang_backends.settings import (
+    DEFAULT_DETECT_TIMEOUT,
+    DEFAULT_LOAD_TIMEOUT,
+    MAX_TIMEOUT,
+    Settings,
+)
 
 __all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry", "Underway"]
 
@@ -96,7 +92,7 @@ class ServeBackendRegistry:
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
     :raises TypeError: *enabled* or *disabled* is a string, not a collection.
     :raises ValueError: a timeout is not a positive number of seconds, at
-        most :data:`~sglang_backends.detection.MAX_TIMEOUT`.
+        most :data:`~sglang_backends.settings.MAX_TIMEOUT`.
     """
 
     def __init__(

@@ -13,10 +13,8 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from sglang_backends.contract import RESERVED_SERVE_BACKEND_NAMES
 from sglang_backends.discovery import normalize_distribution, split_qualified_name
 from sglang_backends.errors import (
     BackendConflictError,
@@ -26,6 +24,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     did_you_mean,
 )
+from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES
 
 if TYPE_CHECKING:
     from sglang_backends.discovery import PluginEntryPoint
@@ -60,8 +59,7 @@ class PluginStatus(str, enum.Enum):
         return self in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
 
 
-@dataclass(frozen=True)
-class PluginRecord:
+class PluginRecord(NamedTuple):
     """An installed plugin entry point and its status under a selection."""
 
     plugin: PluginEntryPoint

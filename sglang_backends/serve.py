@@ -2,11 +2,11 @@
 
 Argument routing, exit statuses, the stop timeout and where the backend
 runs (a supervised process on Linux, :mod:`sglang_backends.supervisor`;
-this process elsewhere) are documented once, for operators, in
-``doc/source/user/operators.rst`` and ``doc/source/reference/cli.rst``.
-A request goes: :func:`main` → :func:`_serve` (settings, help) →
-:func:`_backend` (choose, check) → a launch → the backend's ``run()``.
-oslo.config is imported only when configuration is in use.
+this process elsewhere) are documented for operators in ``user/operators.rst``
+and ``reference/cli.rst``. A request goes: :func:`main` → :func:`_serve`
+(settings; :func:`_help`) → :func:`_backend` (choose, check) → a launch →
+``run()``. oslo.config is imported only for configuration; the general help
+imports neither the registry nor the contract's dataclasses.
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ from typing import TYPE_CHECKING
 
 from sglang_backends import host as sglang_host
 from sglang_backends import processes
-from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.detection import FALLBACK_BACKEND
 from sglang_backends.dispatch import (
-    AUTO,
     HostOptions,
     UsageError,
     hoisted,
@@ -40,6 +37,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     describe,
 )
+from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.settings import (
     Settings,
     configured,
@@ -57,14 +55,14 @@ from sglang_backends.usage import (
 
 if TYPE_CHECKING:
     from sglang_backends.backend_process import Channel
+    from sglang_backends.contract import RegisteredServeBackend, ServeRequest
     from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
 
 LOG = logging.getLogger(__name__)
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+EXIT_FAILURE, EXIT_USAGE = 1, 2
 
 #: Seconds detection may take beyond ``load_timeout + detect_timeout`` before it is ended.
 DETECTION_GRACE = 2.0
@@ -291,36 +289,46 @@ def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: Serv
     return f"Automatic detection fell back to {FALLBACK_BACKEND!r}: {'; '.join(reasons)}."
 
 
+def _request(host: HostOptions) -> ServeRequest:
+    request = normalize(host.argv)  # imports the contract
+    LOG.debug("Backend request: %r", request)
+    return request
+
+
+def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
+    """The general help (from metadata), or the backend's; then SGLang's note, once.
+
+    A plugin claiming a built-in name fails every serve; the general help warns of it.
+    """
+    if model_type == AUTO:
+        text, warnings = metadata_help(settings)
+        for warning in warnings:
+            LOG.warning("%s", warning)
+        sys.stdout.write(text)
+    else:
+        from sglang_backends.registry import ServeBackendRegistry
+
+        request = _request(host)
+        registry = ServeBackendRegistry.from_settings(settings)
+        registered = _get(registry, model_type, host, settings)
+        try:  # the backend prints its own help: no model path check, no cleanup
+            registered.backend.run(request)
+        except SystemExit as exc:
+            return processes.exit_status(exc)  # the backend exited: SGLang adds no note either
+        except Exception as exc:
+            raise _failed(_describe(registry, registered), exc) from exc
+    note = sglang_host.help_note()  # only with SGLang
+    if note:
+        print(f"\n{note}")
+    return 0
+
+
 def _serve(host: HostOptions) -> int:
     settings = _settings(host)
     model_type = host.model_type or settings.model_type or AUTO
-    request = normalize(host.argv)
-    LOG.debug("Backend request: %r", request)
-    if wants_help(request.argv):
-        if model_type == AUTO:
-            # From metadata, not a registry: a plugin claiming a built-in name
-            # makes every serve fail, but the help still prints, with a warning.
-            text, warnings = metadata_help(settings)
-            for warning in warnings:
-                LOG.warning("%s", warning)
-            sys.stdout.write(text)
-        else:
-            from sglang_backends.registry import ServeBackendRegistry
-
-            registry = ServeBackendRegistry.from_settings(settings)
-            registered = _get(registry, model_type, host, settings)
-            try:  # the backend prints its own help: no model path check, no cleanup
-                registered.backend.run(request)
-            except SystemExit as exc:
-                return processes.exit_status(exc)  # the backend exited: SGLang adds no note either
-            except Exception as exc:
-                raise _failed(_describe(registry, registered), exc) from exc
-        # Here rather than in a backend's help, so that it appears exactly once.
-        note = sglang_host.help_note()  # only with SGLang
-        if note:
-            print(f"\n{note}")
-        return 0
-
+    if wants_help(host.argv):  # as in the request: normalizing moves no -h
+        return _help(host, settings, model_type)
+    request = _request(host)
     try:
         override = stop_timeout_override()
     except ValueError as exc:
@@ -353,11 +361,11 @@ def _serve(host: HostOptions) -> int:
 
 def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     """Run *step*; an expected failure becomes one error line and its exit status."""
+    failure: Exception
     try:
         return step()
     except UsageError as exc:
-        failure: Exception = exc
-        status = EXIT_USAGE
+        failure, status = exc, EXIT_USAGE
     except _Failure as exc:
         failure, status = exc, exc.status
     except ServeBackendError as exc:
@@ -365,10 +373,8 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
         failure, status = exc, EXIT_USAGE if usage else EXIT_FAILURE
     except (ValueError, RuntimeError, TypeError) as exc:
         # The registry's errors outside its hierarchy (an invalid setting); not run()'s.
-        failure = exc
-        status = EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILURE
-    except KeyboardInterrupt:
-        # Interrupted while choosing a backend: nothing was started yet.
+        failure, status = exc, EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILURE
+    except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
     if debug:
         sys.stderr.write(printable_traceback(failure))

@@ -3,20 +3,23 @@
 ``serve`` builds a registry from a :class:`Settings`; where the values come
 from (defaults, or configuration files and the environment through
 :mod:`sglang_backends.config`) is decided by the caller, so this module
-stays free of oslo.config.
+stays free of oslo.config. It imports neither :mod:`dataclasses` nor the
+contract: the general help reads it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT, MAX_TIMEOUT
+from typing import NamedTuple
 
 __all__ = [
+    "DEFAULT_DETECT_TIMEOUT",
+    "DEFAULT_LOAD_TIMEOUT",
     "DEFAULT_STOP_TIMEOUT",
     "ENVIRONMENT_PREFIX",
+    "MAX_TIMEOUT",
     "STOP_TIMEOUT_ENV",
     "Settings",
     "configured",
@@ -26,14 +29,34 @@ __all__ = [
 #: oslo.config's environment form for the ``[serve_backends]`` group.
 ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
 
+#: Seconds a detector may take before it counts as inconclusive. Generous,
+#: because a detector may look a model up on a hub (SGLang's own diffusion
+#: detector queries the Hugging Face Hub); an offline check takes
+#: milliseconds.
+DEFAULT_DETECT_TIMEOUT = 10.0
+
+#: Seconds each candidate's load (import, then factory) may take during
+#: automatic detection before it is skipped. Five minutes: loading is never
+#: given up on while healthy. A cold import of a torch-based runtime takes
+#: tens of seconds (SGLang's ``sglang.cli.utils`` takes ~6 s warm on a
+#: 2-core machine, several times that from a cold disk or network file
+#: system); 300 s is five to ten times the slowest healthy import seen, and
+#: still ends a hung one.
+DEFAULT_LOAD_TIMEOUT = 300.0
+
+#: The longest timeout any setting may hold, in seconds: a billion (31 years),
+#: or a quarter of the longest wait the platform's threads accept
+#: (:data:`threading.TIMEOUT_MAX`) where that is less. A quarter, so that a
+#: sum of two timeouts or a doubled one is still a wait the platform takes.
+MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
+
 #: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
 DEFAULT_STOP_TIMEOUT = 5.0
 #: Environment variable that, when set, overrides the ``stop_timeout`` setting.
 STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     """Which backend to use and which plugins may load.
 
     :param model_type: ``auto`` or a backend name (``DIST:NAME`` allowed).
@@ -48,6 +71,9 @@ class Settings:
     :param locate: where an option was set (a file, ``environment variable
         NAME``), or ``None`` at its default: configuration asks oslo.config
         when a message needs it; settings built by hand know nothing of it.
+
+    A named tuple (``settings._replace(enabled=...)`` gives a changed copy)
+    rather than a dataclass, for the start-up time of the general help.
     """
 
     model_type: str = "auto"
@@ -57,7 +83,7 @@ class Settings:
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
     source: str = "defaults"
-    locate: Callable[[str], str | None] | None = field(default=None, compare=False, repr=False)
+    locate: Callable[[str], str | None] | None = None
 
     def set_in(self, option: str) -> str | None:
         """Where *option* was set; ``None`` at its default or when no configuration was read."""
@@ -103,7 +129,7 @@ def stop_timeout_override(environ: Mapping[str, str] | None = None) -> float | N
 
     :raises ValueError: it is set to something other than a number of
         seconds, 0 or more and at most
-        :data:`~sglang_backends.detection.MAX_TIMEOUT` (the message names
+        :data:`MAX_TIMEOUT` (the message names
         the variable).
     """
     value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV)

@@ -11,16 +11,14 @@ Internal module: its names may change between releases without notice.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import re
 import textwrap
 import traceback
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from sglang_backends.detection import FALLBACK_BACKEND
-from sglang_backends.dispatch import AUTO
+from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
 
@@ -113,8 +111,7 @@ def usage_line() -> str:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Survey:
+class Survey(NamedTuple):
     """Every installed backend and each plugin's status under one selection.
 
     :param installed: the installed plugin names (each may have several providers).
@@ -139,13 +136,17 @@ class Survey:
         return [r for r in self.records if designates(name, r.plugin)]
 
 
-def survey(settings: Settings) -> Survey:
-    """Every installed backend with its status under *settings*; imports no plugin."""
+def survey(settings: Settings, builtins: Mapping[str, Any] | None = None) -> Survey:
+    """Every installed backend with its status under *settings*; imports no plugin.
+
+    :param builtins: the built-ins by name, :func:`~sglang_backends.host.default_builtins`
+        by default; the general help passes their names alone.
+    """
     from sglang_backends.discovery import discover
     from sglang_backends.host import default_builtins
     from sglang_backends.selection import inventory
 
-    builtins = default_builtins()
+    builtins = default_builtins() if builtins is None else builtins
     installed = discover()
     records = inventory(installed, builtins, enabled=settings.enabled, disabled=settings.disabled)
     return Survey(settings, builtins, tuple(records), frozenset(installed))
@@ -181,7 +182,9 @@ def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
 
 def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
-    installed = survey(settings)
+    from sglang_backends.host import BUILTIN_NAMES
+
+    installed = survey(settings, dict.fromkeys(BUILTIN_NAMES))
     builtin_names = tuple(installed.builtins)
     text = _render((*builtin_names, *installed.usable_names), builtin_names, installed.records)
     return text, conflict_warnings(installed.records)

@@ -15,9 +15,9 @@ from oslo_config import cfg
 
 from sglang_backends import config
 from sglang_backends.contract import ServeRequest
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT
 from sglang_backends.errors import ConfigurationError, DisabledBackendError
 from sglang_backends.host import default_builtins
+from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT
 
 PLUGIN = """
 from sglang_backends import ServeBackend, ServeBackendDetection

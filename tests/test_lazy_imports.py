@@ -103,6 +103,19 @@ def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, sta
     assert loaded == []
 
 
+def test_the_general_help_needs_no_contract_and_no_dataclasses(site, install_backend):
+    """It needs the backends' names only; ``dataclasses`` (with ``inspect``) would cost
+    about a fifth of its start-up (benchmarks/serve_startup.py).
+    """
+    install_backend("omni-runtime", "omni")
+    watched = ("dataclasses", "sglang_backends.contract", "sglang_backends.registry")
+    env = clean_environ(site.environ())
+    loaded, result = imported_by(serve_in_process(["--help"]), watched, env)
+    assert result.returncode == 0, result.stderr
+    assert "omni" in result.stdout
+    assert loaded == []
+
+
 @pytest.mark.parametrize(
     ("args", "env", "reads"),
     [

@@ -18,8 +18,8 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
 )
-from sglang_backends.detection import DEFAULT_LOAD_TIMEOUT
 from sglang_backends.host import default_builtins
+from sglang_backends.settings import DEFAULT_LOAD_TIMEOUT
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
 MATCH = "return ServeBackendDetection.MATCH"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.metadata
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -218,9 +217,9 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         enable = _names(parsed_args.enable, "--enable")
         disable = _names(parsed_args.disable, "--disable")
         if enable is not None:
-            settings = dataclasses.replace(settings, enabled=enable or None)
+            settings = settings._replace(enabled=enable or None)
         if disable is not None:
-            settings = dataclasses.replace(settings, disabled=disable)
+            settings = settings._replace(disabled=disable)
         return settings
 
 
@@ -260,7 +259,7 @@ def _model_type_problem(installed: Survey) -> str | None:
 
 def positive_seconds(text: str) -> float:
     """An argparse type: a number of seconds, greater than 0 and at most MAX_TIMEOUT."""
-    from sglang_backends.detection import MAX_TIMEOUT
+    from sglang_backends.settings import MAX_TIMEOUT
 
     try:
         value = float(text)

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
 
-from sglang_backends.detection import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 from sglang_backends.processes import (
     StopSignals,
     become_subreaper,
@@ -37,6 +36,7 @@ from sglang_backends.processes import (
     signal_name,
     stop_tree,
 )
+from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend

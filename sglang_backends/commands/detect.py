@@ -182,8 +182,9 @@ class DetectBackend(SelectionOptions, Lister):
         import tempfile
 
         from sglang_backends.commands._worker import Job, run_isolated
-        from sglang_backends.dispatch import AUTO, normalize, parse_host_options
+        from sglang_backends.dispatch import normalize, parse_host_options
         from sglang_backends.errors import ServeBackendError
+        from sglang_backends.names import AUTO
         from sglang_backends.registry import Underway
 
         tokens = list(parsed_args.request)
@@ -204,7 +205,7 @@ class DetectBackend(SelectionOptions, Lister):
         survey = self.survey(parsed_args)
         settings = survey.settings
         if parsed_args.detect_timeout is not None:
-            settings = dataclasses.replace(settings, detect_timeout=parsed_args.detect_timeout)
+            settings = settings._replace(detect_timeout=parsed_args.detect_timeout)
 
         job = Job(
             action="explain",

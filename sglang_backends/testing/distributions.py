@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sglang_backends.contract import SERVE_BACKENDS_GROUP
+from sglang_backends.names import SERVE_BACKENDS_GROUP
 
 __all__ = ["PluginSite", "write_distribution"]
 
