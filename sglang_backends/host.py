@@ -1,8 +1,8 @@
 """SGLang as the host: the built-in backends, SGLang's general plugins, its help note.
 
-The only module that imports ``sglang``: inside functions, after SGLang's
-warning filters, each use guarded so that without SGLang (or with an older
-release) it falls back as doc/source/user/operators.rst describes.
+The only module that imports ``sglang``: inside functions, after SGLang's warning
+filters, each use guarded so that without SGLang (or with an older release) it
+falls back as doc/source/user/operators.rst describes.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import threading
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
     from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 
 __all__ = [
-    "BUILTIN_NAMES",
     "BUILTIN_NOTES",
     "DIFFUSION_INSTALL_HINT",
     "GENERAL_PLUGINS_GROUP",
@@ -45,16 +43,14 @@ LOG = logging.getLogger(__name__)
 
 #: Entry-point group of SGLang's general (hardware and hook) plugins.
 GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
-#: The built-in backends' names, in :func:`default_builtins`'s order; the
-#: general help needs no more, and so never imports the contract.
-BUILTIN_NAMES = ("llm", "diffusion")
 #: What to install for each built-in to serve, by name.
 INSTALL_COMMANDS = {"llm": "pip install sglang", "diffusion": 'pip install "sglang[diffusion]"'}
 #: What ``sglang serve --model-type diffusion --help`` prints without diffusion support.
 DIFFUSION_INSTALL_HINT = (
     f"Diffusion model support is not available. Install with: {INSTALL_COMMANDS['diffusion']}"
 )
-#: How ``list`` and the general help describe each built-in.
+#: How ``list`` and the general help describe each built-in, in
+#: :func:`default_builtins`'s order: all the general help needs of them.
 BUILTIN_NOTES = {
     "llm": f"built-in, SGLang's LLM server ({INSTALL_COMMANDS['llm']})",
     "diffusion": f"built-in, SGLang's diffusion server ({INSTALL_COMMANDS['diffusion']})",
@@ -79,12 +75,11 @@ def sglang_installed() -> bool:
 
 
 def _quiet_sglang() -> None:
-    """Apply SGLang's warning filters once, as ``sglang serve`` does; only before a use."""
+    """Apply SGLang's (cosmetic) warning filters once, as ``sglang serve`` does, before a use."""
     global _quieted
     if _quieted or not sglang_installed():
         return
     _quieted = True  # first: _import_sglang calls back here
-    # The warnings are cosmetic; the use that follows reports any error.
     common = _import_sglang(
         "sglang.srt.utils.common", "SGLang's warning filters were not applied: %s", expected=True
     )
@@ -101,10 +96,7 @@ def _import_sglang(
     expected: bool = False,
     detail: Callable[[BaseException], str] = str,
 ) -> ModuleType | None:
-    """SGLang's *module*, or ``None`` after logging one of *errors* with *failure*.
-
-    At DEBUG when *expected* or this release lacks *module*, else at WARNING.
-    """
+    """SGLang's *module*, or ``None`` after logging *failure* (at DEBUG if *expected* or absent)."""
     _quiet_sglang()
     try:
         return importlib.import_module(module)
@@ -200,8 +192,8 @@ def run_diffusion(request: ServeRequest) -> None:
 def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     """The ``diffusion`` detector without SGLang: SGLang's rule for a local directory.
 
-    The first Diffusers index present decides (``_diffusers_version`` in it
-    matches); anything but a readable local directory is ``UNKNOWN``. Never raises.
+    The first Diffusers index present decides (``_diffusers_version`` in it matches);
+    anything but a readable local directory is ``UNKNOWN``. Never raises.
     """
     from sglang_backends.contract import ServeBackendDetection
 
@@ -214,6 +206,8 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
         for name in _DIFFUSERS_INDEX_FILES:
             index = os.path.join(path, name)
             if os.path.isfile(index):
+                import json  # not for the general help
+
                 with open(index, encoding="utf-8") as stream:
                     data = json.load(stream)
                 if isinstance(data, dict) and "_diffusers_version" in data:
@@ -228,14 +222,12 @@ def diffusion_backend() -> ServeBackend:
     """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
     from sglang_backends.contract import ServeBackend, ServeBackendDetection
 
-    utils = None
-    if sglang_installed():
-        utils = _import_sglang(
-            "sglang.cli.utils",
-            "SGLang is installed but sglang.cli.utils failed to import (%s); "
-            "diffusion detection uses the offline rule",
-            detail=describe,
-        )
+    utils = sglang_installed() and _import_sglang(
+        "sglang.cli.utils",
+        "SGLang is installed but sglang.cli.utils failed to import (%s); "
+        "diffusion detection uses the offline rule",
+        detail=describe,
+    )
     is_diffusion_model = getattr(utils, "get_is_diffusion_model", None)
     if not callable(is_diffusion_model):
         return ServeBackend(api_version=1, run=run_diffusion, detect=detect_diffusion_offline)
@@ -309,8 +301,8 @@ def run_general_plugins() -> bool:
         return True
 
 
-_NOTE_FILE = "sglang/cli/main.py"  # SGLang's help note, from the distribution's root
-_NOTE_NAME = "COOKBOOK_EPILOG"
+# SGLang's help note: the file, from the distribution's root, and the name in it.
+_NOTE_FILE, _NOTE_NAME = "sglang/cli/main.py", "COOKBOOK_EPILOG"
 
 
 class _NotStatic(Exception):
@@ -318,18 +310,14 @@ class _NotStatic(Exception):
 
 
 def help_note() -> str | None:
-    """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``.
-
-    Read without importing SGLang (which costs seconds) unless that fails.
-    """
+    """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``; read, not imported."""
     if not sglang_installed():  # cheap: no package, no metadata lookup
         return None
     try:
         return _static_note()
     except _NotStatic as exc:
         LOG.debug("Importing sglang.cli.main for its help note: %s", exc)
-    # A note is never worth a failure.
-    main = _import_sglang(
+    main = _import_sglang(  # a note is never worth a failure
         "sglang.cli.main", "No help note: sglang.cli.main failed to import: %s", expected=True
     )
     note = getattr(main, _NOTE_NAME, None)
@@ -347,8 +335,7 @@ def _static_note() -> str | None:
     except importlib.metadata.PackageNotFoundError as exc:
         raise _NotStatic("no sglang distribution is installed") from exc
     path = str(dist.locate_file(_NOTE_FILE))
-    if os.path.lexists(path) and not is_regular_file(path):
-        # A FIFO or a device: reading it, or importing it, could block forever.
+    if os.path.lexists(path) and not is_regular_file(path):  # a FIFO, say: it could block
         LOG.debug("No help note: %s is not a regular file", path)
         return None
     if not is_regular_file(path):

@@ -182,9 +182,9 @@ def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
 
 def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
-    from sglang_backends.host import BUILTIN_NAMES
+    from sglang_backends.host import BUILTIN_NOTES
 
-    installed = survey(settings, dict.fromkeys(BUILTIN_NAMES))
+    installed = survey(settings, dict.fromkeys(BUILTIN_NOTES))
     builtin_names = tuple(installed.builtins)
     text = _render((*builtin_names, *installed.usable_names), builtin_names, installed.records)
     return text, conflict_warnings(installed.records)
