@@ -85,6 +85,10 @@ class Settings(NamedTuple):
     source: str = "defaults"
     locate: Callable[[str], str | None] | None = None
 
+    def __repr__(self) -> str:  # without locate, a function
+        values = zip(self._fields[:-1], self[:-1], strict=True)
+        return f"Settings({', '.join(f'{name}={value!r}' for name, value in values)})"
+
     def set_in(self, option: str) -> str | None:
         """Where *option* was set; ``None`` at its default or when no configuration was read."""
         return None if self.locate is None else self.locate(option)

@@ -17,7 +17,7 @@ from sglang_backends import config
 from sglang_backends.contract import ServeRequest
 from sglang_backends.errors import ConfigurationError, DisabledBackendError
 from sglang_backends.host import default_builtins
-from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT
+from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT, Settings
 
 PLUGIN = """
 from sglang_backends import ServeBackend, ServeBackendDetection
@@ -398,3 +398,10 @@ def test_config_modules_use_no_private_oslo_config_name():
         for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
             assert private not in source
         assert not re.search(r"\b(cfg|types)\._", source), module
+
+
+def test_settings_show_their_values_but_not_the_function_locating_them():
+    settings = Settings(model_type="echo", locate=lambda option: "here")
+    assert repr(settings).startswith("Settings(model_type='echo', enabled=None, disabled=(),")
+    assert "locate" not in repr(settings) and "function" not in repr(settings)
+    assert settings.set_in("model_type") == "here"
