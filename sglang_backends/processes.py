@@ -7,6 +7,7 @@ and why. psutil is imported only by the functions that walk processes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -33,6 +34,7 @@ __all__ = [
     "log_stopped",
     "log_swept",
     "mark",
+    "reap",
     "send",
     "signal_name",
     "stop_signals",
@@ -105,10 +107,8 @@ def exit_status(exc: SystemExit) -> int:
 
 def send(pid: int, signum: int, *, group: bool = False) -> None:
     """Send *signum* to process *pid* (to process group *pid* with *group*); gone is fine."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         (os.killpg if group else os.kill)(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _send_all(processes: Iterable[psutil.Process], signum: int) -> None:
@@ -233,11 +233,9 @@ def running(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
 
     found = []
     for process in processes:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
-        except psutil.NoSuchProcess:
-            pass
     return found
 
 
@@ -264,10 +262,8 @@ def _wait_gone(
     deadline = time.monotonic() + timeout
     while True:
         for process in processes if hasattr(os, "WNOHANG") else ():
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(process.pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
         alive = running(processes)
         left = deadline - time.monotonic()
         if not alive or left <= 0 or until():
@@ -275,18 +271,77 @@ def _wait_gone(
         pause(min(_POLL, left))
 
 
-def freeze_and_kill(find: Callable[[], Iterable[psutil.Process]]) -> list[psutil.Process]:
-    """SIGSTOP what *find* returns until nothing is new (none forks), SIGKILL all; return it."""
+def freeze_and_kill(
+    find: Callable[[], Iterable[psutil.Process]], *, adopted: bool = False
+) -> list[psutil.Process]:
+    """SIGSTOP what *find* returns until nothing is new (none forks), SIGKILL all; return it.
+
+    A process forking its successor and exiting every millisecond outruns a
+    scan of ``/proc``; if it made a session of its own (``setsid``, as a
+    daemon does), its process group is stopped whole, forks in flight
+    included, as soon as one member is seen: running, or exited and not yet
+    reaped by this process when *adopted* (a subreaper whose every child is
+    the tree's).
+    """
+    import psutil
+
     frozen: dict[psutil.Process, None] = {}  # a Process is its pid and start time
+    groups: set[int] = set()
     deadline = time.monotonic() + _FREEZE_BOUND
     while time.monotonic() < deadline:
-        new = [process for process in running(find()) if process not in frozen]
-        if not new:
+        found = list(find())
+        exited = psutil.Process().children() if adopted else []
+        new_groups = _session_groups([*found, *exited]) - groups
+        for group in new_groups:
+            send(group, signal.SIGSTOP, group=True)
+        groups |= new_groups
+        new = [process for process in running(found) if process not in frozen]
+        if not new and not new_groups:
             break
         frozen.update(dict.fromkeys(new))
         _send_all(new, signal.SIGSTOP)
     _send_all(frozen, signal.SIGKILL)
+    for group in groups:
+        send(group, signal.SIGKILL, group=True)
+    deadline = time.monotonic() + _KILL_WAIT
+    while groups and time.monotonic() < deadline:  # members this process never saw
+        if adopted:
+            reap()
+        groups = {group for group in groups if _has_members(group)}
+        time.sleep(_POLL if groups else 0)
     return list(frozen)
+
+
+def _has_members(group: int) -> bool:
+    try:
+        os.killpg(group, 0)  # no signal: only whether the group still exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def reap() -> None:
+    """Reap every child that has exited (adopted orphans too): none is left to init."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _session_groups(found: Iterable[psutil.Process]) -> set[int]:
+    """The process groups of *found* outside this process's session.
+
+    Only the tree's processes can be in a session one of them made, so such
+    a group is the tree's to stop whole.
+    """
+    own, groups = os.getsid(0), set()
+    for process in found:
+        with contextlib.suppress(OSError):
+            session, group = os.getsid(process.pid), os.getpgid(process.pid)
+            if session != own and process.is_running():  # the same process: no reused pid
+                groups.add(group)
+    return groups
 
 
 def stop_tree(
@@ -295,11 +350,13 @@ def stop_tree(
     *,
     pause: Callable[[float], object] = time.sleep,
     forced: Callable[[], bool] = lambda: False,
+    adopted: bool = False,
 ) -> int:
     """SIGTERM what *find* returns, *timeout* s later freeze and kill what is left; how many.
 
     :param pause: waits between checks (the supervisor takes signals meanwhile).
     :param forced: whether a forced stop came meanwhile: the grace period ends.
+    :param adopted: as for :func:`freeze_and_kill`.
     """
     found = find()
     if not found:
@@ -315,7 +372,7 @@ def stop_tree(
                 timeout,
                 [p.pid for p in survivors],
             )
-    killed = freeze_and_kill(find)
+    killed = freeze_and_kill(find, adopted=adopted)
     _wait_gone(killed, _KILL_WAIT, pause=pause)
     return len({p.pid for p in [*found, *killed]})
 
@@ -354,10 +411,9 @@ def mark(token: str) -> None:
     except OSError:
         return
     try:
-        os.ftruncate(fd, mmap.PAGESIZE)
-        _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, mmap.PAGESIZE)
+            _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
     finally:
         os.close(fd)
 

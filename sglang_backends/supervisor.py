@@ -247,8 +247,13 @@ class _Supervision:
         self._read()
         problem, status = self._verdict()
         count = processes.stop_tree(
-            processes.descendants, self.setup.timeout, pause=self._wait, forced=lambda: self.forced
+            processes.descendants,
+            self.setup.timeout,
+            pause=self._wait,
+            forced=lambda: self.forced,
+            adopted=True,  # a subreaper: every child is the tree's
         )
+        processes.reap()
         processes.log_swept(count)
         if self.overran is not None:
             _error(self.setup.prog, self.overran)
@@ -356,7 +361,7 @@ class _Supervision:
     def _kill(self) -> None:
         """Freeze and SIGKILL every descendant; from now on nothing gets a grace period."""
         self.forced = True
-        processes.freeze_and_kill(processes.descendants)
+        processes.freeze_and_kill(processes.descendants, adopted=True)
 
     def _verdict(self) -> tuple[str | None, int]:
         """The problem to report (``None`` when the work finished) and the exit status."""

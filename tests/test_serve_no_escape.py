@@ -8,6 +8,7 @@ descendant of ``serve``. Stop timeouts are short so the suite stays quick.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -255,6 +256,47 @@ def test_a_process_forking_every_millisecond_does_not_outrun_the_stop(hostile, t
     marked = [p.pid for p in psutil.process_iter() if _holds(p, env["HOSTILE_PIDS"])]
     started.extend(marked)
     assert marked == []
+
+
+#: Run serve (argv[1:]) as the child of a subreaper that, after serve has
+#: exited, reaps and prints whatever serve's tree left it: orphans that had
+#: exited but were not reaped (zombies) and, for a moment, any survivor.
+ADOPTER = """
+import json, os, signal, subprocess, sys, time
+from sglang_backends.processes import become_subreaper
+
+assert become_subreaper()
+serve = subprocess.Popen(sys.argv[1:])
+while not os.path.exists(os.environ["HOSTILE_PIDS"]):
+    time.sleep(0.05)
+time.sleep(0.3)  # the chain is running
+serve.send_signal(signal.SIGTERM)
+status = serve.wait(timeout=30)
+time.sleep(0.5)
+left = []
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid == 0:
+        break
+    left.append(pid)
+print(json.dumps({"status": status, "left": left}))
+"""
+
+
+def test_serve_reaps_every_process_it_stopped_none_is_left_to_init(hostile, tmp_path):
+    """Nothing of a stopped tree reaches init: no zombie (a container's PID 1 may never
+    reap it) and no survivor (a chain forking faster than a scan of /proc once did).
+    """
+    environ, _, started = hostile
+    log = tmp_path / "adopter.log"  # a file: a survivor would hold a pipe open
+    proc = _start([sys.executable, "-c", ADOPTER, *SERVE], environ("forker"), log)
+    started.append(proc.pid)
+    assert proc.wait(timeout=60) == 0, log.read_text()
+    outcome = json.loads(log.read_text().splitlines()[-1])
+    assert outcome == {"status": 128 + signal.SIGTERM, "left": []}
 
 
 def _holds(process, value):
