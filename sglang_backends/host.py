@@ -222,12 +222,14 @@ def diffusion_backend() -> ServeBackend:
     """Build the lazy ``diffusion`` built-in: SGLang's detector if any, else the offline one."""
     from sglang_backends.contract import ServeBackend, ServeBackendDetection
 
-    utils = sglang_installed() and _import_sglang(
-        "sglang.cli.utils",
-        "SGLang is installed but sglang.cli.utils failed to import (%s); "
-        "diffusion detection uses the offline rule",
-        detail=describe,
-    )
+    utils = None
+    if sglang_installed():
+        utils = _import_sglang(
+            "sglang.cli.utils",
+            "SGLang is installed but sglang.cli.utils failed to import (%s); "
+            "diffusion detection uses the offline rule",
+            detail=describe,
+        )
     is_diffusion_model = getattr(utils, "get_is_diffusion_model", None)
     if not callable(is_diffusion_model):
         return ServeBackend(api_version=1, run=run_diffusion, detect=detect_diffusion_offline)

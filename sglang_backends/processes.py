@@ -34,7 +34,6 @@ __all__ = [
     "log_stopped",
     "log_swept",
     "mark",
-    "reap",
     "send",
     "signal_name",
     "stop_signals",
@@ -289,9 +288,9 @@ def freeze_and_kill(
     groups: set[int] = set()
     deadline = time.monotonic() + _FREEZE_BOUND
     while time.monotonic() < deadline:
-        found = list(find())
-        exited = psutil.Process().children() if adopted else []
-        new_groups = _session_groups([*found, *exited]) - groups
+        found = list(find())  # running processes only: add our children, exited ones too
+        children = psutil.Process().children() if adopted else []
+        new_groups = _session_groups([*found, *children]) - groups
         for group in new_groups:
             send(group, signal.SIGSTOP, group=True)
         groups |= new_groups
@@ -304,23 +303,28 @@ def freeze_and_kill(
     for group in groups:
         send(group, signal.SIGKILL, group=True)
     deadline = time.monotonic() + _KILL_WAIT
-    while groups and time.monotonic() < deadline:  # members this process never saw
-        if adopted:
-            reap()
-        groups = {group for group in groups if _has_members(group)}
-        time.sleep(_POLL if groups else 0)
-    return list(frozen)
+    while True:  # until the groups' members, some never seen here, have exited
+        groups = {group for group in groups if _runs_in(group)}
+        if not groups or time.monotonic() >= deadline:
+            return list(frozen)
+        time.sleep(_POLL)
 
 
-def _has_members(group: int) -> bool:
-    try:
-        os.killpg(group, 0)  # no signal: only whether the group still exists
-    except OSError:  # gone, or not this user's to signal: nothing to wait for
-        return False
-    return True
+def _runs_in(group: int) -> bool:
+    """Whether a process of *group* still runs (one that exited waits to be reaped).
+
+    Not reaped here: a caller may be waiting for one of its children's status.
+    """
+    import psutil
+
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
+                return True
+    return False
 
 
-def reap() -> None:
+def _reap() -> None:
     """Reap every child that has exited (adopted orphans too): none is left to init."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
@@ -354,25 +358,30 @@ def stop_tree(
 
     :param pause: waits between checks (the supervisor takes signals meanwhile).
     :param forced: whether a forced stop came meanwhile: the grace period ends.
-    :param adopted: as for :func:`freeze_and_kill`.
+    :param adopted: as for :func:`freeze_and_kill`; then every exited child
+        is reaped at the end, so that none is left to init.
     """
-    found = find()
-    if not found:
-        return 0
-    LOG.debug("Stopping %d process(es): %s", len(found), [p.pid for p in found])
-    if timeout > 0 and not forced():
-        _send_all(found, signal.SIGTERM)
-        survivors = _wait_gone(found, timeout, pause=pause, until=forced)
-        if survivors and not forced():
-            LOG.warning(
-                "Killing %d process(es) still running %.1fs after SIGTERM: %s",
-                len(survivors),
-                timeout,
-                [p.pid for p in survivors],
-            )
-    killed = freeze_and_kill(find, adopted=adopted)
-    _wait_gone(killed, _KILL_WAIT, pause=pause)
-    return len({p.pid for p in [*found, *killed]})
+    try:
+        found = find()
+        if not found:
+            return 0
+        LOG.debug("Stopping %d process(es): %s", len(found), [p.pid for p in found])
+        if timeout > 0 and not forced():
+            _send_all(found, signal.SIGTERM)
+            survivors = _wait_gone(found, timeout, pause=pause, until=forced)
+            if survivors and not forced():
+                LOG.warning(
+                    "Killing %d process(es) still running %.1fs after SIGTERM: %s",
+                    len(survivors),
+                    timeout,
+                    [p.pid for p in survivors],
+                )
+        killed = freeze_and_kill(find, adopted=adopted)
+        _wait_gone(killed, _KILL_WAIT, pause=pause)
+        return len({p.pid for p in [*found, *killed]})
+    finally:
+        if adopted:
+            _reap()
 
 
 def kill_trees(*pids: int, groups: bool = False) -> None:

@@ -253,7 +253,6 @@ class _Supervision:
             forced=lambda: self.forced,
             adopted=True,  # a subreaper: every child is the tree's
         )
-        processes.reap()
         processes.log_swept(count)
         if self.overran is not None:
             _error(self.setup.prog, self.overran)

@@ -32,7 +32,6 @@ from sglang_backends.processes import (
     become_subreaper,
     descendants,
     kill_trees,
-    reap,
     send,
     signal_name,
     stop_tree,
@@ -354,7 +353,6 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
         result = Result(ok=False, error=str(exc) or type(exc).__name__)
     stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
-    reap()
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(result), out)
     sys.stdout.flush()
