@@ -48,7 +48,7 @@ EXPECTED_CHECK = {
     "wrongtype": ("error", "factory returned int"),
     "oldapi": ("error", "uses API version 0"),
     "twin": ("error", "Multiple distributions register serve backend 'twin'"),
-    "llm": ("error", "claims a reserved or built-in name"),
+    "llm": ("error", "claims the built-in name 'llm'; every serve fails until you uninstall"),
     "good": ("ok", "API version 1"),
 }
 

@@ -123,7 +123,7 @@ class CheckBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends.commands._worker import Job, last_line, run_loads
-        from sglang_backends.selection import PluginStatus
+        from sglang_backends.selection import PluginStatus, conflict_warning
 
         survey = self.survey(parsed_args)
         settings = survey.settings
@@ -160,12 +160,7 @@ class CheckBackends(SelectionOptions, Lister):
                 rows.append((*head, "skipped", 0.0, "disabled by the selection; not loaded"))
                 continue
             if record.status is PluginStatus.CONFLICT:
-                detail = (
-                    f"Out-of-tree serve backend {plugin.name!r} from {plugin.provider} "
-                    "claims a reserved or built-in name; every serve fails until it is "
-                    "uninstalled or listed in disabled_backends"
-                )
-                rows.append((*head, "error", 0.0, detail))
+                rows.append((*head, "error", 0.0, conflict_warning(plugin)))
                 continue
             worker = results[key]
             seconds = round(worker.seconds, 3)
