@@ -171,23 +171,16 @@ def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]
     return [f"  {label.ljust(width)}  {note}" for label, note in rows]
 
 
-def conflict_warnings(records: Collection[PluginRecord]) -> list[str]:
-    """One line per plugin claiming a built-in or reserved name: who, and how to fix it."""
-    from sglang_backends.selection import conflict_warning
-
-    return [
-        printable(conflict_warning(r.plugin)) for r in records if r.status is PluginStatus.CONFLICT
-    ]
-
-
 def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
     from sglang_backends.host import BUILTIN_NOTES
+    from sglang_backends.selection import conflict_warning
 
     installed = survey(settings, dict.fromkeys(BUILTIN_NOTES))
     builtin_names = tuple(installed.builtins)
     text = _render((*builtin_names, *installed.usable_names), builtin_names, installed.records)
-    return text, conflict_warnings(installed.records)
+    conflicts = [r.plugin for r in installed.records if r.status is PluginStatus.CONFLICT]
+    return text, [printable(conflict_warning(plugin)) for plugin in conflicts]
 
 
 def _render(
