@@ -4,22 +4,28 @@ It chooses, loads and runs the backend, and tells the supervisor over a
 :class:`Channel` which backend runs and how the work ended. The supervisor and
 this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
 (:func:`take_role`; the front keeps its own title), so ``pgrep -f
-sglang-backends`` finds all three.
+sglang-backends`` finds all three. The tree's mark (:func:`mark`), which the
+supervisor takes and every process it starts inherits, lets the front and this
+process stop (:func:`sweep`) what the backend started should the supervisor be killed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NoReturn
 
 from sglang_backends import processes
 
-__all__ = ["BackendWork", "Channel", "flush", "run", "take_role", "title_for"]
+if TYPE_CHECKING:
+    import psutil
+
+__all__ = ["BackendWork", "Channel", "flush", "mark", "run", "sweep", "take_role", "title_for"]
 
 LOG = logging.getLogger(__name__)
 
@@ -114,6 +120,68 @@ def run(
         tell.say("status", str(status))
         if os.getpid() == me and os.getppid() != supervisor:
             # The supervisor was killed: stop what is left, marked processes included.
-            processes.sweep([], token, timeout=stop_timeout)
+            sweep([], token, timeout=stop_timeout)
         flush()
         os._exit(status)
+
+
+# -- the tree's mark -------------------------------------------------------------
+
+#: The environment variable holding the tree's mark (see :func:`mark`).
+MARKER = "SGLANG_BACKENDS_SERVE_TREE"
+# The marks made here: a mapping must outlive the call that made it.
+_MARKS: list[object] = []
+
+
+def mark(token: str) -> None:
+    """Mark this process and every process it starts from now on as *token*'s (Linux).
+
+    *token* joins the tokens in :data:`MARKER` in the environment (kept through
+    ``exec``) and names a mapped memory file (kept through ``fork``, in ``/proc/PID/maps``).
+    """
+    os.environ[MARKER] = " ".join([*os.environ.get(MARKER, "").split(), token])
+    if not hasattr(os, "memfd_create"):
+        return
+    import mmap
+
+    try:
+        fd = os.memfd_create(f"{MARKER}={token}", 0)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, mmap.PAGESIZE)
+            _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
+    finally:
+        os.close(fd)
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """Live processes, other than this one, that carry *token*'s mark (those readable here)."""
+    import psutil
+
+    def carries(process: psutil.Process) -> bool:
+        try:
+            if token in process.environ().get(MARKER, "").split():
+                return True
+            with open(f"/proc/{process.pid}/maps", "rb") as maps:
+                return f"/memfd:{MARKER}={token} ".encode() in maps.read()
+        except (psutil.Error, OSError, ValueError):
+            return False
+
+    return processes.running(
+        p for p in psutil.process_iter() if p.pid != os.getpid() and carries(p)
+    )
+
+
+def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:
+    """Stop *roots*, their descendants and every process marked *token*; return how many."""
+    roots = list(roots)
+
+    def find() -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        for top in [*processes.running(roots), *marked(token)]:
+            found.update((p.pid, p) for p in processes.descendants(top.pid, itself=True))
+        return list(found.values())
+
+    return processes.stop_tree(find, timeout)

@@ -33,18 +33,14 @@ __all__ = [
     "log_received",
     "log_stopped",
     "log_swept",
-    "mark",
+    "running",
     "send",
     "signal_name",
     "stop_signals",
     "stop_tree",
-    "sweep",
 ]
 
 LOG = logging.getLogger(__name__)
-
-#: The environment variable holding the tree's mark (see :func:`mark`).
-MARKER = "SGLANG_BACKENDS_SERVE_TREE"
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -250,24 +246,19 @@ def descendants(pid: int | None = None, *, itself: bool = False) -> list[psutil.
     return running([root, *found] if itself else found)
 
 
-def _wait_gone(
-    processes: list[psutil.Process],
-    timeout: float,
-    *,
-    pause: Callable[[float], object] = time.sleep,
-    until: Callable[[], bool] = lambda: False,
-) -> list[psutil.Process]:
-    """Wait up to *timeout* s, or *until*, for *processes* to end (reaping only them); the rest."""
+def _wait(done: Callable[[], bool], timeout: float, pause: Callable[[float], object]) -> None:
+    """Wait until *done*, checked every :data:`_POLL` s, at most *timeout* s."""
     deadline = time.monotonic() + timeout
-    while True:
-        for process in processes if hasattr(os, "WNOHANG") else ():
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(process.pid, os.WNOHANG)
-        alive = running(processes)
-        left = deadline - time.monotonic()
-        if not alive or left <= 0 or until():
-            return alive
+    while not done() and (left := deadline - time.monotonic()) > 0:
         pause(min(_POLL, left))
+
+
+def _reaped(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Reap those of *processes* that are exited children of this one; the running rest."""
+    for process in processes if hasattr(os, "WNOHANG") else ():
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(process.pid, os.WNOHANG)
+    return running(processes)
 
 
 def freeze_and_kill(
@@ -302,24 +293,20 @@ def freeze_and_kill(
     _send_all(frozen, signal.SIGKILL)
     for group in groups:
         send(group, signal.SIGKILL, group=True)
-    deadline = time.monotonic() + _KILL_WAIT
-    while True:  # until the groups' members, some never seen here, have exited
-        groups = {group for group in groups if _runs_in(group)}
-        if not groups or time.monotonic() >= deadline:
-            return list(frozen)
-        time.sleep(_POLL)
+    _wait(lambda: not _runs_in(groups), _KILL_WAIT, time.sleep)  # members never seen too
+    return list(frozen)
 
 
-def _runs_in(group: int) -> bool:
-    """Whether a process of *group* still runs (one that exited waits to be reaped).
+def _runs_in(groups: set[int]) -> bool:
+    """Whether a process of *groups* still runs (one that exited waits to be reaped).
 
     Not reaped here: a caller may be waiting for one of its children's status.
     """
     import psutil
 
-    for process in psutil.process_iter():
+    for process in psutil.process_iter() if groups else ():
         with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
+            if os.getpgid(process.pid) in groups and process.status() != psutil.STATUS_ZOMBIE:
                 return True
     return False
 
@@ -368,7 +355,8 @@ def stop_tree(
         LOG.debug("Stopping %d process(es): %s", len(found), [p.pid for p in found])
         if timeout > 0 and not forced():
             _send_all(found, signal.SIGTERM)
-            survivors = _wait_gone(found, timeout, pause=pause, until=forced)
+            _wait(lambda: not _reaped(found) or forced(), timeout, pause)
+            survivors = running(found)
             if survivors and not forced():
                 LOG.warning(
                     "Killing %d process(es) still running %.1fs after SIGTERM: %s",
@@ -377,7 +365,7 @@ def stop_tree(
                     [p.pid for p in survivors],
                 )
         killed = freeze_and_kill(find, adopted=adopted)
-        _wait_gone(killed, _KILL_WAIT, pause=pause)
+        _wait(lambda: not _reaped(killed), _KILL_WAIT, pause)
         return len({p.pid for p in [*found, *killed]})
     finally:
         if adopted:
@@ -394,61 +382,3 @@ def kill_trees(*pids: int, groups: bool = False) -> None:
     stop_tree(lambda: [p for pid in pids for p in descendants(pid, itself=True)], 0)
     for pid in pids if groups else ():
         send(pid, signal.SIGKILL, group=True)
-
-
-# -- the tree's mark --------------------------------------------------------------
-
-# The marks made here: a mapping must outlive the call that made it.
-_MARKS: list[object] = []
-
-
-def mark(token: str) -> None:
-    """Mark this process and every process it starts from now on as *token*'s (Linux).
-
-    *token* joins the tokens in :data:`MARKER` in the environment (kept through
-    ``exec``) and names a mapped memory file (kept through ``fork``, in ``/proc/PID/maps``).
-    """
-    os.environ[MARKER] = " ".join([*os.environ.get(MARKER, "").split(), token])
-    if not hasattr(os, "memfd_create"):
-        return
-    import mmap
-
-    try:
-        fd = os.memfd_create(f"{MARKER}={token}", 0)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, mmap.PAGESIZE)
-            _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
-    finally:
-        os.close(fd)
-
-
-def marked(token: str) -> list[psutil.Process]:
-    """Live processes, other than this one, that carry *token*'s mark (those readable here)."""
-    import psutil
-
-    def carries(process: psutil.Process) -> bool:
-        try:
-            if token in process.environ().get(MARKER, "").split():
-                return True
-            with open(f"/proc/{process.pid}/maps", "rb") as maps:
-                return f"/memfd:{MARKER}={token} ".encode() in maps.read()
-        except (psutil.Error, OSError, ValueError):
-            return False
-
-    return running(p for p in psutil.process_iter() if p.pid != os.getpid() and carries(p))
-
-
-def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:
-    """Stop *roots*, their descendants and every process marked *token*; return how many."""
-    roots = list(roots)
-
-    def find() -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        for top in [*running(roots), *marked(token)]:
-            found.update((p.pid, p) for p in descendants(top.pid, itself=True))
-        return list(found.values())
-
-    return stop_tree(find, timeout)

@@ -154,7 +154,7 @@ def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
         roots = [backend] if repr(backend.create_time()) == started else []
     except (OSError, ValueError, psutil.Error):
         roots = []
-    count = processes.sweep(roots, setup.token, timeout=setup.timeout)
+    count = backend_process.sweep(roots, setup.token, timeout=setup.timeout)
     _error(
         setup.prog,
         f"the serve supervisor (pid {pid}) was killed by {processes.signal_name(signum)}; "
@@ -177,7 +177,7 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
         if not processes.become_subreaper():
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
-        processes.mark(setup.token)  # inherited by every process the backend starts
+        backend_process.mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
         reader, writer = os.pipe()
         flush()
