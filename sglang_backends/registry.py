@@ -142,28 +142,22 @@ class ServeBackendRegistry:
         cls,
         settings: Settings,
         builtins: Mapping[str, BuiltinBackend] | None = None,
-        *,
-        origins: Mapping[str, str] | None = None,
     ) -> ServeBackendRegistry:
         """The registry *settings* describe; every entry point builds its registry here.
 
         :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
-        :param origins: as *selection_origins*; by default
-            :meth:`~sglang_backends.settings.Settings.list_origins`.
         """
         if builtins is None:
             from sglang_backends.host import default_builtins
 
             builtins = default_builtins()
-        if origins is None:
-            origins = settings.list_origins()
         return cls(
             builtins,
             enabled=settings.enabled,
             disabled=settings.disabled,
             detect_timeout=settings.detect_timeout,
             load_timeout=settings.load_timeout,
-            selection_origins=origins,
+            selection_origins=settings.list_origins(),
         )
 
     @property

@@ -68,6 +68,8 @@ class Settings(NamedTuple):
     :param stop_timeout: seconds ``serve``'s processes get between SIGTERM
         and SIGKILL when it stops them (``0`` kills at once).
     :param source: where the values came from, for messages.
+    :param flag_origins: ``("enabled", "--enable on the command line")`` pairs
+        for the lists a command-line flag set, overriding configuration.
     :param locate: where an option was set (a file, ``environment variable
         NAME``), or ``None`` at its default: configuration asks oslo.config
         when a message needs it; settings built by hand know nothing of it.
@@ -83,6 +85,7 @@ class Settings(NamedTuple):
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
     source: str = "defaults"
+    flag_origins: tuple[tuple[str, str], ...] = ()
     locate: Callable[[str], str | None] | None = None
 
     def __repr__(self) -> str:  # without locate, a function
@@ -103,14 +106,12 @@ class Settings(NamedTuple):
     def list_origins(self) -> dict[str, str]:
         """Where the enabled and disabled lists were set, for warnings about their names.
 
-        Keyed ``"enabled"`` and ``"disabled"``; empty when no configuration was read.
+        Keyed ``"enabled"`` and ``"disabled"``: set by a flag, or by configuration
+        (whenever any was read); empty when neither was.
         """
-        if self.locate is None:
-            return {}
-        return {
-            "enabled": self.describe("enabled_backends"),
-            "disabled": self.describe("disabled_backends"),
-        }
+        lists = () if self.locate is None else ("enabled", "disabled")
+        origins = {label: self.describe(f"{label}_backends") for label in lists}
+        return {**origins, **dict(self.flag_origins)}
 
 
 def configured(

@@ -26,7 +26,6 @@ __all__ = [
     "add_config_options",
     "builtin_row",
     "builtin_status",
-    "list_origins",
     "option_action",
     "option_span",
     "plugin_row",
@@ -194,7 +193,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             installed.builtins,
             enabled=settings.enabled,
             disabled=settings.disabled,
-            origins=list_origins(settings, parsed_args),
+            origins=settings.list_origins(),
         )
         problem = _model_type_problem(installed)
         if problem:
@@ -216,20 +215,14 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             settings = load_settings(config_files=files, config_dirs=dirs)
         enable = _names(parsed_args.enable, "--enable")
         disable = _names(parsed_args.disable, "--disable")
+        flagged = settings.flag_origins
         if enable is not None:
+            flagged += (("enabled", "--enable on the command line"),)
             settings = settings._replace(enabled=enable or None)
         if disable is not None:
+            flagged += (("disabled", "--disable on the command line"),)
             settings = settings._replace(disabled=disable)
-        return settings
-
-
-def list_origins(settings: Settings, parsed_args: argparse.Namespace) -> dict[str, str]:
-    """Where the enabled and disabled lists were set: in configuration, or by the flag."""
-    origins = settings.list_origins()
-    for flag in ("enable", "disable"):
-        if getattr(parsed_args, flag) is not None:
-            origins[f"{flag}d"] = f"--{flag} on the command line"
-    return origins
+        return settings._replace(flag_origins=flagged)
 
 
 def _model_type_problem(installed: Survey) -> str | None:

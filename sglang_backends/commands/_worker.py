@@ -265,7 +265,7 @@ def _registry(job: Job) -> ServeBackendRegistry:
         detect_timeout=job.detect_timeout,
         load_timeout=job.load_timeout,
     )
-    return ServeBackendRegistry.from_settings(settings, origins={})
+    return ServeBackendRegistry.from_settings(settings)
 
 
 def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) -> Result:

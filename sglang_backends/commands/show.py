@@ -17,7 +17,6 @@ from sglang_backends.commands._base import (
     ENABLED,
     SelectionOptions,
     builtin_row,
-    list_origins,
     plugin_row,
 )
 
@@ -88,9 +87,7 @@ class ShowBackend(SelectionOptions, ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
         from sglang_backends.registry import ServeBackendRegistry
 
-        settings = self.settings(parsed_args)
-        origins = list_origins(settings, parsed_args)
-        registry = ServeBackendRegistry.from_settings(settings, origins=origins)
+        registry = ServeBackendRegistry.from_settings(self.settings(parsed_args))
         started = time.perf_counter()
         with _output_to_stderr():
             registered = registry.get(parsed_args.name)
