@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
 
 from sglang_backends.processes import (
@@ -187,13 +187,12 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     """Run *job* in a fresh worker; never raises for its fault. On timeout its tree and
     group are killed; output goes to files, which an inheriting process cannot hold up.
     """
-    with _stop_signals_kill_workers():
-        return _run_isolated(job, timeout=timeout)
-
-
-def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     started = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with (
+        _stop_signals_kill_workers(),
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
         if _WORKERS.stopped:
             return _STOPPED
         with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
@@ -209,10 +208,8 @@ def _run_isolated(job: Job, *, timeout: float) -> WorkerResult:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_trees(process.pid, groups=True)
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
             return WorkerResult(
                 None,
                 "timeout",
