@@ -36,11 +36,10 @@ from sglang_backends.processes import (
     signal_name,
     stop_tree,
 )
-from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
+from sglang_backends.settings import Settings
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend
-    from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 
@@ -48,17 +47,15 @@ __all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 @dataclasses.dataclass(frozen=True)
 class Job:
     """What one worker does (``load`` backend :attr:`name`, check its ``contract`` too, or
-    ``explain`` detection for a request), under which selection; *progress* is a file it
-    notes each load and detector in, read should the worker not finish.
+    ``explain`` detection for a request), under which *settings* (the registry's: no
+    ``locate``, which JSON cannot carry); *progress* is a file it notes each load and
+    detector in, read should the worker not finish.
     """
 
     action: Literal["load", "contract", "explain"]
-    enabled: Sequence[str] | None
-    disabled: Sequence[str]
+    settings: Settings
     name: str = ""
     contract_timeout: float = 0.0
-    detect_timeout: float = DEFAULT_DETECT_TIMEOUT
-    load_timeout: float = DEFAULT_LOAD_TIMEOUT
     argv: Sequence[str] = ()
     model_path: str | None = None
     positional: bool = False
@@ -252,19 +249,6 @@ def run_loads(
 # -- the worker's end -------------------------------------------------------------
 
 
-def _registry(job: Job) -> ServeBackendRegistry:
-    from sglang_backends.registry import ServeBackendRegistry
-    from sglang_backends.settings import Settings
-
-    settings = Settings(
-        enabled=None if job.enabled is None else tuple(job.enabled),
-        disabled=tuple(job.disabled),
-        detect_timeout=job.detect_timeout,
-        load_timeout=job.load_timeout,
-    )
-    return ServeBackendRegistry.from_settings(settings)
-
-
 def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) -> Result:
     """What a loaded backend declares, and the seconds since *started*."""
     backend = registered.backend
@@ -280,9 +264,10 @@ def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) ->
 
 def _load(job: Job) -> Result:
     """Load one backend by name and report its contract fields; with ``contract``, check it."""
+    from sglang_backends.registry import ServeBackendRegistry
     from sglang_backends.testing import ContractViolation, assert_backend_contract
 
-    registry = _registry(job)
+    registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
     registered = registry.get(job.name)
     if job.action == "load":
@@ -303,8 +288,9 @@ def _load(job: Job) -> Result:
 def _explain(job: Job) -> Result:
     """Run automatic detection on the request and report every outcome."""
     from sglang_backends.contract import ServeRequest
+    from sglang_backends.registry import ServeBackendRegistry
 
-    registry = _registry(job)
+    registry = ServeBackendRegistry.from_settings(job.settings)
     request = ServeRequest(
         argv=tuple(job.argv), model_path=job.model_path, model_path_is_positional=job.positional
     )
@@ -344,7 +330,8 @@ def main() -> None:
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     become_subreaper()
-    job = Job(**json.load(sys.stdin))
+    data = json.load(sys.stdin)
+    job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
     try:
         result = _explain(job) if job.action == "explain" else _load(job)
     except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised

@@ -14,6 +14,7 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
+from sglang_backends.settings import Settings
 from sglang_backends.usage import Survey, printable
 
 if TYPE_CHECKING:
@@ -138,9 +139,10 @@ class CheckBackends(SelectionOptions, Lister):
         to_load = sorted({key for record, key in chosen if record.status.usable})
         base = Job(
             action="contract" if parsed_args.contract else "load",
-            enabled=settings.enabled,
             # A conflict makes every registry fail; set it aside to check the rest.
-            disabled=tuple(sorted({*settings.disabled, *conflicts})),
+            settings=Settings(
+                enabled=settings.enabled, disabled=tuple(sorted({*settings.disabled, *conflicts}))
+            ),
             # The kit bounds each call; a third of the worker's time leaves room to report.
             contract_timeout=parsed_args.timeout / 3,
         )

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cliff.lister import Lister
 
@@ -16,9 +15,7 @@ from sglang_backends.commands._base import (
     option_span,
     positive_seconds,
 )
-
-if TYPE_CHECKING:
-    from sglang_backends.commands._worker import Job
+from sglang_backends.settings import Settings
 
 __all__ = ["DetectBackend"]
 
@@ -34,7 +31,7 @@ WORKER_MARGIN = 10.0
 CULPRIT_TIMEOUT = 10.0
 
 
-def _why(underway: Any, job: Job, records: Iterable[Any], timeout: float) -> str:
+def _why(underway: Any, settings: Settings, records: Iterable[Any], timeout: float) -> str:
     """Why detection did not finish: the detectors still running, else the loads' culprits.
 
     Once every plugin had loaded, loading them again would find nothing wrong;
@@ -42,7 +39,7 @@ def _why(underway: Any, job: Job, records: Iterable[Any], timeout: float) -> str
     stuck, so each enabled plugin is loaded alone, given ``max(timeout,
     CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
     """
-    from sglang_backends.commands._worker import default_jobs, run_loads
+    from sglang_backends.commands._worker import Job, default_jobs, run_loads
     from sglang_backends.selection import PluginStatus
 
     busy = underway.describe()
@@ -53,7 +50,7 @@ def _why(underway: Any, job: Job, records: Iterable[Any], timeout: float) -> str
         )
     names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
     bound = max(timeout, CULPRIT_TIMEOUT)
-    load = dataclasses.replace(job, action="load")
+    load = Job(action="load", settings=settings)
     results = run_loads(load, names, timeout=bound, concurrency=default_jobs())
     broken, slow = [], []
     for name, result in results.items():
@@ -203,32 +200,32 @@ class DetectBackend(SelectionOptions, Lister):
             )
 
         survey = self.survey(parsed_args)
-        settings = survey.settings
-        if parsed_args.detect_timeout is not None:
-            settings = settings._replace(detect_timeout=parsed_args.detect_timeout)
-
-        job = Job(
-            action="explain",
-            enabled=settings.enabled,
-            disabled=settings.disabled,
-            detect_timeout=settings.detect_timeout,
-            load_timeout=settings.load_timeout,
-            argv=request.argv,
-            model_path=request.model_path,
-            positional=request.model_path_is_positional,
+        configured = survey.settings
+        settings = Settings(  # the registry's, for the worker
+            enabled=configured.enabled,
+            disabled=configured.disabled,
+            detect_timeout=parsed_args.detect_timeout or configured.detect_timeout,
+            load_timeout=configured.load_timeout,
         )
-        timeout = parsed_args.timeout
-        if timeout is None:
-            timeout = settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
+        timeout = parsed_args.timeout or (
+            settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
+        )
         with tempfile.NamedTemporaryFile(prefix="sglang-backends-detect-") as trace:
-            traced = dataclasses.replace(job, progress=trace.name)
-            worker = run_isolated(traced, timeout=timeout)
+            job = Job(
+                action="explain",
+                settings=settings,
+                argv=request.argv,
+                model_path=request.model_path,
+                positional=request.model_path_is_positional,
+                progress=trace.name,
+            )
+            worker = run_isolated(job, timeout=timeout)
             underway = Underway().replay(trace.read().decode("utf-8", "replace"))
         result = worker.result
         if result is None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
-                f"{_why(underway, job, survey.records, timeout)}"
+                f"{_why(underway, settings, survey.records, timeout)}"
             )
         if not result.ok:
             raise ServeBackendError(str(result.error))
