@@ -133,9 +133,7 @@ class CheckBackends(SelectionOptions, Lister):
             self.app.LOG.warning(printable(warning))
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
-        conflicts = sorted(
-            {r.plugin.name for r in survey.records if r.status is PluginStatus.CONFLICT}
-        )
+        conflicts = {r.plugin.name for r in survey.records if r.status is PluginStatus.CONFLICT}
         to_load = sorted({key for record, key in chosen if record.status.usable})
         base = Job(
             action="contract" if parsed_args.contract else "load",
