@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
@@ -88,11 +88,6 @@ class Result:
     matches: Sequence[str] = ()
     selected: str | None = None
     fallback: bool = False
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Result:
-        outcomes = [Outcome(*o) for o in data.get("outcomes", ())]  # JSON arrays
-        return cls(**{**data, "outcomes": outcomes})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +225,8 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
         else:
             detail = f"the interpreter exited with status {code} before reporting"
         return WorkerResult(None, "crashed", detail, seconds, stderr)
-    return WorkerResult(Result.from_json(result), None, None, seconds, stderr)
+    outcomes = [Outcome(*o) for o in result.get("outcomes", ())]  # JSON arrays
+    return WorkerResult(Result(**{**result, "outcomes": outcomes}), None, None, seconds, stderr)
 
 
 def run_loads(
