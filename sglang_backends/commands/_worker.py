@@ -182,17 +182,17 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     started = time.perf_counter()
     with (
         _stop_signals_kill_workers(),
+        tempfile.TemporaryFile() as given,  # the job, on the worker's stdin
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
     ):
         if _WORKERS.stopped:
             return _STOPPED
-        with tempfile.TemporaryFile() as given:  # the job, on the worker's stdin
-            given.write(json.dumps(dataclasses.asdict(job)).encode())
-            given.seek(0)
-            process = subprocess.Popen(
-                _command(), stdin=given, stdout=out, stderr=err, start_new_session=True
-            )
+        given.write(json.dumps(dataclasses.asdict(job)).encode())
+        given.seek(0)
+        process = subprocess.Popen(
+            _command(), stdin=given, stdout=out, stderr=err, start_new_session=True
+        )
         try:
             if not _WORKERS.add(process.pid):
                 process.wait()
