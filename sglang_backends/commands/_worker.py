@@ -202,13 +202,8 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
             kill_trees(process.pid, groups=True)
             with suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
-            return WorkerResult(
-                None,
-                "timeout",
-                f"did not finish within {timeout:g} s; its process tree was killed",
-                time.perf_counter() - started,
-                _read(err),
-            )
+            detail = f"did not finish within {timeout:g} s; its process tree was killed"
+            return WorkerResult(None, "timeout", detail, time.perf_counter() - started, _read(err))
         finally:
             _WORKERS.discard(process.pid)
             send(process.pid, signal.SIGKILL, group=True)  # what is left of its group
