@@ -197,12 +197,12 @@ def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     from sglang_backends.discovery import has_metadata, normalize_distribution
 
     lines: list[str] = []
-    seen: set[str] = set()
+    seen = {"sglang"}  # SGLang's own distribution installs it
     for record in records:
         plugin = record.plugin
         dist = getattr(plugin.entry_point, "dist", None)
         name = plugin.distribution
-        if dist is None or not name or normalize_distribution(name) in (seen | {"sglang"}):
+        if dist is None or not name or normalize_distribution(name) in seen:
             continue
         seen.add(normalize_distribution(name))
         try:
