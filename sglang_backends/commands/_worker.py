@@ -47,9 +47,10 @@ __all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 @dataclasses.dataclass(frozen=True)
 class Job:
     """What one worker does (``load`` backend :attr:`name`, check its ``contract`` too, or
-    ``explain`` detection for a request), under which *settings* (the registry's: no
-    ``locate``, which JSON cannot carry); *progress* is a file it notes each load and
-    detector in, read should the worker not finish.
+    ``explain`` detection for the request *argv*, host options removed, which the worker
+    normalizes as serve does), under which *settings* (the registry's: no ``locate``,
+    which JSON cannot carry); *progress* is a file it notes each load and detector in,
+    read should the worker not finish.
     """
 
     action: Literal["load", "contract", "explain"]
@@ -57,8 +58,6 @@ class Job:
     name: str = ""
     contract_timeout: float = 0.0
     argv: Sequence[str] = ()
-    model_path: str | None = None
-    positional: bool = False
     progress: str | None = None
 
 
@@ -278,13 +277,11 @@ def _load(job: Job) -> Result:
 
 def _explain(job: Job) -> Result:
     """Run automatic detection on the request and report every outcome."""
-    from sglang_backends.contract import ServeRequest
+    from sglang_backends.dispatch import normalize
     from sglang_backends.registry import ServeBackendRegistry
 
     registry = ServeBackendRegistry.from_settings(job.settings)
-    request = ServeRequest(
-        argv=tuple(job.argv), model_path=job.model_path, model_path_is_positional=job.positional
-    )
+    request = normalize(job.argv)
     started = time.perf_counter()
     report = registry.explain(request, progress=_progress_to(job.progress))
     return Result(

@@ -179,7 +179,7 @@ class DetectBackend(SelectionOptions, Lister):
         import tempfile
 
         from sglang_backends.commands._worker import Job, run_isolated
-        from sglang_backends.dispatch import normalize, parse_host_options
+        from sglang_backends.dispatch import parse_host_options
         from sglang_backends.errors import ServeBackendError
         from sglang_backends.names import AUTO
         from sglang_backends.registry import Underway
@@ -188,7 +188,6 @@ class DetectBackend(SelectionOptions, Lister):
         if tokens and tokens[0] == "--":
             tokens = tokens[1:]
         host = parse_host_options(tokens)
-        request = normalize(host.argv)
         if host.model_type is not None and host.model_type != AUTO:
             self.app.LOG.warning(
                 "detect explains automatic detection; ignoring --model-type %s", host.model_type
@@ -214,9 +213,7 @@ class DetectBackend(SelectionOptions, Lister):
             job = Job(
                 action="explain",
                 settings=settings,
-                argv=request.argv,
-                model_path=request.model_path,
-                positional=request.model_path_is_positional,
+                argv=host.argv,
                 progress=trace.name,
             )
             worker = run_isolated(job, timeout=timeout)
