@@ -228,10 +228,7 @@ def run_loads(
 ) -> dict[str, WorkerResult]:
     """Run *job* once for each of *names*, at most *concurrency* workers at once."""
     jobs = [dataclasses.replace(job, name=name) for name in names]
-    with (
-        _stop_signals_kill_workers(),
-        ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
-    ):
+    with _stop_signals_kill_workers(), ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
         return dict(zip(names, results, strict=True))
 
