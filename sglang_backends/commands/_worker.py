@@ -75,7 +75,6 @@ class Outcome(NamedTuple):
 class Result:
     """What one job found: the loaded backend's declarations, detection's outcomes, or an error."""
 
-    ok: bool = False
     seconds: float = 0.0
     error: str | None = None
     api_version: int | None = None
@@ -240,7 +239,6 @@ def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) ->
     """What a loaded backend declares, and the seconds since *started*."""
     backend = registered.backend
     return Result(
-        ok=True,
         seconds=time.perf_counter() - started,
         api_version=backend.api_version,
         has_detector=backend.detect is not None,
@@ -266,7 +264,7 @@ def _load(job: Job) -> Result:
         )
     except ContractViolation as exc:
         provider = registered.distribution or "an unknown distribution"
-        return Result(ok=False, error=f"{exc} (provided by {provider})")
+        return Result(error=f"{exc} (provided by {provider})")
     return _loaded(
         registered, started, help_seconds=report.help_seconds, detections=len(report.detections)
     )
@@ -282,7 +280,6 @@ def _explain(job: Job) -> Result:
     started = time.perf_counter()
     report = registry.explain(request, progress=_progress_to(job.progress))
     return Result(
-        ok=True,
         seconds=time.perf_counter() - started,
         outcomes=[
             Outcome(o.name, o.distribution, o.verdict.value, o.seconds, o.detail)
@@ -320,7 +317,7 @@ def main() -> None:
     try:
         result = _explain(job) if job.action == "explain" else _load(job)
     except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
-        result = Result(ok=False, error=str(exc) or type(exc).__name__)
+        result = Result(error=str(exc) or type(exc).__name__)
     stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(result), out)

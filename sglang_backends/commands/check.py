@@ -171,7 +171,7 @@ class CheckBackends(SelectionOptions, Lister):
                     detail += f" (last output: {last_line(worker.stderr)})"
                 rows.append((*head, worker.failure, seconds, detail))
                 continue
-            if not result.ok:
+            if result.error is not None:
                 rows.append((*head, "error", seconds, result.error))
                 continue
             detail = (

@@ -224,8 +224,8 @@ class DetectBackend(SelectionOptions, Lister):
                 f"Automatic detection did not complete: {worker.detail}. "
                 f"{_why(underway, settings, survey.records, timeout)}"
             )
-        if not result.ok:
-            raise ServeBackendError(str(result.error))
+        if result.error is not None:
+            raise ServeBackendError(result.error)
 
         rows: list[tuple[Any, ...]] = [
             (o.name, o.distribution, o.verdict, round(o.seconds, 4), o.detail)
