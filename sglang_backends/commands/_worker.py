@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import IO, Literal, NamedTuple
 
 from sglang_backends.processes import (
     StopSignals,
@@ -37,9 +37,6 @@ from sglang_backends.processes import (
     stop_tree,
 )
 from sglang_backends.settings import Settings
-
-if TYPE_CHECKING:
-    from sglang_backends.contract import RegisteredServeBackend
 
 __all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 
@@ -235,18 +232,6 @@ def run_loads(
 # -- the worker's end -------------------------------------------------------------
 
 
-def _loaded(registered: RegisteredServeBackend, started: float, **extra: Any) -> Result:
-    """What a loaded backend declares, and the seconds since *started*."""
-    backend = registered.backend
-    return Result(
-        seconds=time.perf_counter() - started,
-        api_version=backend.api_version,
-        has_detector=backend.detect is not None,
-        requires_model_path=backend.requires_model_path,
-        **extra,
-    )
-
-
 def _load(job: Job) -> Result:
     """Load one backend by name and report its contract fields; with ``contract``, check it."""
     from sglang_backends.registry import ServeBackendRegistry
@@ -255,18 +240,25 @@ def _load(job: Job) -> Result:
     registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
     registered = registry.get(job.name)
-    if job.action == "load":
-        return _loaded(registered, started)
-    try:
-        # The contract with this host only: importing SGLang to check it too takes seconds.
-        report = assert_backend_contract(
-            job.name, registry=registry, timeout=job.contract_timeout, sglang=False
-        )
-    except ContractViolation as exc:
-        provider = registered.distribution or "an unknown distribution"
-        return Result(error=f"{exc} (provided by {provider})")
-    return _loaded(
-        registered, started, help_seconds=report.help_seconds, detections=len(report.detections)
+    help_seconds, detections = 0.0, 0
+    if job.action == "contract":
+        try:
+            # The contract with this host only: importing SGLang to check it too takes seconds.
+            report = assert_backend_contract(
+                job.name, registry=registry, timeout=job.contract_timeout, sglang=False
+            )
+        except ContractViolation as exc:
+            provider = registered.distribution or "an unknown distribution"
+            return Result(error=f"{exc} (provided by {provider})")
+        help_seconds, detections = report.help_seconds, len(report.detections)
+    backend = registered.backend
+    return Result(
+        seconds=time.perf_counter() - started,
+        api_version=backend.api_version,
+        has_detector=backend.detect is not None,
+        requires_model_path=backend.requires_model_path,
+        help_seconds=help_seconds,
+        detections=detections,
     )
 
 
