@@ -13,6 +13,7 @@ Internal module: its names may change between releases without notice.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import os
@@ -149,14 +150,9 @@ def _directory_name(directory: str | None) -> str | None:
     return stem.partition("-")[0] or None
 
 
-_warned: set[tuple[object, ...]] = set()
-
-
+@functools.cache
 def _warn_once(message: str, *args: object) -> None:
     """Log a WARNING about a distribution once per process, however many groups are read."""
-    if (message, *args) in _warned:
-        return
-    _warned.add((message, *args))
     LOG.warning(message, *args)
 
 
