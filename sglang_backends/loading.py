@@ -124,9 +124,10 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
 class _BackendLoad:
     """One backend's load, run by one caller and awaited by the others."""
 
-    def __init__(self, name: str, provider: str) -> None:
+    def __init__(self, name: str, plugin: PluginEntryPoint | None) -> None:
         self.name = name
-        self.provider = provider
+        self.provider = plugin.provider if plugin else "built-in"
+        self.distribution = plugin.distribution if plugin else None
         self.thread: threading.Thread | None = None
         self.started: float | None = None
         self.seconds = 0.0
@@ -182,13 +183,10 @@ class BackendLoader:
 
     def _claim(self, name: str, candidate: Candidate) -> tuple[_BackendLoad, bool]:
         """*candidate*'s load, and whether this caller created it (so must run it)."""
-        key, plugin, _ = candidate
+        fresh = _BackendLoad(name, candidate[1])
         with self._lock:
-            load = self._loads.get(key)
-            if load is not None:
-                return load, False
-            load = self._loads[key] = _BackendLoad(name, plugin.provider if plugin else "built-in")
-            return load, True
+            load = self._loads.setdefault(candidate[0], fresh)
+        return load, load is fresh
 
     def load(self, name: str, candidate: Candidate) -> RegisteredServeBackend:
         """Load *candidate* here unless another caller has; return its backend, unbounded.
@@ -231,7 +229,7 @@ class BackendLoader:
             it raises is that name's outcome.
         :returns: in order, each backend or the outcome (logged) that replaced it.
         """
-        loads: list[tuple[str, str | None, _BackendLoad] | DetectionOutcome] = []
+        loads: list[tuple[str, _BackendLoad] | DetectionOutcome] = []
         mine: list[tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]] = []
         for name in names:
             try:
@@ -242,8 +240,7 @@ class BackendLoader:
             load, created = self._claim(name, candidate)
             if created:
                 mine.append((load, candidate[2]))
-            plugin = candidate[1]
-            loads.append((name, plugin.distribution if plugin else None, load))
+            loads.append((name, load))
         start_each(mine, lambda job: job[0].run(job[1]), name=lambda job: f"load-{job[0].name}")
         waited = threading.Event()
         notices = [load for load, _ in mine], timeout, waited
@@ -254,19 +251,19 @@ class BackendLoader:
                 if isinstance(item, DetectionOutcome):
                     result.append(item)
                     continue
-                name, distribution, load = item
+                name, load = item
                 deadline = (load.started or time.perf_counter()) + timeout
                 if not load.finished.wait(max(0.0, deadline - time.perf_counter())):
                     cause = (
                         f"loading from {load.provider} did not finish within {timeout:g} s "
                         "(load_timeout)"
                     )
-                    result.append(skipped(name, distribution, timeout, cause, Verdict.TIMEOUT))
+                    result.append(skipped(name, load.distribution, timeout, cause, Verdict.TIMEOUT))
                     continue
                 try:
                     result.append(load.result())
                 except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
-                    result.append(skipped(name, distribution, load.seconds, str(exc)))
+                    result.append(skipped(name, load.distribution, load.seconds, str(exc)))
         finally:
             waited.set()
         return result
