@@ -129,19 +129,18 @@ def inventory(
     providers a ``DUPLICATE``.
     """
     reserved = set(builtin_names) | RESERVED_SERVE_BACKEND_NAMES
-    records = []
+    records: list[PluginRecord] = []
     for name in sorted(discovered):
         entries = tuple(discovered[name])
-        for plugin in entries:
-            if not is_allowed(name, enabled, disabled):
-                status = PluginStatus.DISABLED
-            elif name in reserved:
-                status = PluginStatus.CONFLICT
-            elif len(entries) > 1:
-                status = PluginStatus.DUPLICATE
-            else:
-                status = PluginStatus.ENABLED
-            records.append(PluginRecord(plugin=plugin, status=status))
+        if not is_allowed(name, enabled, disabled):
+            status = PluginStatus.DISABLED
+        elif name in reserved:
+            status = PluginStatus.CONFLICT
+        elif len(entries) > 1:
+            status = PluginStatus.DUPLICATE
+        else:
+            status = PluginStatus.ENABLED
+        records.extend(PluginRecord(plugin=plugin, status=status) for plugin in entries)
     return records
 
 
