@@ -233,7 +233,7 @@ def normalize_distribution(name: str) -> str:
 
 def split_qualified_name(name: str) -> tuple[str | None, str]:
     """Split ``DIST:NAME`` into ``(DIST, NAME)``; a plain name gives ``(None, NAME)``."""
-    dist, sep, backend = name.rpartition(":")
-    if not sep or not dist:
+    dist, _, backend = name.rpartition(":")
+    if not dist:  # no colon, or nothing before it
         return None, name
     return dist, backend
