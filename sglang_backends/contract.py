@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
 
@@ -114,9 +114,6 @@ class RegisteredServeBackend:
     distribution: str | None = None
 
 
-_BACKEND_FIELDS = ("api_version", "run", "detect", "requires_model_path")
-
-
 def coerce_backend(obj: object) -> ServeBackend | None:
     """Return *obj* as a :class:`ServeBackend`, or ``None`` if it is not one.
 
@@ -126,16 +123,10 @@ def coerce_backend(obj: object) -> ServeBackend | None:
     """
     if isinstance(obj, ServeBackend):
         return obj
-    if type(obj).__name__ != "ServeBackend":
+    names = [field.name for field in fields(ServeBackend)]
+    if type(obj).__name__ != "ServeBackend" or not all(hasattr(obj, n) for n in names):
         return None
-    if not all(hasattr(obj, field) for field in _BACKEND_FIELDS):
-        return None
-    return ServeBackend(
-        api_version=obj.api_version,  # type: ignore[attr-defined]
-        run=obj.run,  # type: ignore[attr-defined]
-        detect=obj.detect,  # type: ignore[attr-defined]
-        requires_model_path=obj.requires_model_path,  # type: ignore[attr-defined]
-    )
+    return ServeBackend(**{name: getattr(obj, name) for name in names})
 
 
 def coerce_detection(value: object) -> ServeBackendDetection | None:
@@ -147,9 +138,7 @@ def coerce_detection(value: object) -> ServeBackendDetection | None:
     """
     if isinstance(value, ServeBackendDetection):
         return value
-    if not isinstance(value, enum.Enum):
-        return None
-    if type(value).__name__ != "ServeBackendDetection":
+    if not isinstance(value, enum.Enum) or type(value).__name__ != "ServeBackendDetection":
         return None
     try:
         return ServeBackendDetection(value.value)
