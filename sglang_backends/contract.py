@@ -22,6 +22,7 @@ will need after it is abandoned. A factory runs once per registry.
 from __future__ import annotations
 
 import enum
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -202,16 +203,10 @@ def _answering_in(
 ) -> ServeBackendDetector:
     """*detect*, its answers given as members of *detection_class* (matched by value)."""
 
+    @functools.wraps(detect)
     def host_detect(request: ServeRequest) -> ServeBackendDetection:
         answer = detect(request)
         known = coerce_detection(answer)
         return answer if known is None else detection_class(known.value)
 
-    # What functools.wraps would copy, without importing functools for it.
-    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
-        try:
-            setattr(host_detect, attribute, getattr(detect, attribute))
-        except (AttributeError, TypeError):
-            pass
-    host_detect.__wrapped__ = detect  # type: ignore[attr-defined]
     return host_detect
