@@ -372,20 +372,16 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
     """SGLang's contract module, ``None`` if absent; ContractViolation if *required* or broken."""
     try:
         return importlib.import_module(SGLANG_CONTRACT_MODULE)
-    except ModuleNotFoundError as exc:
+    except Exception as exc:
         parents = ("sglang", "sglang.cli", SGLANG_CONTRACT_MODULE)
-        if exc.name not in parents:
-            raise ContractViolation(
-                f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {exc}"
-            ) from exc
-        if required:
+        if isinstance(exc, ModuleNotFoundError) and exc.name in parents:
+            if not required:
+                return None
             raise ContractViolation(
                 f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
                 f" (SGLang 0.5.23 or later), which is not importable: {exc}"
             ) from exc
-        return None
-    except Exception as exc:
+        detail = exc if isinstance(exc, ModuleNotFoundError) else f"{type(exc).__name__}: {exc}"
         raise ContractViolation(
-            f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: "
-            f"{type(exc).__name__}: {exc}"
+            f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {detail}"
         ) from exc
