@@ -271,12 +271,11 @@ def assert_backend_contract(
             produced = factory()
         except Exception as exc:
             raise ContractViolation(f"Factory {name!r} raised {type(exc).__name__}: {exc}") from exc
-        coerced = coerce_backend(produced)
-        if coerced is None:
+        backend = coerce_backend(produced)
+        if backend is None:
             raise ContractViolation(
                 f"Factory {name!r} returned {type(produced).__name__}; expected ServeBackend"
             )
-        backend = coerced
         if backend.api_version != SERVE_BACKEND_API_VERSION:
             raise ContractViolation(
                 f"Factory {name!r} declares API version {backend.api_version!r}; "
