@@ -164,11 +164,10 @@ def host_contract() -> tuple[type[ServeBackend], type[ServeBackendDetection]]:
     in the detector), not at import time.
     """
     module = sys.modules.get(SGLANG_CONTRACT_MODULE)
-    if module is not None:
-        backend = getattr(module, "ServeBackend", None)
-        detection = getattr(module, "ServeBackendDetection", None)
-        if isinstance(backend, type) and isinstance(detection, type):
-            return backend, detection
+    backend = getattr(module, "ServeBackend", None)
+    detection = getattr(module, "ServeBackendDetection", None)
+    if isinstance(backend, type) and isinstance(detection, type):
+        return backend, detection
     return ServeBackend, ServeBackendDetection
 
 
