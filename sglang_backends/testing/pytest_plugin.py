@@ -34,7 +34,7 @@ class ServeBackendsFixture(PluginSite):
         from sglang_backends.registry import ServeBackendRegistry
         from sglang_backends.settings import Settings
 
-        if "enabled" in options and options["enabled"] is not None:
+        if options.get("enabled") is not None:
             options["enabled"] = tuple(options["enabled"])
         if "disabled" in options:
             options["disabled"] = tuple(options["disabled"])
