@@ -73,12 +73,12 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
     }
 
 
-def _literal_api_version(factory: Callable[..., object]) -> str | None:
-    """Why the factory's ``api_version`` is not a literal, or ``None`` if it is (or unknown)."""
+def _check_literal_api_version(factory: Callable[..., object], name: str) -> None:
+    """Raise unless the factory's source declares ``api_version`` as a literal (or is unknown)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(factory)))
     except (OSError, TypeError, SyntaxError):
-        return None
+        return
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -90,12 +90,11 @@ def _literal_api_version(factory: Callable[..., object]) -> str | None:
         if value is None and node.args:
             value = node.args[0]
         if value is not None and not isinstance(value, ast.Constant):
-            return (
-                f"api_version is given as {ast.unparse(value)!r}; declare it as a literal "
-                f"(api_version={SERVE_BACKEND_API_VERSION}) so a later host can tell which "
-                "contract the plugin was written for"
+            raise ContractViolation(
+                f"Serve backend {name!r}: api_version is given as {ast.unparse(value)!r}; "
+                f"declare it as a literal (api_version={SERVE_BACKEND_API_VERSION}) so a later "
+                "host can tell which contract the plugin was written for"
             )
-    return None
 
 
 def _footprint(pid: int) -> tuple[set[tuple[str, int]], set[int]]:
@@ -282,9 +281,7 @@ def assert_backend_contract(
                 f"this release requires version {SERVE_BACKEND_API_VERSION}"
             )
     if factory is not None:
-        problem = _literal_api_version(factory)
-        if problem:
-            raise ContractViolation(f"Serve backend {name!r}: {problem}")
+        _check_literal_api_version(factory, name)
     if not callable(backend.run):
         raise ContractViolation(f"Serve backend {name!r}: run is not callable")
     if backend.detect is not None and not callable(backend.detect):
