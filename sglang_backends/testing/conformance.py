@@ -254,11 +254,9 @@ def assert_backend_contract(
             backend = registry.get(name).backend  # type: ignore[attr-defined]
         except Exception as exc:
             raise ContractViolation(str(exc)) from exc
-        plugin = next(
-            (r.plugin for r in getattr(registry, "plugins", ()) if r.plugin.name == name), None
-        )
-        try:  # the factory object, for its source
-            factory = None if plugin is None else plugin.entry_point.load()
+        records = getattr(registry, "plugins", ())
+        try:  # the factory object, for its source; a built-in has no entry point
+            factory = next(r.plugin for r in records if r.plugin.name == name).entry_point.load()
         except Exception:  # noqa: BLE001 - the registry loaded it already
             factory = None
     else:
