@@ -48,18 +48,6 @@ def _fail_reading(path: str, exc: OSError, what: str = "file") -> ConfigurationE
     return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
 
 
-def _dir_files(directory: str) -> list[str]:
-    """The ``*.conf`` files of *directory* in name order, as oslo.config's ``--config-dir``;
-    one that cannot be listed is an error, never taken for an empty one.
-    """
-    path = os.path.abspath(directory)
-    try:
-        names = os.listdir(path)
-    except OSError as exc:
-        raise _fail_reading(path, exc, "directory") from None
-    return [os.path.join(path, n) for n in sorted(names) if n.endswith(".conf") and n[0] != "."]
-
-
 def _read_file(path: str, *, in_directory: bool) -> bytes:
     """The bytes of *path*, read once; one found in a directory must be a regular file,
     so that a FIFO dropped there cannot make every command wait.
@@ -100,9 +88,15 @@ def ordered(files: Sequence[str], dirs: Sequence[str]) -> list[tuple[str, bool]]
     """Every file's absolute path in oslo.config's order (files, then each directory's
     ``*.conf``), and whether it was found in a directory.
     """
-    named = [(os.path.abspath(os.fspath(path)), False) for path in files]
-    for directory in dirs:
-        named += [(path, True) for path in _dir_files(os.fspath(directory))]
+    named = [(os.path.abspath(path), False) for path in files]
+    for directory in map(os.path.abspath, dirs):
+        try:  # one that cannot be listed is an error, never taken for an empty one
+            names = sorted(os.listdir(directory))
+        except OSError as exc:
+            raise _fail_reading(directory, exc, "directory") from None
+        named += [
+            (os.path.join(directory, n), True) for n in names if n.endswith(".conf") and n[0] != "."
+        ]
     return named
 
 
