@@ -1,7 +1,9 @@
 """``serve``'s backend process on Linux, forked by :mod:`sglang_backends.supervisor`.
 
 It chooses, loads and runs the backend, and tells the supervisor over a
-:class:`Channel` which backend runs and how the work ended. The supervisor and
+:class:`Channel` which backend runs, each plugin load and detector as it starts
+and ends (read back by :class:`Underway`; ``detect``'s worker writes the same
+lines), and how the work ended. The supervisor and
 this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
 (:func:`take_role`; the front keeps its own title), so ``pgrep -f
 sglang-backends`` finds all three. The tree's mark (:func:`mark`), which the
@@ -25,7 +27,17 @@ from sglang_backends import processes
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["BackendWork", "Channel", "flush", "mark", "run", "sweep", "take_role", "title_for"]
+__all__ = [
+    "BackendWork",
+    "Channel",
+    "Underway",
+    "flush",
+    "mark",
+    "run",
+    "sweep",
+    "take_role",
+    "title_for",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +86,34 @@ class Channel:
     def progress(self, event: str, label: str) -> None:
         """A plugin's load or detector starts or ends: a registry's ``Progress`` event."""
         self.say(event, label)
+
+
+class Underway:
+    """The loads and detectors under way, from progress events (:meth:`Channel.progress`):
+    what holds automatic detection up.
+    """
+
+    def __init__(self) -> None:
+        self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
+
+    def __call__(self, event: str, label: str) -> None:
+        if event in self.busy:
+            self.busy[event][label] = None
+        elif event in ("loaded", "detected"):
+            self.busy["loading" if event == "loaded" else "detecting"].pop(label, None)
+
+    def replay(self, text: str) -> Underway:
+        """Take in events written one per line as ``event label``; return self."""
+        for line in text.splitlines():
+            event, _, label = line.partition(" ")
+            self(event, label)
+        return self
+
+    def describe(self) -> str:
+        """``still loading: 'a' (dist-a); still detecting: 'b' (dist-b)``, or empty."""
+        return "; ".join(
+            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
 
 
 #: The backend process's work: given the :class:`Channel`, returns the exit status.

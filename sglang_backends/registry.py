@@ -32,38 +32,12 @@ from sglang_backends.settings import (
     Settings,
 )
 
-__all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry", "Underway"]
+__all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry"]
 
 #: Told, from worker threads, as automatic detection's loads and detectors start
 #: and end: ``(event, label)``, the event ``loading``, ``loaded``, ``detecting``
 #: or ``detected``, the label ``'name' (provider)``.
 Progress = Callable[[str, str], None]
-
-
-class Underway:
-    """The loads and detectors under way, from :data:`Progress` events: what holds detection up."""
-
-    def __init__(self) -> None:
-        self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
-
-    def __call__(self, event: str, label: str) -> None:
-        if event in self.busy:
-            self.busy[event][label] = None
-        elif event in ("loaded", "detected"):
-            self.busy["loading" if event == "loaded" else "detecting"].pop(label, None)
-
-    def replay(self, text: str) -> Underway:
-        """Take in events written one per line as ``event label``; return self."""
-        for line in text.splitlines():
-            event, _, label = line.partition(" ")
-            self(event, label)
-        return self
-
-    def describe(self) -> str:
-        """``still loading: 'a' (dist-a); still detecting: 'b' (dist-b)``, or empty."""
-        return "; ".join(
-            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
-        )
 
 
 _R = TypeVar("_R")

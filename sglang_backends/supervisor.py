@@ -207,8 +207,6 @@ class _Supervision:
     """The supervisor's loop: stop signals, what the backend process says, deadlines."""
 
     def __init__(self, child: int, channel: int, setup: _Setup) -> None:
-        from sglang_backends.registry import Underway
-
         self.child, self.channel, self.setup = child, channel, setup
         os.set_blocking(channel, False)
         self.waited = {*setup.stops, signal.SIGCHLD}
@@ -221,7 +219,7 @@ class _Supervision:
         self.messages: dict[str, str] = {}  # "backend" and "status", once said
         self.unread = b""
         self.choosing: tuple[float, str] | None = None  # detection's deadline, and why
-        self.underway = Underway()
+        self.underway = backend_process.Underway()
         self.overran: str | None = None
 
     def run(self) -> int:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import IO, Literal, NamedTuple
@@ -264,13 +264,17 @@ def _load(job: Job) -> Result:
 
 def _explain(job: Job) -> Result:
     """Run automatic detection on the request and report every outcome."""
+    from sglang_backends.backend_process import Channel
     from sglang_backends.dispatch import normalize
     from sglang_backends.registry import ServeBackendRegistry
 
     registry = ServeBackendRegistry.from_settings(job.settings)
     request = normalize(job.argv)
     started = time.perf_counter()
-    report = registry.explain(request, progress=_progress_to(job.progress))
+    progress = None
+    if job.progress:  # noted as serve's backend process tells its supervisor
+        progress = Channel(os.open(job.progress, os.O_WRONLY | os.O_APPEND)).progress
+    report = registry.explain(request, progress=progress)
     return Result(
         seconds=time.perf_counter() - started,
         outcomes=[
@@ -281,19 +285,6 @@ def _explain(job: Job) -> Result:
         selected=report.selected,
         fallback=report.fallback,
     )
-
-
-def _progress_to(path: str | None) -> Callable[[str, str], None] | None:
-    """A callback noting each load and detector as it starts and ends in file *path*."""
-    if not path:
-        return None
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-
-    def progress(event: str, label: str) -> None:
-        line = f"{event} {' '.join(label.split())}\n"
-        os.write(fd, line.encode("utf-8", "replace"))
-
-    return progress
 
 
 def main() -> None:

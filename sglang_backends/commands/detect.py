@@ -178,11 +178,11 @@ class DetectBackend(SelectionOptions, Lister):
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         import tempfile
 
+        from sglang_backends.backend_process import Underway
         from sglang_backends.commands._worker import Job, run_isolated
         from sglang_backends.dispatch import parse_host_options
         from sglang_backends.errors import ServeBackendError
         from sglang_backends.names import AUTO
-        from sglang_backends.registry import Underway
 
         tokens = list(parsed_args.request)
         if tokens and tokens[0] == "--":
