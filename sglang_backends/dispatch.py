@@ -31,6 +31,8 @@ _MODEL_PATH_OPTIONS = ("--model-path", "--model")
 _HELP_OPTIONS = ("-h", "--help")
 # A backend name is an entry point name, optionally qualified as DIST:NAME.
 _INVALID_NAME = re.compile(r"[/\\\s]")
+#: ``serve``'s own options taking a value; ``--debug`` is its one flag.
+_HOST_VALUED = ("--model-type", "--config-file", "--config-dir")
 
 
 class UsageError(ValueError):
@@ -67,14 +69,21 @@ def _check_model_type(value: str) -> str:
     return value
 
 
-def _take_value(option: str, argv: Sequence[str], index: int) -> tuple[str, int]:
-    """The value of *option* at ``argv[index]`` (``--opt V`` or ``--opt=V``) and the next index."""
+def _own_option(argv: Sequence[str], index: int) -> tuple[str | None, str | None, int]:
+    """``serve``'s option at ``argv[index]`` (else ``None``), its value and the next index.
+
+    A value comes as ``--opt V`` or ``--opt=V``; it is ``None`` for ``--debug``
+    and for a valued option missing its value.
+    """
     arg = argv[index]
-    if arg.startswith(option + "="):
-        return arg[len(option) + 1 :], index + 1
-    if index + 1 >= len(argv) or argv[index + 1].startswith("-"):
-        raise UsageError(f"{option} expects a value")
-    return argv[index + 1], index + 2
+    option = arg.split("=", 1)[0]
+    if option not in _HOST_VALUED:
+        return ("--debug" if arg == "--debug" else None), None, index + 1
+    if arg != option:
+        return option, arg[len(option) + 1 :], index + 1
+    if index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+        return option, argv[index + 1], index + 2
+    return option, None, index + 1
 
 
 def parse_host_options(argv: Sequence[str]) -> HostOptions:
@@ -98,23 +107,20 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
     leading = True
     index = 0
     while index < len(argv):
-        arg = argv[index]
-        option = arg.split("=", 1)[0] if arg.startswith("--") else arg
-        if option == "--model-type":
-            value, index = _take_value(option, argv, index)
-            model_type = _check_model_type(value)
-        elif leading and option in ("--config-file", "--config-dir"):
-            value, index = _take_value(option, argv, index)
-            if not value:
+        option, value, following = _own_option(argv, index)
+        if option == "--model-type" or (leading and option is not None):
+            if option == "--debug":
+                debug = True
+            elif option == "--model-type" and value is not None:
+                model_type = _check_model_type(value)
+            elif not value:
                 raise UsageError(f"{option} expects a value")
-            (files if option == "--config-file" else dirs).append(value)
-        elif leading and arg == "--debug":
-            debug = True
-            index += 1
+            else:
+                (files if option == "--config-file" else dirs).append(value)
         else:
             leading = False
-            rest.append(arg)
-            index += 1
+            rest.extend(argv[index:following])
+        index = following
     return HostOptions(
         model_type=model_type,
         config_files=tuple(files),
@@ -122,11 +128,6 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
         debug=debug,
         argv=tuple(rest),
     )
-
-
-#: ``serve``'s own options: the first two take a value.
-_HOST_VALUED = ("--config-file", "--config-dir")
-_HOST_FLAGS = ("--debug",)
 
 
 def hoisted(host: HostOptions) -> tuple[str, ...] | None:
@@ -140,23 +141,11 @@ def hoisted(host: HostOptions) -> tuple[str, ...] | None:
     moved: list[str] = []
     kept: list[str] = []
     index = 0
-    argv = host.argv
-    while index < len(argv):
-        arg = argv[index]
-        option = arg.split("=", 1)[0]
-        if option in _HOST_VALUED:
-            follows = index + 1 < len(argv) and not argv[index + 1].startswith("-")
-            if "=" in arg or follows:
-                step = 1 if "=" in arg else 2
-                moved.extend(argv[index : index + step])
-                index += step
-                continue
-        elif arg in _HOST_FLAGS:
-            moved.append(arg)
-            index += 1
-            continue
-        kept.append(arg)
-        index += 1
+    while index < len(host.argv):
+        option, value, following = _own_option(host.argv, index)
+        own = option == "--debug" or value is not None
+        (moved if own else kept).extend(host.argv[index:following])
+        index = following
     if not moved:
         return None
     leading = [
