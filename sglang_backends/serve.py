@@ -232,13 +232,12 @@ def _backend(
             )
             progress = channel.progress
         registered = registry.auto_detect(request, progress=progress)
-        LOG.info(
-            "Selected serve backend %s by automatic detection", _describe(registry, registered)
-        )
+        chosen = "Selected serve backend %s by automatic detection"
     else:
         registered = _get(registry, model_type, host, settings)
-        LOG.info("Using serve backend %s", _describe(registry, registered))
+        chosen = "Using serve backend %s"
     description = _describe(registry, registered)
+    LOG.info(chosen, description)
     if registered.backend.requires_model_path and request.model_path is None:
         raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
     fell_back = model_type == AUTO and registered.name == FALLBACK_BACKEND
