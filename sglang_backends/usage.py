@@ -152,10 +152,10 @@ def survey(settings: Settings, builtins: Mapping[str, Any] | None = None) -> Sur
     return Survey(settings, builtins, tuple(records), frozenset(installed))
 
 
-def _backend_lines(builtin_names: Sequence[str], records: Sequence[PluginRecord]) -> list[str]:
+def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
     from sglang_backends.host import BUILTIN_NOTES
 
-    rows = [(name, BUILTIN_NOTES.get(name, "built-in")) for name in builtin_names]
+    rows = list(BUILTIN_NOTES.items())
     for record in records:
         plugin = record.plugin
         label = plugin.name
@@ -177,15 +177,12 @@ def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     from sglang_backends.selection import conflict_warning
 
     installed = survey(settings, dict.fromkeys(BUILTIN_NOTES))
-    builtin_names = tuple(installed.builtins)
-    text = _render((*builtin_names, *installed.usable_names), builtin_names, installed.records)
+    text = _render((*BUILTIN_NOTES, *installed.usable_names), installed.records)
     conflicts = [r.plugin for r in installed.records if r.status is PluginStatus.CONFLICT]
     return text, [printable(conflict_warning(plugin)) for plugin in conflicts]
 
 
-def _render(
-    available: Sequence[str], builtin_names: Sequence[str], records: Sequence[PluginRecord]
-) -> str:
+def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
     """The help text: usage, serve's own options, then every backend and its provider."""
     choices = printable(",".join((AUTO, *available)))
     parser = argparse.ArgumentParser(
@@ -206,7 +203,7 @@ def _render(
         epilog="\n".join(
             [
                 "backends:",
-                *_backend_lines(builtin_names, records),
+                *_backend_lines(records),
                 "",
                 "Each backend has its own options; show them with:",
                 f"  {PROG} --model-type NAME --help",
