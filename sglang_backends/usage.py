@@ -18,6 +18,8 @@ import traceback
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from sglang_backends import selection
+from sglang_backends.discovery import discover
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
@@ -125,15 +127,11 @@ class Survey(NamedTuple):
     @property
     def usable_names(self) -> list[str]:
         """The plugin names ``serve`` may be given, sorted (built-ins apart)."""
-        from sglang_backends.selection import usable_names
-
-        return usable_names(self.records)
+        return selection.usable_names(self.records)
 
     def designated(self, name: str) -> list[PluginRecord]:
         """The records ``NAME`` or ``DIST:NAME`` *name* designates."""
-        from sglang_backends.selection import designates
-
-        return [r for r in self.records if designates(name, r.plugin)]
+        return [r for r in self.records if selection.designates(name, r.plugin)]
 
 
 def survey(settings: Settings, builtins: Mapping[str, Any] | None = None) -> Survey:
@@ -142,13 +140,13 @@ def survey(settings: Settings, builtins: Mapping[str, Any] | None = None) -> Sur
     :param builtins: the built-ins by name, :func:`~sglang_backends.host.default_builtins`
         by default; the general help passes their names alone.
     """
-    from sglang_backends.discovery import discover
     from sglang_backends.host import default_builtins
-    from sglang_backends.selection import inventory
 
     builtins = default_builtins() if builtins is None else builtins
     installed = discover()
-    records = inventory(installed, builtins, enabled=settings.enabled, disabled=settings.disabled)
+    records = selection.inventory(
+        installed, builtins, enabled=settings.enabled, disabled=settings.disabled
+    )
     return Survey(settings, builtins, tuple(records), frozenset(installed))
 
 
@@ -174,12 +172,11 @@ def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
 def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
     from sglang_backends.host import BUILTIN_NOTES
-    from sglang_backends.selection import conflict_warning
 
     installed = survey(settings, dict.fromkeys(BUILTIN_NOTES))
     text = _render((*BUILTIN_NOTES, *installed.usable_names), installed.records)
     conflicts = [r.plugin for r in installed.records if r.status is PluginStatus.CONFLICT]
-    return text, [printable(conflict_warning(plugin)) for plugin in conflicts]
+    return text, [printable(selection.conflict_warning(plugin)) for plugin in conflicts]
 
 
 def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
