@@ -363,8 +363,6 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     failure: Exception
     try:
         return step()
-    except UsageError as exc:
-        failure, status = exc, EXIT_USAGE
     except _Failure as exc:
         failure, status = exc, exc.status
     except ServeBackendError as exc:
