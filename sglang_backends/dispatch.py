@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sglang_backends.contract import ServeRequest
 
 __all__ = [
+    "PROG",
     "HostOptions",
     "UsageError",
     "hoisted",
@@ -26,6 +27,9 @@ __all__ = [
     "parse_host_options",
     "wants_help",
 ]
+
+#: The command, as its usage, errors and the built-ins' help name it.
+PROG = "sglang-backends serve"
 
 _MODEL_PATH_OPTIONS = ("--model-path", "--model")
 _HELP_OPTIONS = ("-h", "--help")

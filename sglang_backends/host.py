@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from sglang_backends.dispatch import wants_help
+from sglang_backends.dispatch import PROG, wants_help
 from sglang_backends.errors import describe
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ BUILTIN_NOTES = {
     "diffusion": f"built-in, SGLang's diffusion server ({INSTALL_COMMANDS['diffusion']})",
 }
 
-_PROG = "sglang-backends serve"
 _DIFFUSERS_INDEX_FILES = ("model_index.json", "modular_model_index.json")
 _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 
@@ -148,7 +147,7 @@ def run_llm(request: ServeRequest) -> None:
 def _diffusion_parser(
     add_args: Callable[[argparse.ArgumentParser], object],
 ) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=_PROG, description="SGLang Diffusion Model Serving")
+    parser = argparse.ArgumentParser(prog=PROG, description="SGLang Diffusion Model Serving")
     add_args(parser)
     return parser
 

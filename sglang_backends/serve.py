@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from sglang_backends import host as sglang_host
 from sglang_backends import processes
 from sglang_backends.dispatch import (
+    PROG,
     HostOptions,
     UsageError,
     hoisted,
@@ -45,7 +46,6 @@ from sglang_backends.settings import (
 )
 from sglang_backends.usage import (
     LOG_FORMAT,
-    PROG,
     PrintableRecords,
     metadata_help,
     printable,

@@ -20,13 +20,13 @@ from typing import Any, NamedTuple
 
 from sglang_backends import selection
 from sglang_backends.discovery import discover
+from sglang_backends.dispatch import PROG
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
 
 __all__ = [
     "LOG_FORMAT",
-    "PROG",
     "PrintableRecords",
     "Survey",
     "metadata_help",
@@ -35,8 +35,6 @@ __all__ = [
     "survey",
     "usage_line",
 ]
-
-PROG = "sglang-backends serve"
 
 #: How every command (``serve`` and the operator commands) shows a log record on
 #: stderr: the message alone, as cliff does, so a warning reads the same
