@@ -39,6 +39,7 @@ from sglang_backends.errors import (
     describe,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
+from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import (
     Settings,
     configured,
@@ -259,8 +260,6 @@ def _backend(
 
 def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: ServeRequest) -> str:
     """Why detection fell back to ``llm`` (said only when it cannot run): what, and why."""
-    from sglang_backends.selection import PluginStatus
-
     reasons = []
     model = request.model_path
     if model is None:
@@ -333,7 +332,7 @@ def _serve(host: HostOptions) -> int:
     except ValueError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from exc
     timeout = settings.stop_timeout if override is None else override
-    from sglang_backends import supervisor
+    from sglang_backends import backend_process, supervisor
 
     if not supervisor.SUPPORTED:
         return _backend(
@@ -345,9 +344,7 @@ def _serve(host: HostOptions) -> int:
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             channel.backend(description)
-            from sglang_backends.backend_process import take_role
-
-            take_role(f"backend {registered.name}")
+            backend_process.take_role(f"backend {registered.name}")
             return _run(description, registered, request)
 
         return _guarded(
