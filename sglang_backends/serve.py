@@ -248,8 +248,7 @@ def _backend(
         if fell_back and not sglang_host.sglang_installed():
             raise _Failure(f"{_unclaimed(registry, settings, request)} {exc}", exc.status) from exc
         raise
-    corrected = hoisted(host) if status == EXIT_USAGE else None
-    if corrected is not None:
+    if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
         print(
             f"{PROG}: note: serve's own options go before the model; if they were meant for "
             f"serve, run: {printable(shlex.join([*PROG.split(), *corrected]))}",
