@@ -11,12 +11,13 @@ imports neither the registry nor the contract's dataclasses.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -77,8 +78,9 @@ class _Failure(Exception):
         self.status = status
 
 
-def _configure_logging(debug: bool) -> Callable[[], None]:
-    """Log this package to stderr (INFO, DEBUG with --debug); returns the undo, for embedders."""
+@contextlib.contextmanager
+def _logging_to_stderr(debug: bool) -> Iterator[None]:
+    """Log this package to stderr (INFO, DEBUG with --debug); undone on exit, for embedders."""
     logger = logging.getLogger("sglang_backends")
     saved = (logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stderr)
@@ -87,13 +89,12 @@ def _configure_logging(debug: bool) -> Callable[[], None]:
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
-
-    def restore() -> None:
+    try:
+        yield
+    finally:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
-
-    return restore
 
 
 def _settings(host: HostOptions) -> Settings:
@@ -386,8 +387,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    restore_logging = _configure_logging(host.debug)
-    try:
+    with _logging_to_stderr(host.debug):
         return _guarded(lambda: _serve(host), debug=host.debug)
-    finally:
-        restore_logging()
