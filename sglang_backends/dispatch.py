@@ -11,7 +11,7 @@ Internal module: its names may change between releases without notice.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -73,21 +73,24 @@ def _check_model_type(value: str) -> str:
     return value
 
 
-def _own_option(argv: Sequence[str], index: int) -> tuple[str | None, str | None, int]:
-    """``serve``'s option at ``argv[index]`` (else ``None``), its value and the next index.
+def _arguments(argv: Sequence[str]) -> Iterator[tuple[str | None, str | None, Sequence[str]]]:
+    """Each argument of *argv*: ``serve``'s option (else ``None``), its value, its arguments.
 
     A value comes as ``--opt V`` or ``--opt=V``; it is ``None`` for ``--debug``
     and for a valued option missing its value.
     """
-    arg = argv[index]
-    option = arg.split("=", 1)[0]
-    if option not in _HOST_VALUED:
-        return ("--debug" if arg == "--debug" else None), None, index + 1
-    if arg != option:
-        return option, arg[len(option) + 1 :], index + 1
-    if index + 1 < len(argv) and not argv[index + 1].startswith("-"):
-        return option, argv[index + 1], index + 2
-    return option, None, index + 1
+    index = 0
+    while index < len(argv):
+        arg, end = argv[index], index + 1
+        option = arg.split("=", 1)[0]
+        value: str | None = None
+        if option in _HOST_VALUED and arg != option:
+            value = arg[len(option) + 1 :]
+        elif option in _HOST_VALUED and end < len(argv) and not argv[end].startswith("-"):
+            value, end = argv[end], end + 1
+        own = option in _HOST_VALUED or arg == "--debug"
+        yield (option if own else None), value, argv[index:end]
+        index = end
 
 
 def parse_host_options(argv: Sequence[str]) -> HostOptions:
@@ -109,9 +112,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
     debug = False
     rest: list[str] = []
     leading = True
-    index = 0
-    while index < len(argv):
-        option, value, following = _own_option(argv, index)
+    for option, value, arguments in _arguments(argv):
         if option == "--model-type" or (leading and option is not None):
             if option == "--debug":
                 debug = True
@@ -123,8 +124,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
                 (files if option == "--config-file" else dirs).append(value)
         else:
             leading = False
-            rest.extend(argv[index:following])
-        index = following
+            rest.extend(arguments)
     return HostOptions(
         model_type=model_type,
         config_files=tuple(files),
@@ -144,12 +144,8 @@ def hoisted(host: HostOptions) -> tuple[str, ...] | None:
     """
     moved: list[str] = []
     kept: list[str] = []
-    index = 0
-    while index < len(host.argv):
-        option, value, following = _own_option(host.argv, index)
-        own = option == "--debug" or value is not None
-        (moved if own else kept).extend(host.argv[index:following])
-        index = following
+    for option, value, arguments in _arguments(host.argv):
+        (moved if option == "--debug" or value is not None else kept).extend(arguments)
     if not moved:
         return None
     leading = [
