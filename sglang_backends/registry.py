@@ -149,6 +149,20 @@ class ServeBackendRegistry:
         """Every installed plugin entry point with its status; imports nothing."""
         return tuple(self._records)
 
+    def plugin_of(self, registered: RegisteredServeBackend) -> PluginEntryPoint | None:
+        """The installed entry point *registered* was loaded from; ``None`` for a built-in."""
+        if registered.name in self._builtins:
+            return None
+        return next(
+            (
+                record.plugin
+                for record in self._records
+                if (record.plugin.name, record.plugin.distribution)
+                == (registered.name, registered.distribution)
+            ),
+            None,
+        )
+
     def _resolve(self, name: str) -> Candidate:
         """The :data:`~sglang_backends.loading.Candidate` *name* designates."""
         if name in self._builtins:

@@ -134,15 +134,8 @@ def _get(
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
     """``'name' (from dist)`` (its label, escaped: the supervisor prints it), or ``(built-in)``."""
     if registered.distribution:
-        label = next(
-            (
-                record.plugin.distribution_label
-                for record in registry.plugins
-                if (record.plugin.name, record.plugin.distribution)
-                == (registered.name, registered.distribution)
-            ),
-            registered.distribution,
-        )
+        plugin = registry.plugin_of(registered)
+        label = plugin.distribution_label if plugin else registered.distribution
         return str(printable(f"{registered.name!r} (from {label})"))
     if registered.name in registry.builtin_names:
         return f"{registered.name!r} (built-in)"

@@ -272,6 +272,16 @@ def test_two_providers_of_one_name_raise_before_importing_either(
     assert registry.get("acme-runtime:omni").distribution == "acme-runtime"
 
 
+def test_plugin_of_names_the_entry_point_a_backend_was_loaded_from(install_backend):
+    install_backend("zed-runtime", "omni", module="zed_omni")
+    install_backend("acme-runtime", "omni", module="acme_omni")
+    registry = ServeBackendRegistry(default_builtins())
+    plugin = registry.plugin_of(registry.get("zed-runtime:omni"))
+    assert plugin is not None
+    assert (plugin.distribution, plugin.target) == ("zed-runtime", "zed_omni:factory")
+    assert registry.plugin_of(registry.get("llm")) is None
+
+
 # -- factory validation --------------------------------------------------------
 
 BROKEN = {

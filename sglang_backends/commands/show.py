@@ -94,17 +94,7 @@ class ShowBackend(SelectionOptions, ShowOne):
         seconds = round(time.perf_counter() - started, 4)
         backend = registered.backend
 
-        # The entry point the registry loaded: same name, same providing distribution.
-        plugin = next(
-            (
-                record.plugin
-                for record in registry.plugins
-                if registered.name not in registry.builtin_names
-                and (record.plugin.name, record.plugin.distribution)
-                == (registered.name, registered.distribution)
-            ),
-            None,
-        )
+        plugin = registry.plugin_of(registered)
         if plugin is None:
             head, documented = builtin_row(registered.name, backend), backend.run
         else:
