@@ -33,6 +33,7 @@ __all__ = [
     "log_received",
     "log_stopped",
     "log_swept",
+    "reap",
     "running",
     "send",
     "signal_name",
@@ -311,11 +312,13 @@ def _runs_in(groups: set[int]) -> bool:
     return False
 
 
-def _reap() -> None:
-    """Reap every child that has exited (adopted orphans too): none is left to init."""
+def reap() -> dict[int, int]:
+    """Reap every exited child (adopted orphans too: none is left to init); statuses by pid."""
+    statuses = {}
     with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+        for pid, status in iter(lambda: os.waitpid(-1, os.WNOHANG), (0, 0)):
+            statuses[pid] = status
+    return statuses
 
 
 def _session_groups(found: Iterable[psutil.Process]) -> set[int]:
@@ -369,7 +372,7 @@ def stop_tree(
         return len({p.pid for p in [*found, *killed]})
     finally:
         if adopted:
-            _reap()
+            reap()
 
 
 def kill_trees(*pids: int, groups: bool = False) -> None:

@@ -267,15 +267,8 @@ class _Supervision:
     def _wait(self, timeout: float) -> None:
         """Wait up to *timeout* s for a signal; reap, read, and act on a stop signal."""
         info = signal.sigtimedwait(self.waited, timeout)
-        while True:  # every child is the backend process or one of its orphans
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid == self.child:
-                self.wait_status = status
+        # Every child is the backend process or one of its orphans.
+        self.wait_status = processes.reap().get(self.child, self.wait_status)
         self._read()
         if info is not None and info.si_signo in self.setup.stops:
             self._on_stop_signal(info)
