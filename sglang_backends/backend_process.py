@@ -70,10 +70,8 @@ class Channel:
         """Send ``kind value`` (whitespace in *value* collapsed)."""
         if os.getpid() == self._pid:
             line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
-            try:
+            with contextlib.suppress(OSError):
                 os.write(self._fd, line.encode("utf-8", "replace"))
-            except OSError:
-                pass
 
     def backend(self, description: str) -> None:
         """The backend is chosen and about to ``run()``: *description*."""
@@ -123,10 +121,8 @@ BackendWork = Callable[[Channel], int]
 def flush() -> None:
     """Flush Python's standard streams, so that output is neither lost nor written twice."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
 
 
 def run(

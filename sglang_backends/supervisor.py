@@ -24,6 +24,7 @@ with ``os._exit``, so that a copy of an embedding program never runs on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -67,10 +68,8 @@ class _Setup(NamedTuple):
 
 def _error(prog: str, text: str) -> None:
     """Write ``prog: error: text`` to stderr, if it is open."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 # -- the front ------------------------------------------------------------------
@@ -190,10 +189,9 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
             )
         os.close(writer)
         supervision = _Supervision(child, reader, setup)
-        try:  # tell the front which process is the backend's, should the supervisor be killed
+        # Tell the front which process is the backend's, should the supervisor be killed.
+        with contextlib.suppress(OSError, psutil.Error):
             os.write(setup.news, f"{child} {psutil.Process(child).create_time()!r}".encode())
-        except (OSError, psutil.Error):
-            pass
         os.close(setup.news)
         status = supervision.run()
     except BaseException:
@@ -292,10 +290,8 @@ class _Supervision:
                 self.underway(key, value)
             elif key == "deadline":
                 when, _, why = value.partition(" ")
-                try:
+                with contextlib.suppress(ValueError):
                     self.choosing = (float(when), why)
-                except ValueError:
-                    pass
             else:
                 self.messages[key] = value
                 self.choosing = None  # a backend was chosen, or the work ended
