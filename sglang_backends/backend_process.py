@@ -180,16 +180,13 @@ def mark(token: str) -> None:
         return
     import mmap
 
-    try:
+    with contextlib.suppress(OSError):
         fd = os.memfd_create(f"{MARKER}={token}", 0)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
+        try:
             os.ftruncate(fd, mmap.PAGESIZE)
             _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
 
 
 def marked(token: str) -> list[psutil.Process]:
