@@ -108,10 +108,8 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             _supervisor_process(work, setup)
         os.close(writer)
         try:
-            status = _wait_for_supervisor(pid, prog, waited, taken)
-            if os.WIFSIGNALED(status):
-                return _last_resort(pid, os.WTERMSIG(status), news, setup)
-            return os.WEXITSTATUS(status)
+            code = _wait_for_supervisor(pid, prog, waited, taken)
+            return _last_resort(pid, -code, news, setup) if code < 0 else code
         finally:
             os.close(news)
     finally:
@@ -125,7 +123,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
 
 
 def _wait_for_supervisor(pid: int, prog: str, waited: set[int], taken: list[int]) -> int:
-    """The front's loop: relay stop signals to the supervisor until it exits; its wait status."""
+    """Relay stop signals to the supervisor till it ends; its exit code (-N: signal N killed it)."""
     while True:
         while taken:
             processes.send(pid, taken.pop(0))
@@ -133,9 +131,9 @@ def _wait_for_supervisor(pid: int, prog: str, waited: set[int], taken: list[int]
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             _error(prog, f"the serve supervisor (pid {pid}) was reaped elsewhere")
-            return _EXIT_FAILURE << 8
+            return _EXIT_FAILURE
         if done:
-            return status
+            return os.waitstatus_to_exitcode(status)
         info = signal.sigtimedwait(waited, _FRONT_IDLE)
         # The terminal signals the whole foreground group: passing it on would double it.
         if info is not None and info.si_signo != signal.SIGCHLD and info.si_code != _SI_KERNEL:
@@ -351,14 +349,12 @@ class _Supervision:
 
     def _verdict(self) -> tuple[str | None, int]:
         """The problem to report (``None`` when the work finished) and the exit status."""
-        status = self.wait_status or 0
+        code = os.waitstatus_to_exitcode(self.wait_status or 0)
         backend = self.messages.get("backend")
         who = f"serve backend {backend}" if backend else "the serve backend process"
-        if os.WIFSIGNALED(status):
-            signum = os.WTERMSIG(status)
+        if code < 0:  # killed by signal -code
             where = "" if backend else " before a backend was chosen"
-            return f"{who} was killed by {processes.signal_name(signum)}{where}", 128 + signum
-        code = os.WEXITSTATUS(status)
+            return f"{who} was killed by {processes.signal_name(-code)}{where}", 128 - code
         if "status" in self.messages:
             return None, code
         if backend:
