@@ -91,14 +91,12 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     previous: dict[int, Any] = {}
     try:
-        try:
+        with contextlib.suppress(ValueError):  # not the main thread: signals stay with the host
             for signum in stops:
                 previous[signum] = signal.signal(signum, lambda n, frame: taken.append(n))
             if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
                 # Ignored, SIGCHLD would lose the supervisor's exit status.
                 previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        except ValueError:  # not the main thread: signals stay with the host
-            pass
         news, writer = os.pipe()
         setup = _Setup(os.getpid(), stop_timeout, prog, stops, token, writer)
         flush()
