@@ -81,9 +81,7 @@ class Channel:
         """Choosing a backend must be over within *seconds* (*why*), or the supervisor ends it."""
         self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
 
-    def progress(self, event: str, label: str) -> None:
-        """A plugin's load or detector starts or ends: a registry's ``Progress`` event."""
-        self.say(event, label)
+    progress = say  # a registry's Progress: a plugin's load or detector starts or ends
 
 
 class Underway:
