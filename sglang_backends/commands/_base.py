@@ -5,19 +5,17 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import stevedore
 from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
-from sglang_backends.errors import ConfigurationError
-from sglang_backends.selection import PluginStatus
-from sglang_backends.settings import Settings, configured
+from sglang_backends.discovery import PluginEntryPoint, split_qualified_name
+from sglang_backends.errors import ConfigurationError, UnknownBackendError, did_you_mean
+from sglang_backends.selection import PluginStatus, warn_unknown_selection
+from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
 from sglang_backends.usage import Survey, printable, survey
-
-if TYPE_CHECKING:
-    from sglang_backends.discovery import PluginEntryPoint
 
 __all__ = [
     "ENABLED",
@@ -167,8 +165,6 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         """Run the command; exit status 2 for a usage slip (invalid configuration, a name
         nothing provides: as ``serve``), 1 if its output reports a failure.
         """
-        from sglang_backends.errors import UnknownBackendError
-
         self.failed = False
         try:
             status = super().run(parsed_args)
@@ -184,8 +180,6 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         """Every installed plugin's status under the selection, imports none; warns of
         listed names nothing provides and of a ``model_type`` serve would refuse.
         """
-        from sglang_backends.selection import warn_unknown_selection
-
         settings = self.settings(parsed_args)
         installed = survey(settings)
         warn_unknown_selection(
@@ -227,9 +221,6 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
 def _model_type_problem(installed: Survey) -> str | None:
     """Why the configured ``model_type`` would make ``serve`` fail, or ``None``."""
-    from sglang_backends.discovery import split_qualified_name
-    from sglang_backends.errors import did_you_mean
-
     model_type = installed.settings.model_type
     dist, name = split_qualified_name(model_type)
     if model_type == "auto" or (dist is None and name in installed.builtins):
@@ -252,8 +243,6 @@ def _model_type_problem(installed: Survey) -> str | None:
 
 def positive_seconds(text: str) -> float:
     """An argparse type: a number of seconds, greater than 0 and at most MAX_TIMEOUT."""
-    from sglang_backends.settings import MAX_TIMEOUT
-
     try:
         value = float(text)
     except ValueError:
