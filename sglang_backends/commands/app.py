@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 from typing import Any
 
@@ -17,7 +18,12 @@ from sglang_backends.commands._base import (
     option_action,
     option_span,
 )
-from sglang_backends.usage import LOG_FORMAT, PrintableRecords
+from sglang_backends.commands.check import CheckBackends
+from sglang_backends.commands.detect import DetectBackend
+from sglang_backends.commands.listing import ListBackends
+from sglang_backends.commands.show import ShowBackend
+from sglang_backends.settings import Settings
+from sglang_backends.usage import LOG_FORMAT, PrintableRecords, metadata_help
 
 __all__ = ["OperatorApp"]
 
@@ -100,9 +106,6 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.cmd == ["serve"]:
-            from sglang_backends.settings import Settings
-            from sglang_backends.usage import metadata_help
-
             text, warnings = metadata_help(Settings())
             for warning in warnings:
                 self.app.LOG.warning("%s", warning)
@@ -140,18 +143,9 @@ class OperatorApp(App):
     CONSOLE_MESSAGE_FORMAT = LOG_FORMAT
 
     def __init__(self) -> None:
-        # Commands added by name, no namespace: one malformed entry_points.txt of an
-        # unrelated package would break a stevedore scan of every entry point.
-        from importlib.metadata import PackageNotFoundError, version
-
-        from sglang_backends.commands.check import CheckBackends
-        from sglang_backends.commands.detect import DetectBackend
-        from sglang_backends.commands.listing import ListBackends
-        from sglang_backends.commands.show import ShowBackend
-
         try:
-            own_version = version("sglang-backends")
-        except PackageNotFoundError:
+            own_version = importlib.metadata.version("sglang-backends")
+        except importlib.metadata.PackageNotFoundError:
             own_version = "unknown"
         manager = _Commands(None)
         super().__init__(
@@ -160,6 +154,8 @@ class OperatorApp(App):
             command_manager=manager,
             deferred_help=True,
         )
+        # Commands added by name, no namespace: one malformed entry_points.txt of an
+        # unrelated package would break a stevedore scan of every entry point.
         commands: dict[str, type[Command]] = {
             "list": ListBackends,
             "show": ShowBackend,
