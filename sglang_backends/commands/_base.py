@@ -24,7 +24,6 @@ __all__ = [
     "add_config_options",
     "builtin_row",
     "builtin_status",
-    "option_action",
     "option_span",
     "plugin_row",
     "positive_seconds",
@@ -254,22 +253,16 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def option_action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
-    """The action of *parser*'s option string *name*, if it has one.
-
-    argparse has no public way to ask this, and cliff adds options of its own,
-    so this reads argparse's option table: the one private name the commands use.
-    """
-    table: dict[str, argparse.Action] = parser._option_string_actions
-    return table.get(name)
-
-
 def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Action, int] | None:
     """*parser*'s action for option string *token* and how many strings it spans (the
     option and its values, as argparse reads them), or ``None``; linear, unlike argparse <3.13.
+
+    argparse has no public way to ask for an option's action, and cliff adds options of
+    its own, so this reads argparse's option table: the one private name the commands use.
     """
     name, joined, _ = token.partition("=")
-    action = option_action(parser, name) if token.startswith("-") else None
+    table: dict[str, argparse.Action] = parser._option_string_actions
+    action = table.get(name) if token.startswith("-") else None
     if action is None:
         return None
     if joined or (action.nargs not in (None, "?") and not isinstance(action.nargs, int)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import itertools
 import logging
 from typing import Any
 
@@ -12,12 +13,7 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends.commands._base import (
-    SafeCommand,
-    add_config_options,
-    option_action,
-    option_span,
-)
+from sglang_backends.commands._base import SafeCommand, add_config_options, option_span
 from sglang_backends.commands.check import CheckBackends
 from sglang_backends.commands.detect import DetectBackend
 from sglang_backends.commands.listing import ListBackends
@@ -62,26 +58,21 @@ class _GlobalOptions(argparse.ArgumentParser):
         mine: list[str] = []
         rest: list[str] = []
         commanded = False  # whether the command name has been read
-        index = 0
-        while index < len(args):
-            token = args[index]
+        tokens = iter(args)
+        for token in tokens:
             if token == "--":  # argparse reads no option after it
-                rest += args[index:]
+                rest += [token, *tokens]
                 break
             option = option_span(self, token)
             if option is not None and not (
                 commanded and option[0].dest in ("config_file", "config_dir")
             ):
-                mine += args[index : index + option[1]]  # --log-file FILE: both
-                index += option[1]
-                continue
-            short = token[:2] if token.startswith("-") and not token.startswith("--") else ""
-            if len(token) > 2 and short and option_action(self, short) is not None:
+                mine += [token, *itertools.islice(tokens, option[1] - 1)]  # --log-file FILE: both
+            elif len(token) > 2 and not token.startswith("--") and option_span(self, token[:2]):
                 mine.append(token)  # a cluster of short options: -vv, -vx
             else:
                 rest.append(token)
                 commanded = commanded or not token.startswith("-")
-            index += 1
         namespace, extras = super().parse_known_args(mine, namespace)
         if extras:  # read otherwise than this scan assumed: let argparse read it all
             return super().parse_known_args(args, namespace)
