@@ -141,20 +141,16 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         group = parser.add_argument_group("configuration and selection")
         add_config_options(group)
-        group.add_argument(
-            "--enable",
-            metavar="NAME",
-            action="append",
-            help="allow only these plugins (repeatable or comma-separated); overrides "
-            "enabled_backends",
-        )
-        group.add_argument(
-            "--disable",
-            metavar="NAME",
-            action="append",
-            help="never load these plugins (repeatable or comma-separated); overrides "
-            "disabled_backends",
-        )
+        for flag, effect, option in (
+            ("--enable", "allow only", "enabled_backends"),
+            ("--disable", "never load", "disabled_backends"),
+        ):
+            group.add_argument(
+                flag,
+                metavar="NAME",
+                action="append",
+                help=f"{effect} these plugins (repeatable or comma-separated); overrides {option}",
+            )
         return parser
 
     #: Set by a command whose output reports a failure: the exit status becomes 1.
