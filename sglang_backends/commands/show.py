@@ -19,16 +19,13 @@ from sglang_backends.commands._base import (
     builtin_row,
     plugin_row,
 )
+from sglang_backends.commands.listing import COLUMNS
 
 __all__ = ["FIELDS", "ShowBackend"]
 
+#: list's columns (the rows are the same), then what loading the backend tells.
 FIELDS = (
-    "Name",
-    "Origin",
-    "Distribution",
-    "Version",
-    "Target",
-    "Status",
+    *COLUMNS,
     "API version",
     "Has detector",
     "Requires model path",
