@@ -88,17 +88,15 @@ class ShowBackend(SelectionOptions, ShowOne):
         started = time.perf_counter()
         with _output_to_stderr():
             registered = registry.get(parsed_args.name)
-        seconds = round(time.perf_counter() - started, 4)
-        backend = registered.backend
-
-        plugin = registry.plugin_of(registered)
+            seconds = round(time.perf_counter() - started, 4)
+            backend = registered.backend
+            plugin = registry.plugin_of(registered)
+            # Already imported by registry.get(): this is a lookup, not a second import.
+            documented = backend.run if plugin is None else plugin.entry_point.load()
         if plugin is None:
-            head, documented = builtin_row(registered.name, backend), backend.run
+            head = builtin_row(registered.name, backend)
         else:
             head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
-            # Already imported by registry.get(): this is a lookup, not a second import.
-            with _output_to_stderr():
-                documented = plugin.entry_point.load()
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
         values = (
