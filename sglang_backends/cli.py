@@ -34,6 +34,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
         kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
         return serve_main([*debug, *kept, *args[index + 1 :]])
-    from sglang_backends.commands import main as commands_main
+    from sglang_backends.commands.app import OperatorApp
 
-    return commands_main(args)
+    return OperatorApp().run(args)
