@@ -160,7 +160,6 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         """Run the command; exit status 2 for a usage slip (invalid configuration, a name
         nothing provides: as ``serve``), 1 if its output reports a failure.
         """
-        self.failed = False
         try:
             status = super().run(parsed_args)
         except (ConfigurationError, UnknownBackendError) as exc:
