@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.metadata
 import itertools
 import logging
@@ -73,9 +74,14 @@ class _GlobalOptions(argparse.ArgumentParser):
             else:
                 rest.append(token)
                 commanded = commanded or not token.startswith("-")
-        namespace, extras = super().parse_known_args(mine, namespace)
-        if extras:  # read otherwise than this scan assumed: let argparse read it all
+        # Into a copy: should argparse read them otherwise than this scan assumed (-vx:
+        # Python 3.13 takes -v and leaves -x), it reads the whole line into the original.
+        found, extras = super().parse_known_args(mine, copy.copy(namespace))
+        if extras:
             return super().parse_known_args(args, namespace)
+        if namespace is None:
+            return found, rest
+        vars(namespace).update(vars(found))
         return namespace, rest
 
 
