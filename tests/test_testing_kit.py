@@ -115,6 +115,18 @@ BROKEN = {
 }
 
 
+def test_a_provider_picked_as_dist_name_gets_every_check(serve_backends):
+    source, expected = BROKEN["constant_version"]
+    install(serve_backends, "good", GOOD)
+    serve_backends.install(
+        "other-dist", entry_points={"good": "other_mod:factory"}, modules={"other_mod.py": source}
+    )
+    registry = serve_backends.registry()
+    assert_backend_contract("good-dist:good", registry=registry)
+    with pytest.raises(ContractViolation, match=expected):
+        assert_backend_contract("other-dist:good", registry=registry)
+
+
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_contract_breaches_are_reported(serve_backends, case):
     source, expected = BROKEN[case]

@@ -251,12 +251,14 @@ def assert_backend_contract(
 
             registry = ServeBackendRegistry.from_settings(Settings())
         try:
-            backend = registry.get(name).backend  # type: ignore[attr-defined]
+            registered = registry.get(name)  # type: ignore[attr-defined]
         except Exception as exc:
             raise ContractViolation(str(exc)) from exc
-        records = getattr(registry, "plugins", ())
+        backend = registered.backend
+        plugin_of = getattr(registry, "plugin_of", None)
         try:  # the factory object, for its source; a built-in has no entry point
-            factory = next(r.plugin for r in records if r.plugin.name == name).entry_point.load()
+            plugin = None if plugin_of is None else plugin_of(registered)
+            factory = None if plugin is None else plugin.entry_point.load()
         except Exception:  # noqa: BLE001 - the registry loaded it already
             factory = None
     else:
