@@ -2,24 +2,26 @@
 
 The ``[serve_backends]`` group chooses the backend (``model_type``), which plugins may
 load (``enabled_backends``, ``disabled_backends``) and how long detection and stopping may
-take (``detect_timeout``, ``load_timeout``, ``stop_timeout``). Values come, highest first,
-from the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on), the configuration
-files, then the defaults; each option's type validates them. Every function works on a
-private :class:`~oslo_config.cfg.ConfigOpts` (never ``CONF``); bad configuration is a
-one-line :class:`~sglang_backends.errors.ConfigurationError` naming where and the option.
+take (``detect_timeout``, ``load_timeout``, ``stop_timeout``). oslo.config reads the files
+and directories itself, in command-line order, and its typed options validate the values:
+highest first the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on), the files,
+then the defaults. Every function works on a private :class:`~oslo_config.cfg.ConfigOpts`
+(never ``CONF``); bad configuration is a one-line
+:class:`~sglang_backends.errors.ConfigurationError` naming the option and where it was set.
 """
 
 from __future__ import annotations
 
+import glob
 import logging
+import math
 import os
-import tempfile
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg, types
 
-from sglang_backends.configfiles import Source, ordered, parse, read_sources
 from sglang_backends.errors import ConfigurationError, did_you_mean
 from sglang_backends.settings import (
     DEFAULT_DETECT_TIMEOUT,
@@ -27,6 +29,7 @@ from sglang_backends.settings import (
     DEFAULT_STOP_TIMEOUT,
     ENVIRONMENT_PREFIX,
     MAX_TIMEOUT,
+    STOP_TIMEOUT_ENV,
     Settings,
 )
 
@@ -61,50 +64,26 @@ def _new_group() -> cfg.OptGroup:
     )
 
 
-class _Name(types.String):
-    """A backend name: oslo.config's String, refusing an empty one."""
-
-    def __call__(self, value: Any) -> str:
-        name = str(super().__call__(value)).strip()
-        if not name:
-            raise ValueError("give 'auto' or a backend name")
-        return name
-
-
-class _Names(types.List):
-    """A list of backend names: oslo.config's List, refusing an empty name (``a,,b``)."""
-
-    def __call__(self, value: Any) -> list[Any]:
-        names = super().__call__(value)
-        if "" in names:
-            raise ValueError("the list holds an empty backend name")
-        return names
-
-
 class _Seconds(types.Float):
-    """Seconds: oslo.config's Float with ``max`` = MAX_TIMEOUT, and a lower bound (0
-    excluded unless *zero*) worded as the docs quote it: oslo.config's ``min`` is inclusive.
-    """
-
-    def __init__(self, *, zero: bool = False) -> None:
-        super().__init__(max=MAX_TIMEOUT)
-        self.zero = zero
+    """oslo.config's Float, refusing what its range check lets through: NaN and no value."""
 
     def __call__(self, value: Any) -> float:
         seconds = super().__call__(value)
-        if seconds is None or not (seconds > 0 or (self.zero and seconds == 0)):  # NaN too
-            raise ValueError(
-                "must be a number of seconds, 0 or more"
-                if self.zero
-                else "must be a number of seconds greater than 0"
-            )
+        if seconds is None or math.isnan(seconds):
+            raise ValueError(f"not a number of seconds: {value!r}")
         return float(seconds)
 
+
+#: A backend name: no space, no comma (``a,,b`` would be the name ``,b``).
+_NAME = types.String(regex=r"^[^\s,]+$", type_name="backend name")
+_NAMES = types.List(item_type=_NAME, bounds=False, type_name="backend names")
+#: At least a millisecond (0 would end every detection at once).
+_POSITIVE = _Seconds(min=0.001, max=MAX_TIMEOUT)
 
 OPTS = [
     cfg.Opt(
         "model_type",
-        type=_Name(),
+        type=_NAME,
         default="auto",
         help="The serve backend to use. 'auto' runs every enabled backend's detector on the "
         "request and picks the one that claims it, falling back to 'llm'; any other value "
@@ -114,14 +93,14 @@ OPTS = [
     ),
     cfg.Opt(
         "enabled_backends",
-        type=_Names(),
+        type=_NAMES,
         default=[],
         help="Comma-separated plugin names that may be loaded; empty (the default) allows every "
         "installed plugin. Built-ins are always available. A plugin left out is never imported.",
     ),
     cfg.Opt(
         "disabled_backends",
-        type=_Names(),
+        type=_NAMES,
         default=[],
         help="Comma-separated plugin names that are never loaded, even when listed in "
         "enabled_backends. Use it to switch off a broken or unwanted plugin without "
@@ -129,39 +108,36 @@ OPTS = [
     ),
     cfg.Opt(
         "detect_timeout",
-        type=_Seconds(),
+        type=_POSITIVE,
         default=DEFAULT_DETECT_TIMEOUT,
         help="Seconds each backend's detector may take during automatic detection (model_type "
-        "= auto) before it counts as inconclusive; a number greater than 0, at most "
-        f"{MAX_TIMEOUT:g}. Detectors run concurrently. The default is generous because a "
-        "detector may query a model hub (SGLang's diffusion detector asks the Hugging Face "
-        "Hub); offline checks take milliseconds.",
+        "= auto) before it counts as inconclusive. Detectors run concurrently. The default is "
+        "generous because a detector may query a model hub (SGLang's diffusion detector asks "
+        "the Hugging Face Hub); offline checks take milliseconds.",
     ),
     cfg.Opt(
         "load_timeout",
-        type=_Seconds(),
+        type=_POSITIVE,
         default=DEFAULT_LOAD_TIMEOUT,
         help="Seconds each backend's load (its import and factory call) may take during "
-        "automatic detection (model_type = auto) before it is skipped with a warning; a number "
-        f"greater than 0, at most {MAX_TIMEOUT:g}. A load still running after a few seconds is "
-        "logged. The default is generous so a healthy but heavy plugin (a cold import of a "
-        "torch-based runtime takes tens of seconds) is never given up on; it only ends a hung "
-        "import.",
+        "automatic detection (model_type = auto) before it is skipped with a warning. A load "
+        "still running after a few seconds is logged. The default is generous so a healthy but "
+        "heavy plugin (a cold import of a torch-based runtime takes tens of seconds) is never "
+        "given up on; it only ends a hung import.",
     ),
     cfg.Opt(
         "stop_timeout",
-        type=_Seconds(zero=True),
+        type=_Seconds(min=0, max=MAX_TIMEOUT),
         default=DEFAULT_STOP_TIMEOUT,
         help="Seconds the serve command gives its processes between SIGTERM and SIGKILL when it "
         "stops them: the backend after a stop signal, then every process the backend left "
-        f"behind; 0 kills at once; at most {MAX_TIMEOUT:g}. The environment variable "
-        "SGLANG_BACKENDS_STOP_TIMEOUT, when set, overrides it.",
+        f"behind; 0 kills at once. The variable {STOP_TIMEOUT_ENV} is a deprecated name "
+        "for it, read (with a warning) when OS_SERVE_BACKENDS__STOP_TIMEOUT is not set.",
     ),
 ]
 
-_OPT_NAMES = tuple(opt.dest for opt in OPTS)
 #: The options' environment variables (oslo.config's own source).
-_VARIABLES = tuple(ENVIRONMENT_PREFIX + name.upper() for name in _OPT_NAMES)
+_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in OPTS)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
@@ -174,46 +150,60 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(OPTS, group=_new_group())
 
 
-def _files_read(conf: cfg.ConfigOpts) -> list[str]:
-    """The configuration files a service's *conf* read, in reading order."""
-    files, dirs = getattr(conf, "config_file", None), getattr(conf, "config_dir", None)
-    return [path for path, _ in ordered(files or (), dirs or ())]
+def _where(location: cfg.LocationInfo | None) -> str | None:
+    """A location as messages name it: a file, ``environment variable NAME``; ``None``: a default."""
+    if location is None or location.location is cfg.Locations.opt_default:
+        return None
+    if location.location is cfg.Locations.environment:
+        return f"environment variable {location.detail}"
+    if location.location is cfg.Locations.set_override and STOP_TIMEOUT_ENV in os.environ:
+        return f"environment variable {STOP_TIMEOUT_ENV}"  # see load_settings
+    return str(location.detail)
 
 
-def _locator(conf: cfg.ConfigOpts, sources: Sequence[Source]) -> Callable[[str], str | None]:
-    """Where an option was set, asked of *conf* when a message needs it (``None``: the
-    default); a private copy among *sources* is named by its original.
+#: Each regular file read, as oslo.config's parser gives it: ``(path, {section: {option:
+#: [values]}})``, for the warnings and errors that quote it (a pipe can be read only once).
+_Parsed = list[tuple[str, dict[str, dict[str, list[str]]]]]
+
+
+def _parse(files: Sequence[str]) -> _Parsed:
+    parsed: _Parsed = []
+    for path in filter(os.path.isfile, files):
+        sections: dict[str, dict[str, list[str]]] = {}
+        cfg.ConfigParser(path, sections).parse()
+        parsed.append((path, sections))
+    return parsed
+
+
+def _culprit(files: Sequence[str]) -> str:
+    """The first of *files* that oslo.config's parser cannot read, as it read them."""
+    for path in files:
+        try:
+            _parse([path])
+        except (OSError, ValueError, cfg.ParseError):
+            return path
+    return ", ".join(files)
+
+
+def _refused(name: str, exc: Exception, files: Sequence[str]) -> ConfigurationError:
+    """A one-line error for option *name*, which oslo.config refused with *exc*, quoting its
+    text and where it was set: as oslo.config finds it, the environment before the files.
     """
-    originals = {source.copy: source.path for source in sources}
-
-    def where(option: str) -> str | None:
-        location = conf.get_location(option, GROUP)
-        if location is None or location.location is cfg.Locations.opt_default:
-            return None
-        if location.location is cfg.Locations.environment:
-            return f"environment variable {location.detail}"
-        detail = str(location.detail or location.location.name)
-        return originals.get(detail, detail)
-
-    return where
-
-
-def _invalid(name: str, cause: str, sources: Sequence[Source]) -> ConfigurationError:
-    """A one-line error for option *name*, quoting its text and where it was set: found as
-    oslo.config finds it (``get_location()`` converts a value, and fails on a bad one).
-    """
+    # oslo.config raises its source error while handling the type's ValueError: the cause.
+    cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
     variable = ENVIRONMENT_PREFIX + name.upper()
-    found = None
-    for source in sources:
-        for section, options in source.sections.items():
-            if section.lower() == GROUP and options.get(name):
-                found = options[name][-1], source.path
+    found = [
+        (options[name][-1], path)
+        for path, sections in _parse(files)
+        for section, options in sections.items()
+        if section.lower() == GROUP and options.get(name)
+    ]
     if variable in os.environ:
-        found = os.environ[variable], f"environment variable {variable}"
-    if found is None:
-        return ConfigurationError(f"Invalid value for option [{GROUP}] {name}: {cause}")
+        found.append((os.environ[variable], f"environment variable {variable}"))
+    pipes = ", ".join(path for path in files if not os.path.isfile(path))
+    text, where = found[-1] if found else ("", pipes)
     return ConfigurationError(
-        f"Invalid value {found[0]!r} for option [{GROUP}] {name} in {found[1]}: {cause}"
+        f"Invalid value{text and f' {text!r}'} for option [{GROUP}] {name} in {where}: {cause}"
     )
 
 
@@ -223,23 +213,30 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
 
     :raises ConfigurationError: a value is invalid, naming the option and where it was set.
     """
-    return _settings(conf, None)
+    files = list(getattr(conf, "config_file", None) or ())
+    for directory in getattr(conf, "config_dirs", None) or ():
+        files += sorted(glob.glob(os.path.join(directory, "*.conf")))  # as oslo.config reads
+    return _settings(conf, files)
 
 
-def _settings(conf: cfg.ConfigOpts, sources: Sequence[Source] | None) -> Settings:
-    """:func:`settings_from_conf`; *sources* are the files, if read here (a service's are
-    read only to quote a value its types refused).
-    """
+def _pairs(flag: str, paths: Sequence[str]) -> list[str]:
+    return [item for path in paths for item in (flag, path)]
+
+
+def _settings(conf: cfg.ConfigOpts, files: Sequence[str]) -> Settings:
+    """:func:`settings_from_conf`, knowing the *files* *conf* read, in order."""
     values: dict[str, Any] = {}
-    for name in _OPT_NAMES:
+    for opt in OPTS:
         try:
-            values[name] = conf[GROUP][name]
-        except ValueError as exc:  # oslo's ConfigSourceValueError and kin
-            if sources is None:
-                sources = [Source(path, path, parse(path, path)) for path in _files_read(conf)]
-            raise _invalid(name, str(exc).rpartition(" is not valid: ")[2], sources) from None
-    files = [source.path for source in sources] if sources is not None else _files_read(conf)
-    files += [f"environment variable {name}" for name in _VARIABLES if name in os.environ]
+            values[opt.dest] = conf[GROUP][opt.dest]
+        except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
+            raise _refused(opt.dest, exc, files) from None
+    variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
+    sources = [*files, *(f"environment variable {name}" for name in variables)]
+
+    def locate(option: str) -> str | None:
+        return _where(conf.get_location(option, GROUP))
+
     return Settings(
         model_type=values["model_type"],
         enabled=tuple(values["enabled_backends"]) or None,
@@ -247,86 +244,138 @@ def _settings(conf: cfg.ConfigOpts, sources: Sequence[Source] | None) -> Setting
         detect_timeout=values["detect_timeout"],
         load_timeout=values["load_timeout"],
         stop_timeout=values["stop_timeout"],
-        source=", ".join(files) or "defaults",
-        locate=_locator(conf, sources or ()),
+        source=", ".join(sources) or "defaults",
+        locate=locate,
     )
+
+
+def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
+    if isinstance(exc, FileNotFoundError):
+        return ConfigurationError(f"Configuration {what} not found: {path}")
+    return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
+
+
+def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """*args* with absolute paths, and the files oslo.config will read, in its order.
+
+    Each is looked at (not read) first: one that cannot be read is an error, never skipped
+    (a ``disabled_backends`` not read must not let its plugins run), and only a regular
+    file, or a pipe named with ``--config-file``, is read: a FIFO or a device dropped into a
+    directory would make every command wait.
+    """
+    absolute: list[str] = []
+    files: list[str] = []
+    for flag, given in zip(args[::2], args[1::2]):
+        what = "directory" if flag == "--config-dir" else "file"
+        try:
+            path = os.path.abspath(os.path.expanduser(given))  # the working directory may be gone
+            found = [path]
+            if what == "directory":  # as oslo.config's glob, which takes one unread for empty
+                found = [os.path.join(path, n) for n in sorted(os.listdir(path))]
+                found = [n for n in found if n.endswith(".conf") and n[len(path) + 1] != "."]
+        except OSError as exc:
+            raise _unreadable(what, given, exc) from None
+        for name in found:
+            try:
+                mode = os.stat(name).st_mode
+            except OSError as exc:
+                raise _unreadable("file", name, exc) from None
+            if stat.S_ISDIR(mode) and what == "file":
+                raise ConfigurationError(
+                    f"Configuration file {name} is a directory; pass directories with --config-dir"
+                )
+            if not (stat.S_ISREG(mode) or (stat.S_ISFIFO(mode) and what == "file")):
+                raise ConfigurationError(f"Configuration file {name} is not a regular file")
+        absolute += [flag, path]
+        files += found
+    return absolute, files
 
 
 def load_settings(
     *,
     config_files: Sequence[str] = (),
     config_dirs: Sequence[str] = (),
+    args: Sequence[str] = (),
 ) -> Settings:
     """Read ``[serve_backends]`` from files, directories and the environment.
 
-    Names that nothing reads (a misspelt option, group or ``OS_SERVE_BACKENDS__*``
-    variable) are logged as WARNINGs, one line each, with the closest known name. Each
-    file is read once (a pipe or FIFO too). A file or directory that cannot be read is
-    an error, never skipped: a ``disabled_backends`` not read must not let its plugins run.
+    oslo.config reads each file once (a pipe too), in the order of *args*, then
+    *config_files*, then *config_dirs*: a later one wins. A file or directory that cannot
+    be read is an error, never skipped. A misspelt ``OS_SERVE_BACKENDS__*`` variable is a
+    WARNING with the closest known name; ``oslo-config-validator`` checks a file's names.
 
-    :param config_files: files read in order; later ones win.
-    :param config_dirs: directories whose ``*.conf`` files are read after them.
+    :param args: ``--config-file PATH`` and ``--config-dir DIR`` pairs, in command-line order.
     :returns: validated :class:`Settings`; ``enabled`` is ``None`` for an empty list.
     :raises ConfigurationError: a source is missing, unreadable or malformed, or a value
-        is invalid; the message names the file and option.
+        is invalid; the message names the file (or variable) and option.
     """
-    with tempfile.TemporaryDirectory(prefix="sglang-backends-conf-") as private:
-        sources = read_sources(config_files, config_dirs, private)
-        conf = cfg.ConfigOpts()
-        register_opts(conf)
+    given = [*args, *_pairs("--config-file", config_files), *_pairs("--config-dir", config_dirs)]
+    checked, files = _checked(given)
+    conf = cfg.ConfigOpts()
+    register_opts(conf)
+    try:
+        conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
+    except cfg.ConfigFilesPermissionDeniedError as exc:
+        denied = ", ".join(exc.config_files)
+        raise ConfigurationError(f"Configuration file {denied} is not readable: Permission denied")
+    except cfg.Error as exc:  # a malformed file; what the checks above saw changed
+        raise ConfigurationError(f"Invalid configuration: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:  # not text, say: name the file
+        raise ConfigurationError(f"Cannot read configuration file {_culprit(files)}: {exc}")
+    for problem in _unknown(_parse(files), os.environ):
+        LOG.warning("%s", problem)
+    legacy = os.environ.get(STOP_TIMEOUT_ENV)
+    if legacy is not None:
+        LOG.warning(
+            "%s is deprecated; set OS_SERVE_BACKENDS__STOP_TIMEOUT instead", STOP_TIMEOUT_ENV
+        )
+    if legacy is not None and ENVIRONMENT_PREFIX + "STOP_TIMEOUT" not in os.environ:
         try:
-            conf(
-                args=[f"--config-file={source.copy}" for source in sources],
-                project="sglang-backends",
-                prog="sglang-backends",
-                default_config_files=[],
-                default_config_dirs=[],
-            )
-        except cfg.Error as exc:  # the copies were read and parsed above; not expected
-            raise ConfigurationError(f"Invalid configuration: {exc}") from None
-        for problem in _unknown(sources, os.environ):
-            LOG.warning("%s", problem)
-        return _settings(conf, sources)
+            conf.set_override("stop_timeout", legacy, GROUP)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"Invalid value {legacy!r} for option [{GROUP}] stop_timeout in environment "
+                f"variable {STOP_TIMEOUT_ENV}: {exc}"
+            ) from None
+    return _settings(conf, files)
 
 
-def _unknown(sources: Sequence[Source], environ: Mapping[str, str]) -> list[str]:
+def _unknown(parsed: _Parsed, environ: Mapping[str, str]) -> list[str]:
     """Name every group, option and ``OS_SERVE_BACKENDS__*`` variable that nothing reads,
     one line each with the closest known name: oslo.config ignores them silently, and
     ``oslo-config-validator`` is a command, without the closest name or the environment.
     """
-    known = list(_OPT_NAMES)
+    known = [opt.dest for opt in OPTS]
     problems: list[str] = []
-    for source in sources:
-        path = source.path
-        for section, options in source.sections.items():
+    for path, sections in parsed:
+        for section, options in sections.items():
             if section.lower() == GROUP:  # oslo.config folds group names to lower case
-                for option in options:
-                    if option not in known:
-                        problems.append(
-                            f"Ignoring unknown option {option!r} in [{GROUP}] of {path}"
-                            f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
-                        )
+                problems += [
+                    f"Ignoring unknown option {option!r} in [{GROUP}] of {path}"
+                    f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
+                    for option in options
+                    if option not in known
+                ]
             elif section == "DEFAULT":
-                for option in options:
-                    where = f" (it belongs in [{GROUP}])" if option in known else ""
-                    problems.append(
-                        f"Ignoring option {option!r} in [DEFAULT] of {path}{where}: "
-                        f"sglang-backends reads only the [{GROUP}] group."
-                    )
+                problems += [
+                    f"Ignoring option {option!r} in [DEFAULT] of {path}"
+                    f"{f' (it belongs in [{GROUP}])' if option in known else ''}: "
+                    f"sglang-backends reads only the [{GROUP}] group."
+                    for option in options
+                ]
             else:
                 problems.append(
                     f"Ignoring unknown group [{section}] in {path}"
                     f"{did_you_mean(section, [GROUP])} sglang-backends reads only [{GROUP}]."
                 )
-    for key in sorted(environ):
+    variables = sorted(_VARIABLES)
+    return problems + [
+        f"Ignoring unknown environment variable {key}{did_you_mean(key, variables)} "
+        f"Known variables: {', '.join(variables)}."
+        for key in sorted(environ)
         # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
-        if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES:
-            problems.append(
-                f"Ignoring unknown environment variable {key}"
-                f"{did_you_mean(key, sorted(_VARIABLES))} Known variables: "
-                f"{', '.join(sorted(_VARIABLES))}."
-            )
-    return problems
+        if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES
+    ]
 
 
 def registry_from_conf(

@@ -47,8 +47,8 @@ class HostOptions(NamedTuple):
     """What ``serve`` takes for itself, and the arguments left for the backend.
 
     :param model_type: the ``--model-type`` value, ``None`` when not given.
-    :param config_files: ``--config-file`` values of the leading run, in order.
-    :param config_dirs: ``--config-dir`` values of the leading run, in order.
+    :param config_args: the ``--config-file PATH`` and ``--config-dir DIR`` pairs of
+        the leading run, in order (oslo.config reads them in that order).
     :param debug: ``--debug`` was given in the leading run.
     :param argv: the remaining arguments, in their original order: the
         backend's, those named like ``serve``'s options after the leading
@@ -56,8 +56,7 @@ class HostOptions(NamedTuple):
     """
 
     model_type: str | None
-    config_files: tuple[str, ...]
-    config_dirs: tuple[str, ...]
+    config_args: tuple[str, ...]
     debug: bool
     argv: tuple[str, ...]
 
@@ -107,8 +106,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
         ``--model-type`` value that cannot be a backend name.
     """
     model_type: str | None = None
-    files: list[str] = []
-    dirs: list[str] = []
+    config: list[str] = []
     debug = False
     rest: list[str] = []
     leading = True
@@ -121,14 +119,13 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
             elif not value:
                 raise UsageError(f"{option} expects a value")
             else:
-                (files if option == "--config-file" else dirs).append(value)
+                config += [option, value]
         else:
             leading = False
             rest.extend(arguments)
     return HostOptions(
         model_type=model_type,
-        config_files=tuple(files),
-        config_dirs=tuple(dirs),
+        config_args=tuple(config),
         debug=debug,
         argv=tuple(rest),
     )
@@ -149,8 +146,7 @@ def hoisted(host: HostOptions) -> tuple[str, ...] | None:
     if not moved:
         return None
     leading = [
-        *(item for path in host.config_files for item in ("--config-file", path)),
-        *(item for path in host.config_dirs for item in ("--config-dir", path)),
+        *host.config_args,
         *(["--debug"] if host.debug else []),
     ]
     model_type = [] if host.model_type is None else ["--model-type", host.model_type]

@@ -41,11 +41,7 @@ from sglang_backends.errors import (
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import PluginStatus
-from sglang_backends.settings import (
-    Settings,
-    configured,
-    stop_timeout_override,
-)
+from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import (
     LOG_FORMAT,
     PrintableRecords,
@@ -99,14 +95,12 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
 
 def _settings(host: HostOptions) -> Settings:
     """Defaults, or configuration (importing oslo.config) when any is in use."""
-    if not configured(host.config_files, host.config_dirs):
+    if not configured(host.config_args):
         return Settings()
     from sglang_backends.config import load_settings
 
     try:
-        settings = load_settings(
-            config_files=list(host.config_files), config_dirs=list(host.config_dirs)
-        )
+        settings = load_settings(args=host.config_args)
     except ConfigurationError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from exc
     LOG.debug("Settings from %s: %r", settings.source, settings)
@@ -320,11 +314,7 @@ def _serve(host: HostOptions) -> int:
     if wants_help(host.argv):  # as in the request: normalizing moves no -h
         return _help(host, settings, model_type)
     request = _request(host)
-    try:
-        override = stop_timeout_override()
-    except ValueError as exc:
-        raise _Failure(str(exc), EXIT_USAGE) from exc
-    timeout = settings.stop_timeout if override is None else override
+    timeout = settings.stop_timeout
     from sglang_backends import backend_process, supervisor
 
     if not supervisor.SUPPORTED:

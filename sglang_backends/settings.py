@@ -1,10 +1,13 @@
 """The selection settings every entry point shares, as plain values.
 
 ``serve`` builds a registry from a :class:`Settings`; where the values come
-from (defaults, or configuration files and the environment through
-:mod:`sglang_backends.config`) is decided by the caller, so this module
-stays free of oslo.config. It imports neither :mod:`dataclasses` nor the
-contract: the general help reads it.
+from is decided by the caller. Without configuration (no ``--config-file``
+or ``--config-dir``, no ``OS_SERVE_BACKEND*`` variable and no deprecated
+``SGLANG_BACKENDS_STOP_TIMEOUT``: :func:`configured`), ``serve`` and the
+operator commands read nothing and use these defaults, without importing
+oslo.config; otherwise :mod:`sglang_backends.config` reads every source.
+This module imports neither :mod:`dataclasses` nor the contract: the general
+help reads it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ __all__ = [
     "STOP_TIMEOUT_ENV",
     "Settings",
     "configured",
-    "stop_timeout_override",
 ]
 
 #: oslo.config's environment form for the ``[serve_backends]`` group.
@@ -52,7 +54,7 @@ MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
 
 #: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
 DEFAULT_STOP_TIMEOUT = 5.0
-#: Environment variable that, when set, overrides the ``stop_timeout`` setting.
+#: The deprecated name of ``OS_SERVE_BACKENDS__STOP_TIMEOUT``, read with a warning.
 STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
 
@@ -114,39 +116,14 @@ class Settings(NamedTuple):
         return {**origins, **dict(self.flag_origins)}
 
 
-def configured(
-    config_files: Sequence[str],
-    config_dirs: Sequence[str],
-    environ: Mapping[str, str] | None = None,
-) -> bool:
-    """Whether configuration is in use: files, directories or ``OS_SERVE_BACKENDS__*`` variables.
+def configured(config_args: Sequence[str], environ: Mapping[str, str] | None = None) -> bool:
+    """Whether configuration is in use: ``--config-file``/``--config-dir`` *config_args*,
+    or an ``OS_SERVE_BACKEND*`` or :data:`STOP_TIMEOUT_ENV` variable.
 
-    Without any, the defaults apply and callers need not import oslo.config.
     A near miss of a variable (``OS_SERVE_BACKEND__MODEL_TYPE``) counts, so
     that reading the configuration can warn about it instead of ignoring it.
     """
     env = os.environ if environ is None else environ
-    return bool(config_files or config_dirs) or any(k.startswith("OS_SERVE_BACKEND") for k in env)
-
-
-def stop_timeout_override(environ: Mapping[str, str] | None = None) -> float | None:
-    """:data:`STOP_TIMEOUT_ENV` as seconds, or ``None`` when it is not set.
-
-    :raises ValueError: it is set to something other than a number of
-        seconds, 0 or more and at most
-        :data:`MAX_TIMEOUT` (the message names
-        the variable).
-    """
-    value = (os.environ if environ is None else environ).get(STOP_TIMEOUT_ENV)
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= MAX_TIMEOUT:
-        raise ValueError(
-            f"{STOP_TIMEOUT_ENV} must be a number of seconds, 0 or more and at most "
-            f"{MAX_TIMEOUT:g}; got {value!r}"
-        )
-    return seconds
+    return bool(config_args) or any(
+        key.startswith("OS_SERVE_BACKEND") or key == STOP_TIMEOUT_ENV for key in env
+    )

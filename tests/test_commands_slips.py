@@ -187,25 +187,29 @@ def test_a_malformed_unrelated_distribution_breaks_no_command(omni, command):
 
 
 @pytest.mark.parametrize(
-    ("argv", "files", "dirs", "rest"),
+    ("argv", "config", "rest"),
     [
-        (["--config-file", "F", "list"], ["F"], [], ["list"]),
-        (["--config-dir=D", "-v", "check", "x"], [], ["D"], ["check", "x"]),
+        (["--config-file", "F", "list"], ["--config-file", "F"], ["list"]),
+        (["--config-dir=D", "-v", "check", "x"], ["--config-dir", "D"], ["check", "x"]),
+        (
+            ["--config-dir", "D", "--config-file", "F", "list"],
+            ["--config-dir", "D", "--config-file", "F"],
+            ["list"],
+        ),
         (
             ["--log-file", "L", "--config-file", "F", "detect", "/m", "--config-file", "G"],
-            ["F"],
-            [],
+            ["--config-file", "F"],
             ["detect", "/m", "--config-file", "G"],
         ),
-        (["list", "--config-file", "F"], [], [], ["list", "--config-file", "F"]),
-        (["--log-file", "L", "serve", "m"], [], [], ["serve", "m"]),
+        (["list", "--config-file", "F"], [], ["list", "--config-file", "F"]),
+        (["--log-file", "L", "serve", "m"], [], ["serve", "m"]),
     ],
 )
-def test_configuration_options_are_global_before_the_command_name_only(argv, files, dirs, rest):
+def test_configuration_options_are_global_before_the_command_name_only(argv, config, rest):
     from sglang_backends.commands.app import OperatorApp
 
     options, remainder = OperatorApp().parser.parse_known_args(argv)
-    assert (options.config_file, options.config_dir, remainder) == (files, dirs, rest)
+    assert (options.config_args, remainder) == (config, rest)
 
 
 @pytest.mark.parametrize(

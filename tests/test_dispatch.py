@@ -57,8 +57,8 @@ def test_leading_serve_options_are_taken_in_order():
             "1",
         ]
     )
-    assert host.config_files == ("a.conf", "b.conf")
-    assert host.config_dirs == ("d",)
+    # Files and directories interleaved as given: oslo.config reads them in this order.
+    assert host.config_args == ("--config-file", "a.conf", "--config-dir", "d", "--config-file", "b.conf")
     assert host.debug is True
     assert host.model_type == "x"
     assert host.argv == ("m", "--port", "1")
@@ -77,7 +77,7 @@ def test_leading_serve_options_are_taken_in_order():
 )
 def test_serve_options_after_the_first_backend_argument_are_the_backends(argv):
     host = parse_host_options(argv)
-    assert (host.config_files, host.config_dirs, host.debug) == ((), (), False)
+    assert (host.config_args, host.debug) == ((), False)
     assert host.argv == tuple(argv)
 
 

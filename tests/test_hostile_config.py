@@ -43,18 +43,17 @@ def test_a_fifo_given_as_the_configuration_file_is_read_once(recorder, tmp_path)
     env, record = recorder
     fifo = tmp_path / "serve.conf"
     os.mkfifo(fifo)
-    # An unknown option too: checking for one read the file a second time, which waited
-    # for a second writer that never comes.
+    # An unknown option too: a pipe is read once, by oslo.config (so it is not checked for
+    # misspelt names); reading it again would wait for a second writer that never comes.
     writer = feed(fifo, "[serve_backends]\nmodel_type = recorder\nmodel_typo = x\n")
     result = run_serve(["--config-file", str(fifo), "m"], env, timeout=30)
     writer.join(5)
     assert result.returncode == 0, result.stderr
     assert "Using serve backend 'recorder'" in result.stderr
-    assert "unknown option 'model_typo'" in result.stderr and str(fifo) in result.stderr
     assert read_json(record)["model_path"] == "m"
 
 
-def test_an_invalid_value_is_quoted_from_what_was_read(recorder, tmp_path):
+def test_an_invalid_value_in_a_pipe_names_it(recorder, tmp_path):
     env, record = recorder
     fifo = tmp_path / "serve.conf"
     os.mkfifo(fifo)
@@ -63,7 +62,8 @@ def test_an_invalid_value_is_quoted_from_what_was_read(recorder, tmp_path):
     writer.join(5)
     assert result.returncode == 2, result.stderr
     [line] = result.error_lines
-    assert f"Invalid value 'soon' for option [serve_backends] detect_timeout in {fifo}" in line
+    assert f"Invalid value for option [serve_backends] detect_timeout in {fifo}" in line
+    assert "'soon'" in line
     assert not record.exists()
 
 
@@ -79,12 +79,12 @@ def test_a_fifo_in_a_configuration_directory_is_an_error_not_a_wait(recorder, tm
     assert not record.exists()
 
 
-def test_an_endless_configuration_file_is_refused(recorder):
+def test_a_device_given_as_the_configuration_file_is_refused(recorder):
     env, record = recorder
     result = run_serve(["--config-file", "/dev/zero", "m", "--model-type", "recorder"], env)
     assert result.returncode == 2, result.stderr
     [line] = result.error_lines
-    assert "/dev/zero is larger than 1 MiB" in line
+    assert "Configuration file /dev/zero is not a regular file" in line
     assert not record.exists()
 
 
@@ -181,7 +181,7 @@ def test_a_stop_timeout_variable_past_the_bound_is_refused(recorder):
     result = run_serve(["m", "--model-type", "recorder"], env)
     assert result.returncode == 2, result.stderr
     [line] = result.error_lines
-    assert "SGLANG_BACKENDS_STOP_TIMEOUT" in line and "at most 1e+09" in line
+    assert "SGLANG_BACKENDS_STOP_TIMEOUT" in line and "less than or equal to 1e+09" in line
 
 
 def test_detect_refuses_a_timeout_past_the_bound(site):

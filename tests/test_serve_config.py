@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from clitools import clean_environ, imported_by, serve_in_process
+from clitools import CLI, clean_environ, imported_by, serve_in_process
 from servetools import RECORDER, read_json, run_serve
 
 
@@ -138,3 +138,107 @@ def test_configuration_machinery_is_imported_only_when_used(recorder, tmp_path):
     assert with_file == ["oslo_config"]
     with_env = _heavy_modules(["--help"], {**env, "OS_SERVE_BACKENDS__DETECT_TIMEOUT": "3"})
     assert with_env == ["oslo_config"]
+
+
+def test_files_and_directories_are_read_in_command_line_order(recorder, tmp_path):
+    env, _ = recorder
+    confdir = tmp_path / "serve.d"
+    confdir.mkdir()
+    conf(confdir, "model_type = other\n", name="10-model.conf")
+    path = conf(tmp_path, "model_type = recorder\n")
+    file_last = run_serve(["--config-dir", str(confdir), "--config-file", str(path), "m"], env)
+    assert "Using serve backend 'recorder'" in file_last.stderr, file_last.stderr
+    dir_last = run_serve(["--config-file", str(path), "--config-dir", str(confdir), "m"], env)
+    assert "Using serve backend 'other'" in dir_last.stderr, dir_last.stderr
+
+
+def run_cli_env(env, *args: str, cwd=None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, *args], env=clean_environ(env), cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+def _one_error(result, *phrases: str) -> None:
+    """Exit status 2 and one error line holding every phrase, no traceback."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    for phrase in phrases:
+        assert phrase in line, line
+
+
+@pytest.mark.parametrize("command", [["serve", "m"], ["list"], ["show", "recorder"]])
+def test_an_unresolvable_substitution_is_one_line_naming_option_and_file(
+    recorder, tmp_path, command
+):
+    env, record = recorder
+    path = conf(tmp_path, "model_type = ${nope}\n")
+    result = run_cli_env(env, command[0], "--config-file", str(path), *command[1:])
+    _one_error(result, "[serve_backends] model_type", str(path), "nope")
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("command", [["serve", "m"], ["list"], ["check"]])
+def test_a_relative_file_in_a_deleted_working_directory_is_one_line(recorder, tmp_path, command):
+    env, record = recorder
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    conf(gone, "model_type = recorder\n")
+    script = 'cd "$1" && rm -r "$1" && shift && exec "$@"'
+    args = [CLI, command[0], "--config-file", "serve.conf", *command[1:]]
+    result = subprocess.run(
+        ["sh", "-c", script, "sh", str(gone), *args],
+        env=clean_environ(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    _one_error(result, "Configuration file not found: serve.conf")
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("command", [["serve", "m"], ["list"]])
+def test_configuration_needs_no_temporary_directory(recorder, tmp_path, command):
+    """A read-only root file system: no temporary directory can be made."""
+    env, _ = recorder
+    path = conf(tmp_path, "model_type = recorder\n")
+    env = {**env, "TMPDIR": str(tmp_path / "no-such-dir")}
+    code = (
+        "import sys, tempfile; tempfile.tempdir = sys.argv[1]\n"
+        "from sglang_backends.cli import main; raise SystemExit(main(sys.argv[2:]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "no-such-dir"), command[0],
+         "--config-file", str(path), *command[1:]],
+        env=clean_environ(env), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_large_mostly_comment_file_is_read(recorder, tmp_path):
+    env, _ = recorder
+    path = tmp_path / "big.conf"
+    path.write_text(("# " + "x" * 98 + "\n") * 100_000 + "[serve_backends]\nmodel_type = recorder\n")
+    assert path.stat().st_size > 10_000_000
+    result = run_serve(["--config-file", str(path), "m"], env)
+    assert result.returncode == 0, result.stderr
+    assert "Using serve backend 'recorder'" in result.stderr
+
+
+def test_the_old_stop_timeout_variable_works_with_a_deprecation_warning(recorder, tmp_path):
+    env, _ = recorder
+    path = conf(tmp_path, "stop_timeout = 7\n")
+    old = {**env, "SGLANG_BACKENDS_STOP_TIMEOUT": "-1"}
+    refused = run_serve(["--config-file", str(path), "m", "--model-type", "recorder"], old)
+    assert refused.returncode == 2, refused.stderr
+    [warning] = [line for line in refused.stderr.splitlines() if "deprecated" in line]
+    assert "SGLANG_BACKENDS_STOP_TIMEOUT is deprecated" in warning
+    assert "OS_SERVE_BACKENDS__STOP_TIMEOUT" in warning
+    [line] = refused.error_lines
+    assert "stop_timeout in environment variable SGLANG_BACKENDS_STOP_TIMEOUT" in line
+    # The one name wins over the old one.
+    both = {**old, "OS_SERVE_BACKENDS__STOP_TIMEOUT": "2"}
+    served = serve_with_environment(["--config-file", str(path), "m", "--model-type", "recorder"], both)
+    assert served.returncode == 0, served.stderr
+    assert "deprecated" in served.stderr

@@ -49,10 +49,19 @@ _CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
     },
     "--config-dir": {
         "metavar": "DIR",
-        "help": "also read every .conf file in DIR, in name order, after the --config-file "
-        "files; repeatable",
+        "help": "read every .conf file in DIR, in name order; repeatable, files and "
+        "directories are read in the order given, later ones win",
     },
 }
+
+
+class _ConfigArgument(argparse.Action):
+    """Appends ``FLAG VALUE`` to ``config_args``: oslo.config reads files and directories
+    in their command-line order, which separate lists would lose.
+    """
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), self.option_strings[0], values])
 
 
 def add_config_options(parser: Any, *, documented: bool = True) -> None:
@@ -61,7 +70,13 @@ def add_config_options(parser: Any, *, documented: bool = True) -> None:
     """
     for flag, kwargs in _CONFIG_OPTIONS.items():
         help_text = kwargs["help"] if documented else argparse.SUPPRESS
-        parser.add_argument(flag, **{**kwargs, "help": help_text}, action="append", default=[])
+        parser.add_argument(
+            flag,
+            **{**kwargs, "help": help_text},
+            action=_ConfigArgument,
+            dest="config_args",
+            default=[],
+        )
 
 
 #: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
@@ -194,13 +209,12 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
         """
         before = self.app.options  # the global options, read before the command name
-        files = [*before.config_file, *parsed_args.config_file]
-        dirs = [*before.config_dir, *parsed_args.config_dir]
+        args = [*before.config_args, *parsed_args.config_args]
         settings = Settings()
-        if configured(files, dirs):  # else the defaults, without importing oslo.config
+        if configured(args):  # else the defaults, without importing oslo.config
             from sglang_backends.config import load_settings
 
-            settings = load_settings(config_files=files, config_dirs=dirs)
+            settings = load_settings(args=args)
         enable = _names(parsed_args.enable, "--enable")
         disable = _names(parsed_args.disable, "--disable")
         flagged = settings.flag_origins

@@ -66,7 +66,7 @@ class _GlobalOptions(argparse.ArgumentParser):
                 break
             option = option_span(self, token)
             if option is not None and not (
-                commanded and option[0].dest in ("config_file", "config_dir")
+                commanded and option[0].dest == "config_args"
             ):
                 mine += [token, *itertools.islice(tokens, option[1] - 1)]  # --log-file FILE: both
             elif len(token) > 2 and not token.startswith("--") and option_span(self, token[:2]):

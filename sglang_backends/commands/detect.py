@@ -192,7 +192,7 @@ class DetectBackend(SelectionOptions, Lister):
             self.app.LOG.warning(
                 "detect explains automatic detection; ignoring --model-type %s", host.model_type
             )
-        if host.config_files or host.config_dirs:
+        if host.config_args:
             self.app.LOG.warning(
                 "--config-file/--config-dir inside the request are ignored; "
                 "give them before the request, as detect's own options"
