@@ -151,7 +151,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 
 def _where(location: cfg.LocationInfo | None) -> str | None:
-    """A location as messages name it: a file, ``environment variable NAME``; ``None``: a default."""
+    """A file, ``environment variable NAME``, or ``None`` for a default."""
     if location is None or location.location is cfg.Locations.opt_default:
         return None
     if location.location is cfg.Locations.environment:
@@ -161,8 +161,7 @@ def _where(location: cfg.LocationInfo | None) -> str | None:
     return str(location.detail)
 
 
-#: Each regular file read, as oslo.config's parser gives it: ``(path, {section: {option:
-#: [values]}})``, for the warnings and errors that quote it (a pipe can be read only once).
+#: ``(path, {section: {option: [values]}})`` per regular file: a pipe is read only once.
 _Parsed = list[tuple[str, dict[str, dict[str, list[str]]]]]
 
 
@@ -265,16 +264,19 @@ def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """
     absolute: list[str] = []
     files: list[str] = []
-    for flag, given in zip(args[::2], args[1::2]):
+    for flag, given in zip(args[::2], args[1::2], strict=True):
         what = "directory" if flag == "--config-dir" else "file"
         try:
-            path = os.path.abspath(os.path.expanduser(given))  # the working directory may be gone
-            found = [path]
+            path = os.path.abspath(os.path.expanduser(given))
+        except OSError as exc:  # the working directory is gone
+            raise _unreadable(what, given, exc) from None
+        found = [path]
+        try:
             if what == "directory":  # as oslo.config's glob, which takes one unread for empty
                 found = [os.path.join(path, n) for n in sorted(os.listdir(path))]
                 found = [n for n in found if n.endswith(".conf") and n[len(path) + 1] != "."]
         except OSError as exc:
-            raise _unreadable(what, given, exc) from None
+            raise _unreadable(what, path, exc) from None
         for name in found:
             try:
                 mode = os.stat(name).st_mode
@@ -317,11 +319,15 @@ def load_settings(
         conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
     except cfg.ConfigFilesPermissionDeniedError as exc:
         denied = ", ".join(exc.config_files)
-        raise ConfigurationError(f"Configuration file {denied} is not readable: Permission denied")
-    except cfg.Error as exc:  # a malformed file; what the checks above saw changed
+        raise ConfigurationError(
+            f"Configuration file {denied} is not readable: Permission denied"
+        ) from None
+    except cfg.Error as exc:  # a malformed file, or one gone since the checks above
         raise ConfigurationError(f"Invalid configuration: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:  # not text, say: name the file
-        raise ConfigurationError(f"Cannot read configuration file {_culprit(files)}: {exc}")
+        raise ConfigurationError(
+            f"Cannot read configuration file {_culprit(files)}: {exc}"
+        ) from None
     for problem in _unknown(_parse(files), os.environ):
         LOG.warning("%s", problem)
     legacy = os.environ.get(STOP_TIMEOUT_ENV)

@@ -58,7 +58,14 @@ def test_leading_serve_options_are_taken_in_order():
         ]
     )
     # Files and directories interleaved as given: oslo.config reads them in this order.
-    assert host.config_args == ("--config-file", "a.conf", "--config-dir", "d", "--config-file", "b.conf")
+    assert host.config_args == (
+        "--config-file",
+        "a.conf",
+        "--config-dir",
+        "d",
+        "--config-file",
+        "b.conf",
+    )
     assert host.debug is True
     assert host.model_type == "x"
     assert host.argv == ("m", "--port", "1")

@@ -219,7 +219,9 @@ def test_configuration_needs_no_temporary_directory(recorder, tmp_path, command)
 def test_a_large_mostly_comment_file_is_read(recorder, tmp_path):
     env, _ = recorder
     path = tmp_path / "big.conf"
-    path.write_text(("# " + "x" * 98 + "\n") * 100_000 + "[serve_backends]\nmodel_type = recorder\n")
+    path.write_text(
+        ("# " + "x" * 98 + "\n") * 100_000 + "[serve_backends]\nmodel_type = recorder\n"
+    )
     assert path.stat().st_size > 10_000_000
     result = run_serve(["--config-file", str(path), "m"], env)
     assert result.returncode == 0, result.stderr
@@ -239,6 +241,8 @@ def test_the_old_stop_timeout_variable_works_with_a_deprecation_warning(recorder
     assert "stop_timeout in environment variable SGLANG_BACKENDS_STOP_TIMEOUT" in line
     # The one name wins over the old one.
     both = {**old, "OS_SERVE_BACKENDS__STOP_TIMEOUT": "2"}
-    served = serve_with_environment(["--config-file", str(path), "m", "--model-type", "recorder"], both)
+    served = serve_with_environment(
+        ["--config-file", str(path), "m", "--model-type", "recorder"], both
+    )
     assert served.returncode == 0, served.stderr
     assert "deprecated" in served.stderr

@@ -61,7 +61,8 @@ class _ConfigArgument(argparse.Action):
     """
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-        setattr(namespace, self.dest, [*getattr(namespace, self.dest), self.option_strings[0], values])
+        given = [self.option_strings[0], values]
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), *given])
 
 
 def add_config_options(parser: Any, *, documented: bool = True) -> None:

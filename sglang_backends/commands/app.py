@@ -65,9 +65,7 @@ class _GlobalOptions(argparse.ArgumentParser):
                 rest += [token, *tokens]
                 break
             option = option_span(self, token)
-            if option is not None and not (
-                commanded and option[0].dest == "config_args"
-            ):
+            if option is not None and not (commanded and option[0].dest == "config_args"):
                 mine += [token, *itertools.islice(tokens, option[1] - 1)]  # --log-file FILE: both
             elif len(token) > 2 and not token.startswith("--") and option_span(self, token[:2]):
                 mine.append(token)  # a cluster of short options: -vv, -vx
