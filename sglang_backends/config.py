@@ -54,16 +54,6 @@ LOG = logging.getLogger(__name__)
 GROUP = "serve_backends"
 
 
-def _new_group() -> cfg.OptGroup:
-    """A fresh group: an ``OptGroup`` remembers the options registered in it."""
-    return cfg.OptGroup(
-        GROUP,
-        title="Serve backends",
-        help="Which serve backend (driver) handles a request, and which installed plugins "
-        "may be loaded.",
-    )
-
-
 class _Seconds(types.Float):
     """oslo.config's Float, refusing what its range check lets through: NaN and no value."""
 
@@ -75,15 +65,15 @@ class _Seconds(types.Float):
 
 
 #: A backend name: no space, no comma (``a,,b`` would be the name ``,b``).
-_NAME = types.String(regex=r"^[^\s,]+$", type_name="backend name")
-_NAMES = types.List(item_type=_NAME, bounds=False, type_name="backend names")
+_NAME_PATTERN = r"^[^\s,]+$"
+_NAME = types.String(regex=_NAME_PATTERN)
 #: At least a millisecond (0 would end every detection at once).
 _POSITIVE = _Seconds(min=0.001, max=MAX_TIMEOUT)
 
 OPTS = [
-    cfg.Opt(
+    cfg.StrOpt(
         "model_type",
-        type=_NAME,
+        regex=_NAME_PATTERN,
         default="auto",
         help="The serve backend to use. 'auto' runs every enabled backend's detector on the "
         "request and picks the one that claims it, falling back to 'llm'; any other value "
@@ -91,16 +81,16 @@ OPTS = [
         "name, or DIST:NAME to pick one distribution's plugin when several register the same "
         "name. The serve command's --model-type overrides it.",
     ),
-    cfg.Opt(
+    cfg.ListOpt(
         "enabled_backends",
-        type=_NAMES,
+        item_type=_NAME,
         default=[],
         help="Comma-separated plugin names that may be loaded; empty (the default) allows every "
         "installed plugin. Built-ins are always available. A plugin left out is never imported.",
     ),
-    cfg.Opt(
+    cfg.ListOpt(
         "disabled_backends",
-        type=_NAMES,
+        item_type=_NAME,
         default=[],
         help="Comma-separated plugin names that are never loaded, even when listed in "
         "enabled_backends. Use it to switch off a broken or unwanted plugin without "
@@ -138,16 +128,95 @@ OPTS = [
 
 #: The options' environment variables (oslo.config's own source).
 _VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in OPTS)
+#: ``(path, {section: {option: [values]}})`` per regular file: a pipe is read only once.
+_Parsed = list[tuple[str, dict[str, dict[str, list[str]]]]]
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
     """The options, for ``oslo-config-generator --namespace sglang_backends``."""
-    return [(_new_group(), list(OPTS))]
+    help = "Which serve backend (driver) handles a request, and which plugins may be loaded."
+    return [(cfg.OptGroup(GROUP, title="Serve backends", help=help), list(OPTS))]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register the ``[serve_backends]`` options on *conf*."""
-    conf.register_opts(OPTS, group=_new_group())
+    conf.register_opts(OPTS, group=GROUP)
+
+
+def load_settings(
+    *, config_files: Sequence[str] = (), config_dirs: Sequence[str] = (), args: Sequence[str] = ()
+) -> Settings:
+    """Read ``[serve_backends]`` from files, directories and the environment.
+
+    oslo.config reads each file once (a pipe too), in the order of *args*, then
+    *config_files*, then *config_dirs*: a later one wins. A file or directory that cannot
+    be read is an error, never skipped. A misspelt name is a WARNING with the closest known
+    one (a pipe, read once, is not looked through).
+
+    :param args: ``--config-file PATH`` and ``--config-dir DIR`` pairs, in command-line order.
+    :returns: validated :class:`Settings`; ``enabled`` is ``None`` for an empty list.
+    :raises ConfigurationError: a source is missing, unreadable or malformed, or a value
+        is invalid; the message names the file (or variable) and option.
+    """
+    given = [*args, *_pairs("--config-file", config_files), *_pairs("--config-dir", config_dirs)]
+    checked, files = _checked(given)
+    parsed = _parse(files)
+    conf = cfg.ConfigOpts()
+    register_opts(conf)
+    try:
+        conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
+    except (cfg.Error, OSError, ValueError) as exc:  # a pipe's; or a file changed since
+        raise ConfigurationError(f"Invalid configuration: {exc}") from None
+    for problem in _unknown(parsed, os.environ):
+        LOG.warning("%s", problem)
+    legacy = os.environ.get(STOP_TIMEOUT_ENV)
+    if legacy is not None:
+        LOG.warning(
+            "%s is deprecated; set %sSTOP_TIMEOUT instead", STOP_TIMEOUT_ENV, ENVIRONMENT_PREFIX
+        )
+    if legacy is not None and ENVIRONMENT_PREFIX + "STOP_TIMEOUT" not in os.environ:
+        try:
+            conf.set_override("stop_timeout", legacy, GROUP)
+        except ValueError as exc:
+            where = f"environment variable {STOP_TIMEOUT_ENV}"
+            raise _invalid("stop_timeout", legacy, where, exc) from None
+    return _settings(conf, files, parsed)
+
+
+def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
+    """*conf*'s ``[serve_backends]`` values as :class:`Settings`; *conf* is any called
+    ``ConfigOpts`` the options were registered on (:func:`register_opts`).
+
+    :raises ConfigurationError: a value is invalid, naming the option and where it was set.
+    """
+    files = list(getattr(conf, "config_file", None) or ())
+    for directory in getattr(conf, "config_dirs", None) or ():
+        files += sorted(glob.glob(os.path.join(directory, "*.conf")))  # as oslo.config reads
+    return _settings(conf, files, None)
+
+
+def _settings(conf: cfg.ConfigOpts, files: Sequence[str], parsed: _Parsed | None) -> Settings:
+    """:func:`settings_from_conf`, knowing the *files* *conf* read, in order, and perhaps
+    their *parsed* text.
+    """
+    values: dict[str, Any] = {}
+    for opt in OPTS:
+        try:
+            values[opt.dest] = conf[GROUP][opt.dest]
+        except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
+            raise _refused(opt.dest, exc, files, parsed) from None
+    variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
+    sources = [*files, *(f"environment variable {name}" for name in variables)]
+    return Settings(
+        model_type=values["model_type"],
+        enabled=tuple(values["enabled_backends"]) or None,
+        disabled=tuple(values["disabled_backends"]),
+        detect_timeout=values["detect_timeout"],
+        load_timeout=values["load_timeout"],
+        stop_timeout=values["stop_timeout"],
+        source=", ".join(sources) or "defaults",
+        locate=lambda option: _where(conf.get_location(option, GROUP)),
+    )
 
 
 def _where(location: cfg.LocationInfo | None) -> str | None:
@@ -161,91 +230,36 @@ def _where(location: cfg.LocationInfo | None) -> str | None:
     return str(location.detail)
 
 
-#: ``(path, {section: {option: [values]}})`` per regular file: a pipe is read only once.
-_Parsed = list[tuple[str, dict[str, dict[str, list[str]]]]]
+def _invalid(name: str, text: str, where: str, cause: object) -> ConfigurationError:
+    shown = f" {text!r}" if text else ""
+    return ConfigurationError(
+        f"Invalid value{shown} for option [{GROUP}] {name} in {where}: {cause}"
+    )
 
 
-def _parse(files: Sequence[str]) -> _Parsed:
-    parsed: _Parsed = []
-    for path in filter(os.path.isfile, files):
-        sections: dict[str, dict[str, list[str]]] = {}
-        cfg.ConfigParser(path, sections).parse()
-        parsed.append((path, sections))
-    return parsed
-
-
-def _culprit(files: Sequence[str]) -> str:
-    """The first of *files* that oslo.config's parser cannot read, as it read them."""
-    for path in files:
-        try:
-            _parse([path])
-        except (OSError, ValueError, cfg.ParseError):
-            return path
-    return ", ".join(files)
-
-
-def _refused(name: str, exc: Exception, files: Sequence[str]) -> ConfigurationError:
-    """A one-line error for option *name*, which oslo.config refused with *exc*, quoting its
-    text and where it was set: as oslo.config finds it, the environment before the files.
+def _refused(
+    name: str, exc: Exception, files: Sequence[str], parsed: _Parsed | None
+) -> ConfigurationError:
+    """The error for option *name*, which oslo.config refused with *exc*: its text and where
+    it was set, found as oslo.config finds it, the environment before the files.
     """
     # oslo.config raises its source error while handling the type's ValueError: the cause.
     cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
     variable = ENVIRONMENT_PREFIX + name.upper()
-    found = [
+    found = [("", ", ".join(path for path in files if not os.path.isfile(path)))]  # a pipe
+    found += [
         (options[name][-1], path)
-        for path, sections in _parse(files)
+        for path, sections in (_parse(files) if parsed is None else parsed)
         for section, options in sections.items()
         if section.lower() == GROUP and options.get(name)
     ]
     if variable in os.environ:
         found.append((os.environ[variable], f"environment variable {variable}"))
-    pipes = ", ".join(path for path in files if not os.path.isfile(path))
-    text, where = found[-1] if found else ("", pipes)
-    return ConfigurationError(
-        f"Invalid value{text and f' {text!r}'} for option [{GROUP}] {name} in {where}: {cause}"
-    )
-
-
-def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
-    """*conf*'s ``[serve_backends]`` values as :class:`Settings`; *conf* is any called
-    ``ConfigOpts`` the options were registered on (:func:`register_opts`).
-
-    :raises ConfigurationError: a value is invalid, naming the option and where it was set.
-    """
-    files = list(getattr(conf, "config_file", None) or ())
-    for directory in getattr(conf, "config_dirs", None) or ():
-        files += sorted(glob.glob(os.path.join(directory, "*.conf")))  # as oslo.config reads
-    return _settings(conf, files)
+    return _invalid(name, *found[-1], cause)
 
 
 def _pairs(flag: str, paths: Sequence[str]) -> list[str]:
     return [item for path in paths for item in (flag, path)]
-
-
-def _settings(conf: cfg.ConfigOpts, files: Sequence[str]) -> Settings:
-    """:func:`settings_from_conf`, knowing the *files* *conf* read, in order."""
-    values: dict[str, Any] = {}
-    for opt in OPTS:
-        try:
-            values[opt.dest] = conf[GROUP][opt.dest]
-        except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
-            raise _refused(opt.dest, exc, files) from None
-    variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
-    sources = [*files, *(f"environment variable {name}" for name in variables)]
-
-    def locate(option: str) -> str | None:
-        return _where(conf.get_location(option, GROUP))
-
-    return Settings(
-        model_type=values["model_type"],
-        enabled=tuple(values["enabled_backends"]) or None,
-        disabled=tuple(values["disabled_backends"]),
-        detect_timeout=values["detect_timeout"],
-        load_timeout=values["load_timeout"],
-        stop_timeout=values["stop_timeout"],
-        source=", ".join(sources) or "defaults",
-        locate=locate,
-    )
 
 
 def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
@@ -257,9 +271,9 @@ def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
 def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """*args* with absolute paths, and the files oslo.config will read, in its order.
 
-    Each is looked at (not read) first: one that cannot be read is an error, never skipped
-    (a ``disabled_backends`` not read must not let its plugins run), and only a regular
-    file, or a pipe named with ``--config-file``, is read: a FIFO or a device dropped into a
+    Each is looked at first: one that cannot be read is an error, never skipped (a
+    ``disabled_backends`` not read must not let its plugins run), and only a regular file,
+    or a pipe named with ``--config-file``, is read: a FIFO or a device dropped into a
     directory would make every command wait.
     """
     absolute: list[str] = []
@@ -275,13 +289,10 @@ def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
             if what == "directory":  # as oslo.config's glob, which takes one unread for empty
                 found = [os.path.join(path, n) for n in sorted(os.listdir(path))]
                 found = [n for n in found if n.endswith(".conf") and n[len(path) + 1] != "."]
+            modes = [os.stat(name).st_mode for name in found]
         except OSError as exc:
-            raise _unreadable(what, path, exc) from None
-        for name in found:
-            try:
-                mode = os.stat(name).st_mode
-            except OSError as exc:
-                raise _unreadable("file", name, exc) from None
+            raise _unreadable(what, exc.filename or path, exc) from None
+        for name, mode in zip(found, modes, strict=True):
             if stat.S_ISDIR(mode) and what == "file":
                 raise ConfigurationError(
                     f"Configuration file {name} is a directory; pass directories with --config-dir"
@@ -293,57 +304,27 @@ def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return absolute, files
 
 
-def load_settings(
-    *,
-    config_files: Sequence[str] = (),
-    config_dirs: Sequence[str] = (),
-    args: Sequence[str] = (),
-) -> Settings:
-    """Read ``[serve_backends]`` from files, directories and the environment.
-
-    oslo.config reads each file once (a pipe too), in the order of *args*, then
-    *config_files*, then *config_dirs*: a later one wins. A file or directory that cannot
-    be read is an error, never skipped. A misspelt ``OS_SERVE_BACKENDS__*`` variable is a
-    WARNING with the closest known name; ``oslo-config-validator`` checks a file's names.
-
-    :param args: ``--config-file PATH`` and ``--config-dir DIR`` pairs, in command-line order.
-    :returns: validated :class:`Settings`; ``enabled`` is ``None`` for an empty list.
-    :raises ConfigurationError: a source is missing, unreadable or malformed, or a value
-        is invalid; the message names the file (or variable) and option.
-    """
-    given = [*args, *_pairs("--config-file", config_files), *_pairs("--config-dir", config_dirs)]
-    checked, files = _checked(given)
-    conf = cfg.ConfigOpts()
-    register_opts(conf)
-    try:
-        conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
-    except cfg.ConfigFilesPermissionDeniedError as exc:
-        denied = ", ".join(exc.config_files)
-        raise ConfigurationError(
-            f"Configuration file {denied} is not readable: Permission denied"
-        ) from None
-    except cfg.Error as exc:  # a malformed file, or one gone since the checks above
-        raise ConfigurationError(f"Invalid configuration: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:  # not text, say: name the file
-        raise ConfigurationError(
-            f"Cannot read configuration file {_culprit(files)}: {exc}"
-        ) from None
-    for problem in _unknown(_parse(files), os.environ):
-        LOG.warning("%s", problem)
-    legacy = os.environ.get(STOP_TIMEOUT_ENV)
-    if legacy is not None:
-        LOG.warning(
-            "%s is deprecated; set OS_SERVE_BACKENDS__STOP_TIMEOUT instead", STOP_TIMEOUT_ENV
-        )
-    if legacy is not None and ENVIRONMENT_PREFIX + "STOP_TIMEOUT" not in os.environ:
+def _parse(files: Sequence[str]) -> _Parsed:
+    """The regular *files*, each parsed by oslo.config's own parser."""
+    parsed: _Parsed = []
+    for path in filter(os.path.isfile, files):
+        sections: dict[str, dict[str, list[str]]] = {}
         try:
-            conf.set_override("stop_timeout", legacy, GROUP)
-        except ValueError as exc:
+            cfg.ConfigParser(path, sections).parse()
+        except OSError as exc:
+            raise _unreadable("file", path, exc) from None
+        except cfg.ParseError as exc:
             raise ConfigurationError(
-                f"Invalid value {legacy!r} for option [{GROUP}] stop_timeout in environment "
-                f"variable {STOP_TIMEOUT_ENV}: {exc}"
+                f"Cannot parse configuration file {path}: at line {exc.lineno}, {exc.msg}: "
+                f"{exc.line!r}"
             ) from None
-    return _settings(conf, files)
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(
+                f"Cannot read configuration file {path}: it is not {exc.encoding} text "
+                f"({exc.reason} at byte {exc.start})"
+            ) from None
+        parsed.append((path, sections))
+    return parsed
 
 
 def _unknown(parsed: _Parsed, environ: Mapping[str, str]) -> list[str]:

@@ -31,25 +31,17 @@ __all__ = [
 #: oslo.config's environment form for the ``[serve_backends]`` group.
 ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
 
-#: Seconds a detector may take before it counts as inconclusive. Generous,
-#: because a detector may look a model up on a hub (SGLang's own diffusion
-#: detector queries the Hugging Face Hub); an offline check takes
-#: milliseconds.
+#: Seconds a detector may take before it counts as inconclusive (a detector
+#: may ask a model hub, as SGLang's diffusion detector does).
 DEFAULT_DETECT_TIMEOUT = 10.0
 
 #: Seconds each candidate's load (import, then factory) may take during
-#: automatic detection before it is skipped. Five minutes: loading is never
-#: given up on while healthy. A cold import of a torch-based runtime takes
-#: tens of seconds (SGLang's ``sglang.cli.utils`` takes ~6 s warm on a
-#: 2-core machine, several times that from a cold disk or network file
-#: system); 300 s is five to ten times the slowest healthy import seen, and
-#: still ends a hung one.
+#: automatic detection: five to ten times the slowest healthy import seen (a
+#: cold torch-based runtime), and still an end to a hung one.
 DEFAULT_LOAD_TIMEOUT = 300.0
 
-#: The longest timeout any setting may hold, in seconds: a billion (31 years),
-#: or a quarter of the longest wait the platform's threads accept
-#: (:data:`threading.TIMEOUT_MAX`) where that is less. A quarter, so that a
-#: sum of two timeouts or a doubled one is still a wait the platform takes.
+#: The longest timeout, in seconds: a billion (31 years), or a quarter of
+#: :data:`threading.TIMEOUT_MAX` where that is less (a sum of two is still a wait).
 MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
 
 #: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
@@ -65,19 +57,16 @@ class Settings(NamedTuple):
     :param enabled: plugin names allowed to load; ``None`` allows all.
     :param disabled: plugin names never loaded.
     :param detect_timeout: seconds each detector may take.
-    :param load_timeout: seconds each candidate's import and factory may
-        take during automatic detection.
-    :param stop_timeout: seconds ``serve``'s processes get between SIGTERM
-        and SIGKILL when it stops them (``0`` kills at once).
+    :param load_timeout: seconds each candidate's import and factory may take.
+    :param stop_timeout: seconds between SIGTERM and SIGKILL (``0``: at once).
     :param source: where the values came from, for messages.
     :param flag_origins: ``("enabled", "--enable on the command line")`` pairs
         for the lists a command-line flag set, overriding configuration.
     :param locate: where an option was set (a file, ``environment variable
-        NAME``), or ``None`` at its default: configuration asks oslo.config
-        when a message needs it; settings built by hand know nothing of it.
+        NAME``), or ``None`` at its default, asked of oslo.config when needed.
 
-    A named tuple (``settings._replace(enabled=...)`` gives a changed copy)
-    rather than a dataclass, for the start-up time of the general help.
+    A named tuple (``_replace`` gives a changed copy), not a dataclass, for
+    the start-up time of the general help.
     """
 
     model_type: str = "auto"
@@ -118,10 +107,7 @@ class Settings(NamedTuple):
 
 def configured(config_args: Sequence[str], environ: Mapping[str, str] | None = None) -> bool:
     """Whether configuration is in use: ``--config-file``/``--config-dir`` *config_args*,
-    or an ``OS_SERVE_BACKEND*`` or :data:`STOP_TIMEOUT_ENV` variable.
-
-    A near miss of a variable (``OS_SERVE_BACKEND__MODEL_TYPE``) counts, so
-    that reading the configuration can warn about it instead of ignoring it.
+    or an ``OS_SERVE_BACKEND*`` (a near miss too, to warn) or :data:`STOP_TIMEOUT_ENV`.
     """
     env = os.environ if environ is None else environ
     return bool(config_args) or any(

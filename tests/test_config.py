@@ -190,9 +190,9 @@ def test_invalid_environment_value_names_the_variable(tmp_path, monkeypatch):
         (
             lambda p: {"config_files": [str(write(p / "b.conf", "[serve_backends\n"))]},
             "file",
-            "Failed to parse",
+            "Cannot parse",
         ),
-        (lambda p: {"config_files": [str(p / "bin.conf")]}, "file", "can't decode"),
+        (lambda p: {"config_files": [str(p / "bin.conf")]}, "file", "not utf-8 text"),
         (lambda p: {"config_files": ["/dev/zero"]}, "file", "/dev/zero is not a regular file"),
     ],
 )
