@@ -18,7 +18,7 @@ from sglang_backends import config
 from sglang_backends.contract import ServeRequest
 from sglang_backends.errors import ConfigurationError, DisabledBackendError
 from sglang_backends.host import default_builtins
-from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT, Settings
+from sglang_backends.settings import Settings
 
 PLUGIN = """
 from sglang_backends import ServeBackend, ServeBackendDetection
@@ -61,16 +61,13 @@ def omni(site):
     return site
 
 
-def test_defaults_without_any_source():
-    settings = config.load_settings()
-    assert settings.model_type == "auto"
-    assert settings.enabled is None
-    assert settings.disabled == ()
-    assert settings.detect_timeout == DEFAULT_DETECT_TIMEOUT
-    assert settings.source == "defaults"
+def test_without_any_source_configuration_gives_what_serve_uses_without_it():
+    """The fast path (no oslo.config) and configuration agree on every default."""
+    assert repr(config.load_settings()) == repr(Settings())
+    assert config.load_settings().set_in("model_type") is None
 
 
-def test_file_values_are_read_and_named_as_source(tmp_path):
+def test_values_and_where_each_was_set(tmp_path, monkeypatch):
     conf = write(
         tmp_path / "sglang-backends.conf",
         """
@@ -82,11 +79,31 @@ def test_file_values_are_read_and_named_as_source(tmp_path):
         """,
     )
     settings = config.load_settings(config_files=[str(conf)])
-    assert settings.model_type == "omni"
-    assert settings.enabled == ("omni", "vlm")
-    assert settings.disabled == ("broken",)
-    assert settings.detect_timeout == 2.5
-    assert settings.source == str(conf)
+    assert (settings.model_type, settings.enabled, settings.disabled) == (
+        "omni",
+        ("omni", "vlm"),
+        ("broken",),
+    )
+    assert (settings.detect_timeout, settings.source) == (2.5, str(conf))
+    # The environment beats the files.
+    monkeypatch.setenv("OS_SERVE_BACKENDS__MODEL_TYPE", "vlm")
+    monkeypatch.setenv("OS_SERVE_BACKENDS__ENABLED_BACKENDS", "vlm,omni")
+    settings = config.load_settings(config_files=[str(conf)])
+    assert (settings.model_type, settings.enabled, settings.detect_timeout) == (
+        "vlm",
+        ("vlm", "omni"),
+        2.5,
+    )
+    assert settings.source == (
+        f"{conf}, environment variable OS_SERVE_BACKENDS__MODEL_TYPE, "
+        "environment variable OS_SERVE_BACKENDS__ENABLED_BACKENDS"
+    )
+    assert {name: settings.set_in(name) for name in ("model_type", "detect_timeout")} == {
+        "model_type": "environment variable OS_SERVE_BACKENDS__MODEL_TYPE",
+        "detect_timeout": str(conf),
+    }
+    assert settings.describe("detect_timeout") == f"[serve_backends] detect_timeout, set in {conf}"
+    assert settings.describe("load_timeout") == "[serve_backends] load_timeout (the default)"
 
 
 def test_files_and_directories_are_read_in_command_line_order(tmp_path):
@@ -115,17 +132,6 @@ def test_a_large_file_needs_no_temporary_directory(tmp_path, monkeypatch):
     path = tmp_path / "big.conf"
     path.write_text(("#" * 99 + "\n") * 100_000 + "[serve_backends]\nmodel_type = omni\n")
     assert config.load_settings(config_files=[str(path)]).model_type == "omni"
-
-
-def test_environment_overrides_files(tmp_path, monkeypatch):
-    conf = write(tmp_path / "x.conf", "[serve_backends]\nmodel_type = omni\ndetect_timeout = 3\n")
-    monkeypatch.setenv("OS_SERVE_BACKENDS__MODEL_TYPE", "vlm")
-    monkeypatch.setenv("OS_SERVE_BACKENDS__ENABLED_BACKENDS", "vlm,omni")
-    settings = config.load_settings(config_files=[str(conf)])
-    assert settings.model_type == "vlm"
-    assert settings.enabled == ("vlm", "omni")
-    assert settings.detect_timeout == 3
-    assert "environment variable OS_SERVE_BACKENDS__MODEL_TYPE" in settings.source
 
 
 def test_process_environment_is_read_by_default(tmp_path):
@@ -213,20 +219,6 @@ def test_loading_is_reentrant_and_leaves_the_global_conf_alone(tmp_path):
     assert "serve_backends" not in cfg.CONF
 
 
-def test_list_opts_describes_every_option():
-    [(group, opts)] = config.list_opts()
-    assert group.name == "serve_backends"
-    assert [opt.name for opt in opts] == [
-        "model_type",
-        "enabled_backends",
-        "disabled_backends",
-        "detect_timeout",
-        "load_timeout",
-        "stop_timeout",
-    ]
-    assert all(opt.help for opt in opts)
-
-
 def test_stop_timeout_accepts_zero_and_its_deprecated_variable(tmp_path, monkeypatch, caplog):
     zero = write(tmp_path / "zero.conf", "[serve_backends]\nstop_timeout = 0\n")
     assert config.load_settings(config_files=[str(zero)]).stop_timeout == 0.0
@@ -252,13 +244,10 @@ def test_oslo_config_generator_prints_a_sample(tmp_path):
     )
     sample = out.read_text()
     assert "[serve_backends]" in sample
-    for line in (
-        "#model_type = auto",
-        "#enabled_backends =",
-        "#disabled_backends =",
-        f"#detect_timeout = {DEFAULT_DETECT_TIMEOUT}",
-    ):
-        assert line in sample
+    [(_, opts)] = config.list_opts()
+    for opt in opts:  # each option, with its help and its default
+        assert f"#{opt.dest} = {opt.sample_default or opt.default or ''}".strip() in sample
+        assert opt.help.split()[0] in sample
     # The generated sample is itself a valid configuration.
     assert config.load_settings(config_files=[str(out)]).model_type == "auto"
 
@@ -378,21 +367,6 @@ def test_known_names_and_folded_group_case_are_not_warned_about(tmp_path, caplog
     assert caplog.records == []
 
 
-def test_settings_say_where_each_option_was_set(tmp_path, monkeypatch):
-    path = write(tmp_path / "a.conf", "[serve_backends]\nmodel_type = omni\n")
-    monkeypatch.setenv("OS_SERVE_BACKENDS__DETECT_TIMEOUT", "3")
-    settings = config.load_settings(config_files=[str(path)])
-    assert {name: settings.set_in(name) for name in ("model_type", "detect_timeout")} == {
-        "model_type": str(path),
-        "detect_timeout": "environment variable OS_SERVE_BACKENDS__DETECT_TIMEOUT",
-    }
-    assert [settings.set_in(opt.dest) for opt in config.OPTS].count(None) == len(config.OPTS) - 2
-    assert settings.describe("model_type") == f"[serve_backends] model_type, set in {path}"
-    assert settings.describe("enabled_backends") == (
-        "[serve_backends] enabled_backends (the default)"
-    )
-
-
 def test_oslo_config_validator_checks_a_file_against_the_namespace(tmp_path):
     """What the operator guide tells operators to run before deploying a file."""
     validator = Path(sys.executable).with_name("oslo-config-validator")
@@ -406,12 +380,11 @@ def test_oslo_config_validator_checks_a_file_against_the_namespace(tmp_path):
     assert "serve_backends/model_typ is not part of the sample config" in failed.stderr
 
 
-def test_config_modules_use_no_private_oslo_config_name():
-    for module in (config,):
-        source = Path(module.__file__).read_text(encoding="utf-8")
-        for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
-            assert private not in source
-        assert not re.search(r"\b(cfg|types)\._", source), module
+def test_config_uses_no_private_oslo_config_name():
+    source = Path(config.__file__).read_text(encoding="utf-8")
+    for private in ("_environment", "_NoValue", "_env_driver", "oslo_config.sources"):
+        assert private not in source
+    assert not re.search(r"\b(cfg|types)\._", source)
 
 
 def test_settings_show_their_values_but_not_the_function_locating_them():
