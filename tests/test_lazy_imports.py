@@ -124,9 +124,13 @@ def test_the_general_help_needs_no_contract_and_no_dataclasses(site, install_bac
         (["list", "--config-file", "{conf}"], {}, True),
         (["list"], {"OS_SERVE_BACKENDS__MODEL_TYPE": "omni"}, True),
         (["list"], {"OS_SERVE_BACKEND__MODEL_TYPE": "omni"}, True),  # a near miss warns
+        (["serve", "--model-type", "omni", "--help"], {}, False),
+        (["serve", "--config-file", "{conf}", "--help"], {}, True),
+        (["serve", "--help"], {"OS_SERVE_BACKENDS__DETECT_TIMEOUT": "3"}, True),
+        (["serve", "--help"], {"SGLANG_BACKENDS_STOP_TIMEOUT": "3"}, True),  # deprecated name
     ],
 )
-def test_operator_commands_import_oslo_config_only_to_read_configuration(
+def test_serve_and_the_commands_import_oslo_config_only_to_read_configuration(
     site, install_backend, tmp_path, args, env, reads
 ):
     install_backend("omni-runtime", "omni")
@@ -134,9 +138,17 @@ def test_operator_commands_import_oslo_config_only_to_read_configuration(
     conf.write_text("[serve_backends]\nmodel_type = omni\n")
     argv = [arg.format(conf=conf) for arg in args]
     code = f"from sglang_backends.cli import main\nraise SystemExit(main({argv!r}))\n"
-    loaded, result = imported_by(code, ("oslo_config",), {**clean_environ(site.environ()), **env})
+    watched = ("oslo_config", "cliff")
+    loaded, result = imported_by(code, watched, {**clean_environ(site.environ()), **env})
     assert result.returncode == 0, result.stderr
-    assert loaded == (["oslo_config"] if reads else [])
+    expected = (["oslo_config"] if reads else []) + ([] if args[0] == "serve" else ["cliff"])
+    assert sorted(loaded) == sorted(expected)
+
+
+def test_configuration_imports_neither_cliff_nor_the_registry():
+    """config imports the registry only to build one (registry_from_conf, select_backend)."""
+    watched = ("cliff", "sglang_backends.registry", "sglang_backends.loading")
+    assert imported_after("import sglang_backends.config", watched) == set()
 
 
 def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglang(site, tmp_path):

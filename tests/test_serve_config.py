@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from clitools import CLI, clean_environ, imported_by, serve_in_process
+from clitools import CLI, clean_environ
 from servetools import RECORDER, read_json, run_serve
 
 
@@ -100,24 +100,6 @@ def test_typo_in_a_list_warns_naming_option_and_file(recorder, tmp_path):
     [warning] = [line for line in result.stderr.splitlines() if "'recoder'" in line]
     assert "not installed" in warning
     assert "disabled_backends" in warning and str(path) in warning
-
-
-def _heavy_modules(args, env) -> list[str]:
-    """The configuration machinery ``serve ARGS`` imported; it must exit 0."""
-    heavy, result = imported_by(serve_in_process(args), ("oslo_config", "cliff"), env)
-    assert result.returncode == 0, result.stderr
-    return heavy
-
-
-def test_configuration_machinery_is_imported_only_when_used(recorder, tmp_path):
-    env, _ = recorder
-    env = clean_environ(env)
-    path = conf(tmp_path, "model_type = recorder\n")
-    assert _heavy_modules(["--model-type", "recorder", "--help"], env) == []
-    with_file = _heavy_modules(["--config-file", str(path), "--help"], env)
-    assert with_file == ["oslo_config"]
-    with_env = _heavy_modules(["--help"], {**env, "OS_SERVE_BACKENDS__DETECT_TIMEOUT": "3"})
-    assert with_env == ["oslo_config"]
 
 
 def test_files_and_directories_are_read_in_command_line_order(recorder, tmp_path):
