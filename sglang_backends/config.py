@@ -1,13 +1,11 @@
 """Driver selection by configuration, the OpenStack way (oslo.config).
 
-The ``[serve_backends]`` group chooses the backend (``model_type``), which plugins may
-load (``enabled_backends``, ``disabled_backends``) and how long detection and stopping may
-take (``detect_timeout``, ``load_timeout``, ``stop_timeout``). oslo.config reads the files
-and directories itself, in command-line order, and its typed options validate the values:
-highest first the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on), the files,
-then the defaults. Every function works on a private :class:`~oslo_config.cfg.ConfigOpts`
+The ``[serve_backends]`` group chooses the backend, which plugins may load and how long
+detection and stopping may take. oslo.config reads the files and directories, in
+command-line order, and the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on), and
+its typed options validate the values. Every function works on a private ``ConfigOpts``
 (never ``CONF``); bad configuration is a one-line
-:class:`~sglang_backends.errors.ConfigurationError` naming the option and where it was set.
+:class:`~sglang_backends.errors.ConfigurationError` naming the option and its source.
 """
 
 from __future__ import annotations
@@ -196,9 +194,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
 
 
 def _settings(conf: cfg.ConfigOpts, files: Sequence[str], parsed: _Parsed | None) -> Settings:
-    """:func:`settings_from_conf`, knowing the *files* *conf* read, in order, and perhaps
-    their *parsed* text.
-    """
+    """:func:`settings_from_conf`, knowing the *files* *conf* read (perhaps *parsed*)."""
     values: dict[str, Any] = {}
     for opt in OPTS:
         try:
@@ -391,11 +387,6 @@ def select_backend(
     :raises UnknownBackendError: ``model_type`` names no available backend.
     :raises AmbiguousDetectionError: ``auto`` and several detectors matched.
     """
-    settings = settings_from_conf(conf)
-    if registry is None:
-        from sglang_backends.registry import ServeBackendRegistry
-
-        registry = ServeBackendRegistry.from_settings(settings)
-    if settings.model_type == "auto":
-        return registry.auto_detect(request)
-    return registry.get(settings.model_type)
+    model_type = settings_from_conf(conf).model_type
+    registry = registry_from_conf(conf) if registry is None else registry
+    return registry.auto_detect(request) if model_type == "auto" else registry.get(model_type)
