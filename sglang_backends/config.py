@@ -285,10 +285,13 @@ def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
             if what == "directory":  # as oslo.config's glob, which takes one unread for empty
                 found = [os.path.join(path, n) for n in sorted(os.listdir(path))]
                 found = [n for n in found if n.endswith(".conf") and n[len(path) + 1] != "."]
-            modes = [os.stat(name).st_mode for name in found]
         except OSError as exc:
-            raise _unreadable(what, exc.filename or path, exc) from None
-        for name, mode in zip(found, modes, strict=True):
+            raise _unreadable(what, path, exc) from None
+        for name in found:
+            try:
+                mode = os.stat(name).st_mode
+            except OSError as exc:  # a broken link in a directory, say
+                raise _unreadable("file", name, exc) from None
             if stat.S_ISDIR(mode) and what == "file":
                 raise ConfigurationError(
                     f"Configuration file {name} is a directory; pass directories with --config-dir"

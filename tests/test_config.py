@@ -199,10 +199,13 @@ def test_invalid_environment_value_names_the_variable(tmp_path, monkeypatch):
         ),
         (lambda p: {"config_files": [str(p / "bin.conf")]}, "file", "not utf-8 text"),
         (lambda p: {"config_files": ["/dev/zero"]}, "file", "/dev/zero is not a regular file"),
+        (lambda p: {"config_dirs": [str(p / "links")]}, "dir", "file not found: "),
     ],
 )
 def test_missing_or_unreadable_sources_are_configuration_errors(tmp_path, make, kind, expected):
     (tmp_path / "bin.conf").write_bytes(b"[serve_backends]\nmodel_type = \xff\xfe\n")
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "gone.conf").symlink_to(tmp_path / "nowhere.conf")
     with pytest.raises(ConfigurationError) as info:
         config.load_settings(**make(tmp_path))
     assert expected in str(info.value)
