@@ -120,7 +120,13 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
     Ends a clause, alike for every slip of a name: ``f"Unknown {name!r}{did_you_mean(...)}"``.
     """
+    close = closest(name, known)
+    return f"; did you mean {close!r}?" if close else "."
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers."""
     import difflib  # only on the error path
 
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else "."
+    return close[0] if close else None

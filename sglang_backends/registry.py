@@ -61,7 +61,8 @@ class ServeBackendRegistry:
         factory call, or a lazy built-in's factory) may take during
         :meth:`auto_detect` before it is skipped. :meth:`get` is unbounded.
     :param selection_origins: where the lists were set, ``{"enabled": ...,
-        "disabled": ...}``, for the warning about names not installed.
+        "disabled": ...}``, for the warning about names not installed and
+        the errors naming a plugin the lists leave out.
     :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
     :raises TypeError: *enabled* or *disabled* is a string, not a collection.
@@ -87,6 +88,7 @@ class ServeBackendRegistry:
         self._builtins = dict(builtins)
         self._enabled = None if enabled is None else frozenset(enabled)
         self._disabled = frozenset(disabled)
+        self._origins = dict(selection_origins or {})
         self.detect_timeout = float(detect_timeout)
         self.load_timeout = float(load_timeout)
         self._discovered = discover()
@@ -174,6 +176,7 @@ class ServeBackendRegistry:
             self.available_names,
             enabled=self._enabled,
             disabled=self._disabled,
+            origins=self._origins,
         )
         return plugin, plugin, partial(self._produce, plugin, plugin.name)
 

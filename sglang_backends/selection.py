@@ -22,6 +22,7 @@ from sglang_backends.errors import (
     DuplicateBackendError,
     ReservedNameError,
     UnknownBackendError,
+    closest,
     did_you_mean,
 )
 from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES
@@ -38,6 +39,7 @@ __all__ = [
     "designates",
     "inventory",
     "refuse_conflicts",
+    "unavailable_because",
     "usable_names",
     "warn_unknown_selection",
 ]
@@ -169,6 +171,23 @@ def refuse_conflicts(records: Iterable[PluginRecord]) -> None:
         )
 
 
+def unavailable_because(
+    name: str,
+    *,
+    disabled: Collection[str],
+    origins: Mapping[str, str] | None = None,
+) -> str:
+    """Why installed plugin *name* is left out: ``is disabled by WHERE`` (or not enabled).
+
+    The one wording of it, for every message that says so. *origins* maps
+    ``"enabled"``/``"disabled"`` to where that list was set (see
+    :meth:`~sglang_backends.settings.Settings.list_origins`).
+    """
+    label = "disabled" if name in disabled else "enabled"
+    where = (origins or {}).get(label, f"the {label} list")
+    return f"is disabled by {where}" if label == "disabled" else f"is not enabled by {where}"
+
+
 def choose(
     name: str,
     discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
@@ -177,6 +196,7 @@ def choose(
     *,
     enabled: Collection[str] | None,
     disabled: Collection[str],
+    origins: Mapping[str, str] | None = None,
 ) -> PluginEntryPoint:
     """The one installed plugin *name* designates (``NAME`` or ``DIST:NAME``).
 
@@ -185,6 +205,7 @@ def choose(
 
     :param builtin_names: names that are never plugins' (with ``auto``).
     :param available: every usable name, built-ins first, for the error.
+    :param origins: where the enabled and disabled lists were set, for the errors.
     :raises UnknownBackendError: nothing usable has that name (built-in and
         reserved names are never plugins).
     :raises DisabledBackendError: the lists exclude it.
@@ -197,18 +218,17 @@ def choose(
     if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
         values = ("auto", *available)
         raise UnknownBackendError(
-            f"Unknown serve backend {name!r}{did_you_mean(name, values)} "
+            f"Unknown serve backend {name!r}"
+            f"{_suggestion(name, values, discovered, enabled, disabled, origins)} "
             f"Available values: {', '.join(values)}.",
             name=name,
         )
     if not is_allowed(plain, enabled, disabled):
-        if plain in disabled:
-            how = "it is in the disabled list; remove it from that list to use it"
-        else:
-            how = "it is not in the enabled list; add it to that list to use it"
+        remedy = "remove it from" if plain in disabled else "add it to"
         raise DisabledBackendError(
             f"Serve backend {plain!r} from {', '.join(c.provider for c in candidates)} "
-            f"is disabled: {how}.",
+            f"{unavailable_because(plain, disabled=disabled, origins=origins)}; "
+            f"{remedy} that list to use it.",
             name=plain,
             distribution=candidates[0].distribution,
         )
@@ -223,6 +243,37 @@ def choose(
             providers=providers,
         )
     return candidates[0]
+
+
+def _suggestion(
+    name: str,
+    values: Collection[str],
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+    origins: Mapping[str, str] | None,
+) -> str:
+    """``; did you mean 'x'?`` among every installed name; a left-out one is said to be.
+
+    A name with a colon is also compared with each plugin's ``DIST:NAME``.
+    """
+    plugins = [p for found in discovered.values() for p in found]
+    known: dict[str, PluginEntryPoint | None] = dict.fromkeys(values)
+    for plugin in plugins:
+        known.setdefault(plugin.name, plugin)
+        if ":" in name and plugin.distribution:
+            known.setdefault(f"{plugin.distribution}:{plugin.name}", plugin)
+    close = closest(name, known)
+    if close is None:
+        return "."
+    found = known[close]
+    if found is None or is_allowed(found.name, enabled, disabled):
+        return f"; did you mean {close!r}?"
+    why = unavailable_because(found.name, disabled=disabled, origins=origins)
+    return (
+        f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
+        "so it is not available."
+    )
 
 
 def warn_unknown_selection(

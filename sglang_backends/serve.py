@@ -40,7 +40,7 @@ from sglang_backends.errors import (
     describe,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
-from sglang_backends.selection import PluginStatus
+from sglang_backends.selection import PluginStatus, unavailable_because
 from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import (
     LOG_FORMAT,
@@ -256,12 +256,8 @@ def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: Serv
     origins = settings.list_origins()
     disabled = [r.plugin for r in registry.plugins if r.status is PluginStatus.DISABLED]
     for plugin in disabled:
-        by_disabled = plugin.name in settings.disabled
-        where = origins.get("disabled" if by_disabled else "enabled", "the selection")
-        how = "is disabled by" if by_disabled else "is not enabled by"
-        reasons.append(
-            f"plugin {plugin.name!r} from {plugin.provider} {how} {where}, so it was not asked"
-        )
+        why = unavailable_because(plugin.name, disabled=settings.disabled, origins=origins)
+        reasons.append(f"plugin {plugin.name!r} from {plugin.provider} {why}, so it was not asked")
     if not reasons:
         enabled = sorted(
             {r.plugin.name for r in registry.plugins if r.status is PluginStatus.ENABLED}

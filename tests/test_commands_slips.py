@@ -332,6 +332,48 @@ def test_a_mistyped_backend_name_gets_the_closest_name_and_status_2_everywhere(o
     assert all("did you mean 'omni'?" in line for line in warned)
 
 
+def test_a_name_close_to_a_disabled_plugin_names_it_and_why(omni, tmp_path):
+    """--model-type omin with omni disabled: the suggestion says omni exists and where it is off."""
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
+    served = run_serve(["--config-file", str(path), "m", "--model-type", "omin"], omni.environ())
+    shown = run_cli(omni, "show", "--enable", "llm", "omin")
+    for result, lines, why in (
+        (
+            served,
+            served.error_lines,
+            f"is disabled by [serve_backends] disabled_backends, set in {path}",
+        ),
+        (
+            shown,
+            shown.stderr.strip().splitlines(),
+            "is not enabled by --enable on the command line",
+        ),
+    ):
+        assert result.returncode == 2, result.stderr
+        [line] = [line for line in lines if "'omin'" in line]
+        assert (
+            f"'omin'; did you mean 'omni'? It is installed (from omni-runtime) but {why}, "
+            "so it is not available."
+        ) in line
+
+
+def test_a_mistyped_distribution_in_dist_name_gets_the_closest_dist_name(omni):
+    served = run_serve(["m", "--model-type", "omni-runtme:omni"], omni.environ())
+    assert served.returncode == 2, served.stderr
+    [line] = served.error_lines
+    assert "'omni-runtme:omni'; did you mean 'omni-runtime:omni'?" in line
+
+
+def test_the_disabled_backend_error_names_where_the_list_was_set(omni, tmp_path):
+    path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")
+    served = run_serve(["--config-file", str(path), "m", "--model-type", "omni"], omni.environ())
+    assert served.returncode == 1, served.stderr
+    assert served.error_lines == [
+        "sglang-backends serve: error: Serve backend 'omni' from omni-runtime is disabled by "
+        f"[serve_backends] disabled_backends, set in {path}; remove it from that list to use it."
+    ]
+
+
 def test_a_name_close_to_none_gets_no_suggestion():
     from sglang_backends.errors import did_you_mean
 

@@ -424,7 +424,7 @@ def test_disabled_plugin_is_never_imported_nor_listed(install_backend, preinstal
         registry.get("off")
     assert isinstance(info.value, DisabledBackendError)
     assert str(info.value) == (
-        "Serve backend 'off' from off-runtime is disabled: it is in the disabled list; "
+        "Serve backend 'off' from off-runtime is disabled by the disabled list; "
         "remove it from that list to use it."
     )
     from sglang_backends import ServeRequest
@@ -439,7 +439,7 @@ def test_plugin_outside_enabled_list_is_never_imported(install_backend):
     install_backend("on-runtime", "on")
     registry = ServeBackendRegistry(default_builtins(), enabled=["on"])
     assert registry.available_names == ("llm", "diffusion", "on")
-    with pytest.raises(DisabledBackendError, match="not in the enabled list; add it"):
+    with pytest.raises(DisabledBackendError, match="is not enabled by the enabled list; add it"):
         registry.get("off")
     from sglang_backends import ServeRequest
 

@@ -109,8 +109,16 @@ def test_show_picks_one_provider_of_a_duplicate(omni):
             "Unknown serve backend 'nope'. Available values: auto, llm, diffusion, {plugins}.",
             2,
         ),
-        (["--disable", "omni", "omni"], "is disabled: it is in the disabled list", 1),
-        (["--enable", "other", "omni"], "is disabled: it is not in the enabled list", 1),
+        (
+            ["--disable", "omni", "omni"],
+            "is disabled by --disable on the command line; remove it",
+            1,
+        ),
+        (
+            ["--enable", "other", "omni"],
+            "is not enabled by --enable on the command line; add it",
+            1,
+        ),
         (["broken"], "Failed to load serve backend 'broken' from broken-runtime: boom", 1),
     ],
 )
