@@ -252,6 +252,19 @@ def test_stubborn_descendants_are_killed_after_the_grace_period(spawner, tmp_pat
     assert "still running 0.5s after SIGTERM" in (tmp_path / "serve.log").read_text()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_timeout_of_0_kills_at_once_and_calls_it_no_failure(spawner, tmp_path, signum):
+    """``stop_timeout = 0`` means "kill at once": a normal stop, not an overdue one."""
+    env, pids_file, started = spawner("block", "wait", SGLANG_BACKENDS_STOP_TIMEOUT="0")
+    proc, running = _serving(env, pids_file, started, tmp_path / "serve.log")
+    proc.send_signal(signum)
+    assert proc.wait(timeout=30) == 128 + signum
+    assert alive(running) == []
+    log = (tmp_path / "serve.log").read_text()
+    assert "did not stop within" not in log
+    assert "WARNING" not in log
+
+
 def test_backend_that_ignores_the_stop_is_forced(spawner, tmp_path):
     env, pids_file, started = spawner("swallow", "stubborn", SGLANG_BACKENDS_STOP_TIMEOUT="0.5")
     proc, running = _serving(env, pids_file, started, tmp_path / "serve.log")
