@@ -11,7 +11,7 @@ Internal module: its names may change between releases without notice.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["main"]
 
@@ -19,9 +19,18 @@ __all__ = ["main"]
 _VALUED = ("--config-file", "--config-dir", "--log-file")
 
 
+#: The exit status of a command whose reader went away, as cliff's commands give it.
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sglang-backends ARGS`` and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):
+        # Metadata may hold what the stream's encoding cannot carry (PYTHONIOENCODING=ascii).
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     index, options = 0, []  # the options before the command name, as (name, tokens)
     while index < len(args) and args[index].startswith("-"):
         name, sep, _ = args[index].partition("=")
@@ -33,7 +42,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
         kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
-        return serve_main([*debug, *kept, *args[index + 1 :]])
+        return _writing(lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
     from sglang_backends.commands.app import OperatorApp
 
     return OperatorApp().run(args)
+
+
+def _writing(step: Callable[[], int]) -> int:
+    """Run *step* and flush its output; a gone reader or a full disk ends it as cliff does.
+
+    A closed pipe (``serve --help | head -1``) exits with
+    :data:`EXIT_BROKEN_PIPE`, silently; any other failure to write (a full
+    disk) is one error line and status 1. Either way the output left in the
+    buffer is dropped, so that the interpreter's own flush at exit cannot fail again.
+    """
+    try:
+        status = step()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_output()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        from sglang_backends.dispatch import PROG
+
+        _drop_output()
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    return status
+
+
+def _drop_output() -> None:
+    """Point stdout at the null device: what is still buffered goes nowhere."""
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no file descriptor behind stdout
+        pass

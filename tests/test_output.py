@@ -1,0 +1,86 @@
+"""Output never ends in a traceback: a reader gone, a full disk, a stream that cannot carry a name.
+
+As cliff's commands do: a closed pipe exits 141 silently, a write that
+fails otherwise (``/dev/full``) is one line and status 1, and what the
+stream's encoding cannot carry (``PYTHONIOENCODING=ascii``, ``LC_ALL=C``)
+is escaped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from clitools import CLI, clean_environ
+
+NAMED = """
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def detect(request):
+    return ServeBackendDetection.UNKNOWN
+
+def factory():
+    \"\"\"Sert des modèles « naïfs ».\"\"\"
+    return ServeBackend(api_version=1, run=lambda request: print("aide: modèle"), detect=detect)
+"""
+
+
+@pytest.fixture
+def accented(site):
+    site.install(
+        "café-runtime",
+        version="1.0",
+        entry_points={"café": "cafe_plugin:factory"},
+        modules={"cafe_plugin.py": NAMED},
+    )
+    return site
+
+
+def _run(site, args, **streams) -> subprocess.CompletedProcess[bytes]:
+    env = clean_environ(site.environ())
+    env.update(streams.pop("env", {}))
+    return subprocess.run(
+        [CLI, *args], env=env, stderr=subprocess.PIPE, timeout=120, check=False, **streams
+    )
+
+
+def test_serve_help_into_a_closed_pipe_exits_141_silently(accented):
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone, as after `| head -1`
+    try:
+        result = _run(accented, ["serve", "--help"], stdout=write)
+    finally:
+        os.close(write)
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == b""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["serve", "--help"], ["list"]])
+def test_a_full_disk_is_one_line_and_status_1(accented, args):
+    with open("/dev/full", "wb") as full:
+        result = _run(accented, args, stdout=full)
+    assert result.returncode == 1
+    [line] = result.stderr.decode().splitlines()
+    assert "No space left on device" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--help"],
+        ["serve", "--model-type", "café", "--help"],
+        ["list"],
+        ["show", "café"],
+        ["check"],
+        ["detect", "m"],
+    ],
+)
+def test_every_command_escapes_what_an_ascii_stream_cannot_carry(accented, args):
+    env = {"PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
+    result = _run(accented, args, stdout=subprocess.PIPE, env=env)
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+    result.stdout.decode("ascii")  # nothing but ASCII reached the stream
+    assert b"\\xe" in result.stdout  # caf\xe9, mod\xe8le: escaped, not lost
