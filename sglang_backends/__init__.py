@@ -42,7 +42,9 @@ if TYPE_CHECKING:
         ServeBackendDetection,
         ServeRequest,
         host_contract,
+        host_prog,
         portable_backend,
+        stop_quietly,
     )
     from sglang_backends.detection import DetectionReport
     from sglang_backends.registry import ServeBackendRegistry
@@ -72,7 +74,9 @@ __all__ = [
     "ServeRequest",
     "UnknownBackendError",
     "host_contract",
+    "host_prog",
     "portable_backend",
+    "stop_quietly",
 ]
 
 _LAZY = {
@@ -86,7 +90,9 @@ _LAZY = {
             "ServeBackendDetection",
             "ServeRequest",
             "host_contract",
+            "host_prog",
             "portable_backend",
+            "stop_quietly",
         ),
         "sglang_backends.contract",
     ),

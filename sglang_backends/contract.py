@@ -21,10 +21,11 @@ will need after it is abandoned. A factory runs once per registry.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 
 from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
@@ -42,13 +43,17 @@ __all__ = [
     "coerce_backend",
     "coerce_detection",
     "host_contract",
+    "host_prog",
     "portable_backend",
+    "stop_quietly",
 ]
 
 #: Contract version a factory's :class:`ServeBackend` must declare.
 SERVE_BACKEND_API_VERSION = 1
 #: SGLang's contract module: ``sglang serve`` imports it before it loads a plugin.
 SGLANG_CONTRACT_MODULE = "sglang.cli.serve_backends"
+#: This package's ``serve`` module: imported in every process that runs a backend for it.
+HOST_MODULE = "sglang_backends.serve"
 
 
 class ServeBackendDetection(str, enum.Enum):
@@ -209,3 +214,56 @@ def _answering_in(
         return answer if known is None else detection_class(known.value)
 
     return host_detect
+
+
+def host_prog(model_type: str | None = None) -> str:
+    """The command that runs the calling host's ``serve``, for a backend's ``prog=``.
+
+    ``"sglang-backends serve"`` under this package's host (its serve module
+    is imported wherever it runs a backend), ``"sglang serve"`` under
+    SGLang's (:data:`SGLANG_CONTRACT_MODULE` imported), this package's
+    otherwise; with *model_type*, followed by ``--model-type MODEL_TYPE``, so
+    that a backend's usage line is a command line that works. Nothing is
+    imported; call it in ``run()``.
+    """
+    if HOST_MODULE not in sys.modules and SGLANG_CONTRACT_MODULE in sys.modules:
+        prog = "sglang serve"
+    else:
+        prog = "sglang-backends serve"
+    return prog if model_type is None else f"{prog} --model-type {model_type}"
+
+
+@contextlib.contextmanager
+def stop_quietly() -> Iterator[None]:
+    """Serve within it: Ctrl+C and SIGTERM then end ``run()`` as both hosts expect.
+
+    ``sglang serve`` calls ``run()`` in its own process with Python's
+    default signal handling: SIGINT raises ``KeyboardInterrupt``, which
+    ends in a traceback and exit status 1, and SIGTERM kills the process
+    without running any ``finally``. Within this context SIGINT leaves as
+    ``SystemExit(130)`` and SIGTERM, when nobody handles it (as under
+    ``sglang serve``), as ``SystemExit(143)``: cleanup runs, and the
+    process ends with the status a shell expects and no traceback. Under
+    ``sglang-backends serve``, whose own handlers stay in place, ``serve``
+    then exits 130 or 143 as it always does. Outside the main thread,
+    only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
+    """
+    import signal
+    import threading
+
+    previous = None
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise SystemExit(128 + signal.SIGINT) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    """A stop signal as ``SystemExit(128 + N)``, the shell's status for it."""
+    raise SystemExit(128 + signum)
