@@ -28,6 +28,8 @@ _RECORD = """
 import json, os
 
 def record(event, **details):
+    if "SGLANG_STANDIN_LOG" not in os.environ:
+        return  # serving for a plugin's own test: nothing to record
     with open(os.environ["SGLANG_STANDIN_LOG"], "a", encoding="utf-8") as stream:
         stream.write(json.dumps({"event": event, **details}) + "\\n")
 """
@@ -213,6 +215,60 @@ MODULES = {
                     names = ", ".join(match.name for match in matches)
                     raise RuntimeError(f"Multiple serve backends matched this request: {names}.")
                 return matches[0] if matches else self.get("llm")
+        """,
+    "sglang/cli/serve.py": """
+        # SGLang 0.5.23's dispatch, as upstream behaves: run() in this one
+        # process, Python's own signal handling, then every child killed.
+        import psutil
+        from sglang.cli.serve_backends import ServeBackend, ServeBackendRegistry, ServeRequest
+        from sglang.launch_server import run_server
+        from sglang.srt.server_args import prepare_server_args
+
+        def _run_llm(request):
+            run_server(prepare_server_args(list(request.argv)))
+
+        def _model_type(argv):
+            name, rest, i = "auto", [], 0
+            while i < len(argv):
+                if argv[i] == "--model-type":
+                    name, i = argv[i + 1], i + 2
+                    continue
+                if argv[i].startswith("--model-type="):
+                    name = argv[i].partition("=")[2]
+                else:
+                    rest.append(argv[i])
+                i += 1
+            return name, rest
+
+        def _model_path(argv):
+            for i, arg in enumerate(argv):
+                if arg in ("--model-path", "--model") and i + 1 < len(argv):
+                    return argv[i + 1]
+            return None
+
+        def serve(args, extra_argv):
+            name, argv = _model_type(list(extra_argv))
+            positional = bool(argv) and not argv[0].startswith("-")
+            if positional:
+                argv = ["--model-path", *argv]
+            request = ServeRequest(tuple(argv), _model_path(argv), positional)
+            registry = ServeBackendRegistry({"llm": ServeBackend(api_version=1, run=_run_llm)})
+            if "-h" in argv or "--help" in argv:
+                if name != "auto":
+                    registry.get(name).backend.run(request)
+                return
+            try:
+                if name == "auto":
+                    registered = registry.auto_detect(request)
+                else:
+                    registered = registry.get(name)
+                registered.backend.run(request)
+            finally:
+                for child in psutil.Process().children(recursive=True):
+                    try:
+                        child.kill()
+                    except psutil.Error:
+                        pass
         """,
     "sglang/cli/utils.py": """
         import json, os, time

@@ -4,7 +4,10 @@
   directories that :mod:`importlib.metadata` finds like any installed package.
 - :func:`assert_backend_contract` checks a factory or an installed backend, and
   where SGLang is installed that SGLang's own host accepts it too
-  (:func:`assert_sglang_accepts`).
+  (:func:`assert_sglang_accepts`); it warns (:class:`SGLangNotCheckedWarning`)
+  and says so in its report when SGLang is not there to check.
+- :func:`assert_stops_cleanly` serves the backend under each installed host
+  and stops it as Ctrl+C does: no traceback, no process left.
 - The ``serve_backends`` pytest fixture combines both; pytest comes with
   ``pip install "sglang-backends[testing]"``.
 """
@@ -12,9 +15,12 @@
 from sglang_backends.testing.conformance import (
     ContractReport,
     ContractViolation,
+    SGLangNotCheckedWarning,
     assert_backend_contract,
     assert_sglang_accepts,
+    assert_stops_cleanly,
     awkward_requests,
+    installed_hosts,
 )
 from sglang_backends.testing.distributions import PluginSite, write_distribution
 
@@ -22,8 +28,11 @@ __all__ = [
     "ContractReport",
     "ContractViolation",
     "PluginSite",
+    "SGLangNotCheckedWarning",
     "assert_backend_contract",
     "assert_sglang_accepts",
+    "assert_stops_cleanly",
     "awkward_requests",
+    "installed_hosts",
     "write_distribution",
 ]

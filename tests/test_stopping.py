@@ -1,0 +1,172 @@
+"""One plugin source stops cleanly under both hosts, and the kit checks that it does.
+
+``sglang serve`` runs ``run()`` in its one process with Python's own signal
+handling (the stand-in SGLang of tests/sglang_standin.py does as upstream's
+serve.py): a ``KeyboardInterrupt`` leaving ``run()`` is a traceback and
+exit status 1 there. Served within :func:`sglang_backends.stop_quietly`, a
+backend ends on Ctrl+C or SIGTERM with 130 or 143 under both hosts.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from clitools import clean_environ
+from sglang_standin import install_sglang
+
+from sglang_backends.testing import (
+    ContractViolation,
+    SGLangNotCheckedWarning,
+    assert_stops_cleanly,
+    installed_hosts,
+)
+
+BOTH = ("sglang-backends serve", "sglang serve")
+
+SERVER = """
+import http.server
+from sglang_backends import portable_backend, stop_quietly
+
+def serve(port_file):
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    print("serving on", server.server_port, flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+def run(request):
+    serve(request.argv)
+
+def run_quietly(request):
+    with stop_quietly():
+        serve(request.argv)
+
+def plain():
+    return portable_backend(api_version=1, run=run, requires_model_path=False)
+
+def quiet():
+    return portable_backend(api_version=1, run=run_quietly, requires_model_path=False)
+"""
+
+
+@pytest.fixture
+def hosts_env(site):
+    """A site holding the stand-in SGLang and two plugins: ``plain`` and ``quiet``."""
+    install_sglang(site)
+    site.install(
+        "stop-runtime",
+        entry_points={"plain": "stop_plugin:plain", "quiet": "stop_plugin:quiet"},
+        modules={"stop_plugin.py": SERVER},
+    )
+    return clean_environ(site.environ())
+
+
+def test_the_installed_hosts_are_found_without_importing_sglang(hosts_env):
+    assert installed_hosts() == BOTH
+    assert "sglang" not in sys.modules
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_backend_serving_within_stop_quietly_stops_cleanly_under_both_hosts(hosts_env, signum):
+    statuses = assert_stops_cleanly(
+        "quiet", [], ready="serving on", env=hosts_env, hosts=BOTH, signum=signum
+    )
+    assert statuses == dict.fromkeys(BOTH, 128 + signum)
+
+
+def test_the_kit_catches_a_keyboard_interrupt_traceback_under_sglang(hosts_env):
+    assert assert_stops_cleanly("plain", [], ready="serving on", env=hosts_env, hosts=BOTH[:1])
+    with pytest.raises(ContractViolation, match="under sglang serve printed a traceback"):
+        assert_stops_cleanly("plain", [], ready="serving on", env=hosts_env, hosts=BOTH[1:])
+
+
+def test_the_kit_warns_when_sglang_is_not_there_to_stop_under(site):
+    site.install(
+        "stop-runtime",
+        entry_points={"quiet": "stop_plugin:quiet"},
+        modules={"stop_plugin.py": SERVER},
+    )
+    env = clean_environ(site.environ())
+    with pytest.warns(SGLangNotCheckedWarning, match="'sglang serve' was not checked"):
+        statuses = assert_stops_cleanly("quiet", [], ready="serving on", env=env)
+    assert list(statuses) == ["sglang-backends serve"]
+
+
+# -- the echo example ------------------------------------------------------------
+
+echo = pytest.importorskip("sglang_echo_backend")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_echo_example_stops_cleanly_under_both_hosts(hosts_env, tmp_path, signum):
+    (tmp_path / "echo").write_text("")
+    argv = ["--model-path", str(tmp_path), "--port", "0", "--workers", "2"]
+    statuses = assert_stops_cleanly(
+        "echo", argv, ready="echo: ready", env=hosts_env, hosts=BOTH, signum=signum
+    )
+    assert statuses == dict.fromkeys(BOTH, 128 + signum)
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        (["-m", "sglang_backends", "serve"], "usage: sglang-backends serve --model-type echo "),
+        (
+            ["-c", "import sys; from sglang.cli.serve import serve; serve(None, sys.argv[1:])"],
+            "usage: sglang serve --model-type echo ",
+        ),
+    ],
+)
+def test_the_echo_usage_line_names_the_host_it_runs_under(hosts_env, command, usage):
+    result = subprocess.run(
+        [sys.executable, *command, "--model-type", "echo", "--help"],
+        env=hosts_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(usage), result.stdout
+
+
+def test_the_echo_example_logs_a_reset_connection_in_one_line(hosts_env, tmp_path):
+    (tmp_path / "echo").write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sglang_backends", "serve", str(tmp_path), "--port", "0"],
+        env=hosts_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if " on http://" in line:
+                port = int(line.rsplit(":", 1)[1].split()[0])
+        assert port is not None
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+            time.sleep(0.3)
+            # SO_LINGER 0: close with a reset, as a client killed mid-request does.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in rest
+    assert len([line for line in rest.splitlines() if "connection" in line.lower()]) <= 1, rest
+    assert proc.returncode == 130
