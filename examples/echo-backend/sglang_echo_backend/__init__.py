@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import os
 
-from sglang_backends import ServeBackend, ServeBackendDetection, ServeRequest, portable_backend
+from sglang_backends import (
+    ServeBackend,
+    ServeBackendDetection,
+    ServeRequest,
+    portable_backend,
+    stop_quietly,
+)
 
 __all__ = ["MARKER", "detect", "make_backend", "run"]
 
@@ -40,7 +46,8 @@ def run(request: ServeRequest) -> None:
     """Parse the echo server's arguments and serve until stopped (or print help)."""
     from sglang_echo_backend.server import main
 
-    main(request.argv)
+    with stop_quietly():  # a stop signal ends it cleanly under either host
+        main(request.argv)
 
 
 def make_backend() -> ServeBackend:

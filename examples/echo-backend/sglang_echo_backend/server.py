@@ -30,9 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-__all__ = ["EchoServer", "StopSignals", "Worker", "build_parser", "main"]
+from sglang_backends import host_prog
 
-PROG = "sglang-backends serve --model-type echo"
+__all__ = ["EchoServer", "StopSignals", "Worker", "build_parser", "main"]
 
 
 def _positive(value: str) -> int:
@@ -47,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Each help says its default itself (ArgumentDefaultsHelpFormatter would add
     # a second "(default: ...)" to those, and "(default: None)" to the others).
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Serve an echo model over an OpenAI-style HTTP API."
+        # The host serving it: sglang-backends serve or sglang serve.
+        prog=host_prog("echo"),
+        description="Serve an echo model over an OpenAI-style HTTP API.",
     )
     parser.add_argument("--model-path", "--model", required=True, help="the model directory")
     parser.add_argument(
@@ -156,6 +158,15 @@ class EchoServer(ThreadingHTTPServer):
         with self._next_lock:
             return self.workers[next(self._next)]
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away is one line; anything else is socketserver's report."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            peer = ":".join(map(str, client_address[:2]))
+            _say(f"client {peer} closed the connection ({type(error).__name__})")
+            return
+        super().handle_error(request, client_address)
+
 
 class StopSignals:
     """SIGINT and SIGTERM ask the server to stop instead of interrupting it.
@@ -164,9 +175,10 @@ class StopSignals:
     finishes; :func:`main` then stops the server and its workers. On exit the
     handlers found on entry are put back and a signal received meanwhile is
     raised again, so the caller of ``run()`` sees it as if it had been
-    delivered to it: ``sglang-backends serve`` exits with 130 or 143, a
-    process without handlers is ended by the signal. Outside the main thread
-    (where handlers cannot be set) this does nothing.
+    delivered to it: ``sglang-backends serve`` exits with 130 or 143, and
+    ``run()``'s ``stop_quietly()`` makes the same of it under ``sglang
+    serve``. Outside the main thread (where handlers cannot be set) this
+    does nothing.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
