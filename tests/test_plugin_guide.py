@@ -85,9 +85,27 @@ def test_the_guide_gives_a_whole_project():
     }
 
 
-def test_its_kit_tests_pass(installed):
-    project, env = installed
-    result = subprocess.run(
+def guide_commands() -> list[str]:
+    """The shell commands of the guide's console block that sets the plugin up, in order."""
+    text = GUIDE.read_text(encoding="utf-8")
+    block = re.search(r"^\.\. code-block:: console\n\n((?:   \$ .*\n)+)", text, re.MULTILINE)
+    assert block is not None
+    return [line.strip()[2:] for line in block.group(1).splitlines()]
+
+
+def test_the_guide_installs_sglang_backends_before_the_plugin():
+    """sglang-backends is on no index: pip install -e ".[test]" alone cannot resolve it."""
+    commands = guide_commands()
+    assert commands[:4] == [
+        "python3 -m venv .venv",
+        ". .venv/bin/activate",
+        'pip install "$SGLANG_BACKENDS[testing]"',
+        'pip install -e ".[test]"',
+    ]
+
+
+def _kit_tests(project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
         cwd=project,
         env=env,
@@ -96,8 +114,30 @@ def test_its_kit_tests_pass(installed):
         timeout=240,
         check=False,
     )
+
+
+def test_its_kit_tests_pass_and_say_what_they_could_not_check(installed):
+    project, env = installed
+    result = _kit_tests(project, env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
+    assert "3 passed" in result.stdout
+    # Without SGLang: its acceptance and stopping under sglang serve, each said to be unchecked.
+    assert result.stdout.count("SGLangNotCheckedWarning") == 2, result.stdout
+
+
+def test_its_kit_tests_pass_under_sglang_too(installed, tmp_path):
+    """With SGLang (the stand-in) installed: accepted by its registry, stopped cleanly under it."""
+    from sglang_standin import install_sglang
+
+    from sglang_backends.testing import PluginSite
+
+    project, env = installed
+    sglang = PluginSite(tmp_path / "sglang-site")
+    install_sglang(sglang)
+    result = _kit_tests(project, sglang.environ(env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout
+    assert "SGLangNotCheckedWarning" not in result.stdout
 
 
 def _free_port() -> int:
