@@ -11,16 +11,26 @@
 4. from a directory outside the checkout, the console script lists, shows
    and checks backends, serves a plugin, and pytest runs a plugin author's
    kit test (the ``serve_backends`` fixture and ``assert_backend_contract``)
-   against a plugin installed as a real distribution.
+   against a plugin installed as a real distribution;
+5. the plugin guide's complete plugin is written out as the guide gives it,
+   and the guide's own commands are run verbatim in it, with
+   ``SGLANG_BACKENDS`` naming the wheel: a fresh virtual environment, the
+   installs, the plugin's kit tests, and ``serve``, answering ``/health``
+   until Ctrl+C.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +135,64 @@ def main(workdir: Path) -> None:
 
     (away / "test_packaged_kit.py").write_text(textwrap.dedent(KIT_TEST), encoding="utf-8")
     print(run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=away, env=env), end="")
+    follow_the_guide(workdir / "guide" / "my-runtime", wheel, env)
     print(f"ok: {sdist.name} and {wheel.name} build, pass twine check, and the wheel works alone")
+
+
+GUIDE = ROOT / "doc" / "source" / "user" / "plugins.rst"
+_FILE = re.compile(
+    r"^\.\. code-block:: \w+\n   :caption: (?P<path>\S+)\n\n(?P<body>(?:   .*\n|\n)+)",
+    re.MULTILINE,
+)
+_COMMANDS = re.compile(r"^\.\. code-block:: console\n\n(?P<lines>(?:   \$ .*\n)+)", re.MULTILINE)
+
+
+def follow_the_guide(project: Path, wheel: Path, env: dict[str, str]) -> None:
+    """Write the guide's plugin and run the guide's commands on it, exactly as given."""
+    text = GUIDE.read_text(encoding="utf-8")
+    for match in _FILE.finditer(text):
+        path = project / match.group("path")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = "\n".join(line[3:] for line in match.group("body").splitlines())
+        path.write_text(body.strip("\n") + "\n", encoding="utf-8")
+    block = _COMMANDS.search(text)
+    if block is None:
+        sys.exit("the plugin guide has no console block of commands")
+    commands = [line.strip()[2:] for line in block.group("lines").splitlines()]
+    *setup, serve = commands
+    env = {**env, "SGLANG_BACKENDS": str(wheel)}
+    env.pop("VIRTUAL_ENV", None)
+    started = time.monotonic()
+    print(run("bash", "-euc", "\n".join(setup), cwd=project, env=env), end="")
+    # The last command serves until Ctrl+C: in the guide's environment, then stopped.
+    print("+", serve, flush=True)
+    proc = subprocess.Popen(
+        ["bash", "-euc", f". .venv/bin/activate\nexec {serve}"], cwd=project, env=env
+    )
+    try:
+        port = re.search(r"--port (\d+)", serve)
+        url = f"http://127.0.0.1:{port.group(1) if port else 30000}/health"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    answer = json.load(response)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    sys.exit(f"{serve!r} did not answer {url}")
+                time.sleep(0.2)
+        if answer != {"status": "ok"}:
+            sys.exit(f"{url} answered {answer}")
+        proc.send_signal(signal.SIGINT)
+        status = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if status != 130:
+        sys.exit(f"{serve!r} ended with status {status} on Ctrl+C, expected 130")
+    print(f"ok: the plugin guide, followed verbatim, took {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 
@@ -9,7 +10,11 @@ import psutil
 import pytest
 
 from sglang_backends import ServeBackendDetection
-from sglang_backends.testing import ContractViolation, assert_backend_contract
+from sglang_backends.testing import (
+    ContractViolation,
+    SGLangNotCheckedWarning,
+    assert_backend_contract,
+)
 
 GOOD = """
 import argparse, os
@@ -172,3 +177,89 @@ def test_fixture_registry_takes_the_settings_options(serve_backends):
     registry = serve_backends.registry(disabled=["good"], load_timeout=7, detect_timeout=2)
     assert (registry.load_timeout, registry.detect_timeout) == (7.0, 2.0)
     assert "good" not in registry.available_names
+
+
+# -- the literal api_version, wherever the backend is built -----------------------
+
+TABLE = """
+import functools
+from sglang_backends import SERVE_BACKEND_API_VERSION, ServeBackend, portable_backend
+
+VERSION = SERVE_BACKEND_API_VERSION
+
+def run(request):
+    pass
+
+FACTORIES = {
+    "literal": lambda: ServeBackend(api_version=1, run=run),
+    "constant": lambda: portable_backend(api_version=VERSION, run=run),
+}
+literal = FACTORIES["literal"]
+constant = FACTORIES["constant"]
+bound = functools.partial(ServeBackend, api_version=SERVE_BACKEND_API_VERSION, run=run)
+bound_literal = functools.partial(portable_backend, 1, run)
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "given"),
+    [("literal", None), ("constant", "VERSION"), ("bound", "SERVE_BACKEND_API_VERSION")],
+)
+def test_the_literal_api_version_check_reads_lambdas_in_a_table_and_partials(
+    serve_backends, name, given
+):
+    serve_backends.install(
+        "table-dist",
+        entry_points={"literal": "table_mod:literal", name: f"table_mod:{name}"},
+        modules={"table_mod.py": TABLE},
+    )
+    registry = serve_backends.registry()
+    if given is None:
+        assert_backend_contract(name, registry=registry, sglang=False)
+        return
+    with pytest.raises(ContractViolation, match=f"api_version is given as '{given}'"):
+        assert_backend_contract(name, registry=registry, sglang=False)
+
+
+def test_a_partial_factory_object_is_checked_where_it_is_made(serve_backends):
+    install(serve_backends, "good", GOOD)
+    serve_backends.install("table-dist", modules={"table_mod.py": TABLE})
+    import table_mod
+
+    assert_backend_contract(table_mod.bound_literal, sglang=False)
+    with pytest.raises(ContractViolation, match="SERVE_BACKEND_API_VERSION"):
+        assert_backend_contract(table_mod.bound, sglang=False)
+
+
+# -- saying what could not be checked ---------------------------------------------
+
+
+def test_without_sglang_the_kit_warns_and_reports_that_sglang_was_not_checked(serve_backends):
+    install(serve_backends, "good", GOOD)
+    with pytest.warns(SGLangNotCheckedWarning, match="'good': SGLang's acceptance was not"):
+        report = assert_backend_contract("good", registry=serve_backends.registry())
+    assert report.sglang_checked is False
+    assert "SGLang is not installed" in (report.sglang_unchecked or "")
+    quiet = assert_backend_contract("good", registry=serve_backends.registry(), sglang=False)
+    assert quiet.sglang_unchecked == "sglang=False was given"
+
+
+def test_check_contract_has_a_column_saying_whether_sglang_was_asked(serve_backends):
+    from clitools import run_cli
+    from sglang_standin import install_sglang
+
+    install(
+        serve_backends,
+        "good",
+        GOOD.replace("import ServeBackend,", "import portable_backend as ServeBackend,"),
+    )
+    args = ("check", "--contract", "good", "-f", "json")
+    without = run_cli(serve_backends, *args)
+    assert without.returncode == 0, without.stderr
+    [row] = json.loads(without.stdout)
+    assert row["SGLang"] == "not checked: SGLang is not installed"
+    install_sglang(serve_backends)
+    with_sglang = run_cli(serve_backends, *args)
+    assert with_sglang.returncode == 0, with_sglang.stderr
+    [row] = json.loads(with_sglang.stdout)
+    assert row["SGLang"] == "accepted"

@@ -149,6 +149,7 @@ class CheckBackends(SelectionOptions, Lister):
         )
 
         rows: list[tuple[Any, ...]] = []
+        sglang: dict[str, str] = {}  # with --contract: SGLang's verdict, by plugin name
         for name in builtins:
             status = builtin_status(name)
             outcome = "ok" if status == ENABLED else status
@@ -181,12 +182,17 @@ class CheckBackends(SelectionOptions, Lister):
                 "a model path"
             )
             if parsed_args.contract:
+                sglang[plugin.name] = result.sglang or "not checked"
                 detail += (
                     f"; contract kept (--help in {result.help_seconds:.2f} s, "
                     f"{result.detections} detector requests answered)"
                 )
             rows.append((*head, "ok", seconds, detail))
         self.failed = any(row[4] in FAILURES for row in rows)
+        if parsed_args.contract:  # whether SGLang's own host was asked too, row by row
+            unasked = "not checked: not loaded"
+            rows = [(*row, sglang.get(row[0], unasked)) for row in rows]
+            return (*COLUMNS, "SGLang"), self.safe_rows(parsed_args, rows)
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
 

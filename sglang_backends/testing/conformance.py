@@ -112,10 +112,15 @@ def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
     if depth > 8:
         return
     if isinstance(factory, functools.partial):
-        holders = [m for m in list(sys.modules.values()) if _holds(m, factory)]
-        for module in holders:
-            tree = _parse(getattr(module, "__file__", None))
-            yield from (n for n in _calls(tree) if _callee(n) == "partial")
+        for module in list(sys.modules.values()):
+            names = _names_of(module, factory)
+            tree = _parse(getattr(module, "__file__", None)) if names else None
+            for node in ast.walk(tree) if tree else ():
+                # Where a name holding it is assigned: ``factory = partial(...)``.
+                if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id in names for t in node.targets
+                ):
+                    yield from (n for n in _calls(node.value) if _callee(n) == "partial")
         yield from _declarations(factory.func, depth + 1)
         return
     code = getattr(inspect.unwrap(factory), "__code__", None)  # type: ignore[arg-type]
@@ -126,11 +131,12 @@ def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
             yield from _calls(node)
 
 
-def _holds(module: object, value: object) -> bool:
+def _names_of(module: object, value: object) -> set[str]:
+    """The global names of *module* bound to *value*."""
     try:
-        return any(v is value for v in vars(module).values())
+        return {k for k, v in vars(module).items() if v is value}
     except TypeError:
-        return False
+        return set()
 
 
 def _parse(filename: str | None) -> ast.AST | None:
