@@ -52,7 +52,9 @@ class CheckBackends(SelectionOptions, Lister):
     (sglang_backends.testing.assert_backend_contract): run(--help) returns
     promptly without starting a server or processes, and the detector
     answers awkward requests without raising. A breach is an error whose
-    Detail says what the plugin does wrong.
+    Detail says what the plugin does wrong. Where SGLang is installed it also
+    checks that SGLang's own host accepts the plugin, and an SGLang column
+    says so: accepted, or not checked and why (SGLang is not installed).
 
     Result column:
       ok
