@@ -465,6 +465,8 @@ def assert_sglang_accepts(
 
 
 def _factory_name(factory: object) -> str:
+    if isinstance(factory, functools.partial):
+        return f"partial({_factory_name(factory.func)})"
     return str(getattr(factory, "__qualname__", repr(factory)))
 
 
@@ -567,7 +569,6 @@ def _stop_under(
     stop_timeout: float,
 ) -> int:
     import subprocess
-    import sys
 
     import psutil
 
