@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
@@ -494,7 +495,8 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
 #: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
 HOSTS: dict[str, tuple[str, ...]] = {
     "sglang-backends serve": ("-m", "sglang_backends", "serve"),
-    # SGLang's own dispatch (sglang/cli/serve.py), as its `sglang serve` calls it.
+    # SGLang's own dispatch (sglang/cli/serve.py), as its `sglang serve` calls it; the
+    # `sglang` console script itself where it is installed beside this interpreter.
     "sglang serve": (
         "-c",
         "import sys; from sglang.cli.serve import serve; serve(None, sys.argv[1:])",
@@ -572,7 +574,11 @@ def _stop_under(
 
     import psutil
 
-    command = [sys.executable, *HOSTS[host], "--model-type", name, *argv]
+    script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
+    if host == "sglang serve" and script.is_file():
+        command = [str(script), "serve", "--model-type", name, *argv]
+    else:
+        command = [sys.executable, *HOSTS[host], "--model-type", name, *argv]
     shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
     lines: list[str] = []
     proc = subprocess.Popen(
