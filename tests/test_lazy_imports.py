@@ -24,6 +24,7 @@ def imported_after(
     [
         "from sglang_backends import ServeBackend, ServeRequest, ServeBackendDetection",
         "from sglang_backends import portable_backend; portable_backend(1, print, print)",
+        "from sglang_backends import host_prog, stop_quietly\nwith stop_quietly(): host_prog('x')",
         "import sglang_backends.contract",
         "import sglang_backends.errors",
         "from sglang_backends.host import default_builtins; default_builtins()",

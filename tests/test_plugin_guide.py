@@ -188,3 +188,29 @@ def test_serve_serves_it_until_ctrl_c(installed, tmp_path, by):
     assert status == 130, stderr  # KeyboardInterrupt out of run(): serve's stop by SIGINT
     assert "Traceback" not in stderr
     assert "'my_runtime' (from my-runtime)" in stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_template_stops_cleanly_under_both_hosts(installed, tmp_path, signum):
+    """Ctrl+C or SIGTERM: 130 or 143 under sglang-backends serve and the stand-in sglang serve."""
+    from sglang_standin import install_sglang
+
+    from sglang_backends.testing import PluginSite, assert_stops_cleanly
+
+    _, env = installed
+    sglang = PluginSite(tmp_path / "sglang-site")
+    install_sglang(sglang)
+    model = tmp_path / "my-model"
+    model.mkdir()
+    (model / "my-format.json").write_text("{}")
+    hosts = ("sglang-backends serve", "sglang serve")
+    statuses = assert_stops_cleanly(
+        "my_runtime",
+        ["--model-path", str(model), "--port", "0"],
+        ready="serving on",
+        env=sglang.environ(env),
+        hosts=hosts,
+        signum=signum,
+        stop_timeout=5.0,  # serve's default stop timeout
+    )
+    assert statuses == dict.fromkeys(hosts, 128 + signum)
