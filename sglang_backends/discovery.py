@@ -1,12 +1,18 @@
 """Discovery: which plugins are installed, read from package metadata.
 
-Names, targets and providing distributions come from
-:func:`importlib.metadata.entry_points` on every call. stevedore's on-disk
-entry-point cache is never consulted: it can serve a stale list for minutes
-after a reinstall, drops the distribution of each entry point, folds two
-providers with the same target into one and fails on a damaged cache file.
-Nothing here imports plugin code. Which of the discovered plugins may be
-used is decided in :mod:`sglang_backends.selection`.
+Every distribution :func:`importlib.metadata.distributions` finds takes part:
+``*.dist-info`` and ``*.egg-info`` directories, either one inside a zip on
+:data:`sys.path`, ``.egg`` directories and zipped eggs, and the distributions
+of custom finders (editable installs). Each is read through the
+:class:`~importlib.metadata.Distribution` API (``read_text``,
+``entry_points``), and one normalized name is one distribution, the first
+on the path winning, as :func:`importlib.metadata.entry_points` decides;
+later copies are kept as :attr:`InstalledDistribution.shadowed`.
+stevedore's on-disk entry-point cache is never consulted: it can serve a
+stale list for minutes after a reinstall, drops the distribution of each
+entry point, folds two providers with the same target into one and fails
+on a damaged cache file. Nothing here imports plugin code. Which of the
+discovered plugins may be used is decided in :mod:`sglang_backends.selection`.
 
 Internal module: its names may change between releases without notice.
 """
@@ -17,24 +23,90 @@ import functools
 import importlib.metadata
 import logging
 import os
+import pathlib
 import re
 import stat
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from sglang_backends.errors import describe_typed
 from sglang_backends.names import SERVE_BACKENDS_GROUP
 
 __all__ = [
+    "InstalledDistribution",
     "PluginEntryPoint",
     "discover",
-    "has_metadata",
+    "distributions",
     "is_regular_file",
     "normalize_distribution",
+    "read_metadata",
     "split_qualified_name",
 ]
 
 
 LOG = logging.getLogger(__name__)
+
+
+class InstalledDistribution:
+    """One installed distribution: the first on :data:`sys.path` of its normalized name.
+
+    Compared by identity: one survey holds each once.
+
+    :param distribution: what :mod:`importlib.metadata` found; ask it for
+        ``requires``, ``files`` or any group's entry points.
+    :param key: its normalized name (PEP 503), as :mod:`importlib.metadata`
+        compares them; ``None`` when no name can be read.
+    :param location: where its metadata lives, for messages.
+    :param shadowed: later copies of the same normalized name, in path order:
+        never loaded, as :func:`importlib.metadata.entry_points` ignores them.
+    """
+
+    __slots__ = ("distribution", "key", "location", "shadowed")
+
+    def __init__(
+        self,
+        distribution: importlib.metadata.Distribution,
+        key: str | None,
+        location: str,
+        shadowed: list[importlib.metadata.Distribution] | None = None,
+    ) -> None:
+        self.distribution = distribution
+        self.key = key
+        self.location = location
+        self.shadowed = [] if shadowed is None else shadowed
+
+    def __repr__(self) -> str:
+        return f"InstalledDistribution({self.key!r} at {self.location})"
+
+    def entry_points(self, group: str) -> list[importlib.metadata.EntryPoint]:
+        """Its entry points in *group*, read only from a regular file.
+
+        :raises OSError: ``entry_points.txt`` is not a regular file, or cannot be read.
+        :raises ValueError: it is malformed, or not UTF-8.
+        """
+        if read_metadata(self.distribution, "entry_points.txt") is None:
+            return []
+        return list(self.distribution.entry_points.select(group=group))
+
+    def identity(self) -> tuple[str, str | None]:
+        """Its ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
+        # Only the two header fields are needed: read them from the header block
+        # rather than parse the whole file (a long description included) with
+        # the email parser, as ``dist.metadata`` would, for every plugin listed.
+        dist = self.distribution
+        text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
+        if text is None:
+            raise ValueError("it has no METADATA")
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            if not line:
+                break
+            key, sep, value = line.partition(":")
+            if sep and key in ("Name", "Version"):
+                fields.setdefault(key, value.strip())
+        if not fields.get("Name"):
+            raise ValueError("its METADATA names no distribution")
+        return fields["Name"], fields.get("Version")
 
 
 class PluginEntryPoint(NamedTuple):
@@ -43,12 +115,13 @@ class PluginEntryPoint(NamedTuple):
     :param name: the backend name (the entry point's name).
     :param target: the entry point's value, ``module:attr``.
     :param distribution: the providing distribution's name, if known; read
-        from its ``METADATA``, or from its ``*.dist-info`` directory's name
-        when that cannot be read (see *problem*).
+        from its ``METADATA``, or from its metadata directory's name when
+        that cannot be read (see *problem*).
     :param version: that distribution's version, if known.
     :param entry_point: the entry point itself, handed to stevedore to load.
     :param problem: why the distribution's metadata was not read
         (``metadata unreadable: PATH``), or ``None``.
+    :param installed: the distribution it comes from, with its shadowed copies.
     """
 
     name: str
@@ -57,6 +130,7 @@ class PluginEntryPoint(NamedTuple):
     version: str | None
     entry_point: importlib.metadata.EntryPoint
     problem: str | None = None
+    installed: InstalledDistribution | None = None
 
     @property
     def distribution_label(self) -> str | None:
@@ -71,19 +145,18 @@ class PluginEntryPoint(NamedTuple):
         return self.distribution_label or self.target
 
 
-def metadata_directory(dist: object) -> str | None:
-    """The directory holding *dist*'s metadata (``NAME-VERSION.dist-info``), if it has one.
+def _metadata_path(dist: importlib.metadata.Distribution) -> object:
+    """The traversable *dist* reads its metadata from (a directory, or a folder in a zip).
 
-    :mod:`importlib.metadata` has no public attribute for it
-    (:class:`~importlib.metadata.PathDistribution` keeps it in ``_path``); it
-    is needed to stat a metadata file before opening it (a FIFO would block
-    the read) and to name a distribution whose ``METADATA`` cannot be read.
+    :class:`~importlib.metadata.PathDistribution` keeps it in ``_path`` and
+    offers no public name for it; a distribution of another finder may have
+    none (``None``). Used only to name a distribution whose ``METADATA``
+    cannot be read, and to refuse a FIFO before ``read_text`` opens it.
     """
-    path = getattr(dist, "_path", None)
-    return None if path is None else str(path)
+    return getattr(dist, "_path", None)
 
 
-def is_regular_file(path: str) -> bool:
+def is_regular_file(path: str | os.PathLike[str]) -> bool:
     """Whether *path* is a regular file: opening a FIFO blocks until a writer comes."""
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
@@ -91,63 +164,61 @@ def is_regular_file(path: str) -> bool:
         return False
 
 
-def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool | None:
-    """Whether *dist* has metadata file *filename*, checked without opening it.
-
-    ``None`` when *dist* keeps no metadata directory (it cannot be checked).
-
-    :raises OSError: it exists but is not a regular file (a FIFO, a device).
-    """
-    directory = metadata_directory(dist)
-    if directory is None:
-        return None
-    path = os.path.join(directory, filename)
-    if not os.path.lexists(path):
-        return False
-    if not is_regular_file(path):
-        raise OSError(f"{path} is not a regular file")
-    return True
-
-
 def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str | None:
-    """*dist*'s metadata file *filename*, opened only if regular; ``None`` when it has none.
+    """``dist.read_text(filename)``, refusing what would block it; ``None`` when it has none.
 
-    :raises OSError: it exists but is not a regular file, or cannot be read.
+    A file in a zip or of another finder is read as it is; one on disk must
+    be a regular file (a FIFO would block the read).
+
+    :raises OSError: it exists on disk but is not a regular file, or cannot be read.
     :raises UnicodeDecodeError: it is not UTF-8.
     """
-    if has_metadata(dist, filename) is False:
-        return None
+    root = _metadata_path(dist)
+    if isinstance(root, pathlib.Path):
+        path = root / filename
+        if os.path.lexists(path) and not is_regular_file(path):
+            raise OSError(f"{path} is not a regular file")
     return dist.read_text(filename)
 
 
-def _identity(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
-    """*dist*'s name and version; raises when its ``METADATA`` is missing or unreadable."""
-    # Only the two header fields are needed: read them from the header block
-    # rather than parse the whole file (a long description included) with
-    # the email parser, as ``dist.metadata`` would, for every plugin listed.
-    text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
-    if text is None:
-        raise ValueError("it has no METADATA")
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line:
-            break
-        key, sep, value = line.partition(":")
-        if sep and key in ("Name", "Version"):
-            fields.setdefault(key, value.strip())
-    if not fields.get("Name"):
-        raise ValueError("its METADATA names no distribution")
-    return fields["Name"], fields.get("Version")
+def _location(dist: importlib.metadata.Distribution) -> str:
+    """Where *dist*'s metadata lives, as messages name it."""
+    root = _metadata_path(dist)
+    return repr(dist) if root is None else str(root).rstrip("/" + os.sep)
 
 
-def _directory_name(directory: str | None) -> str | None:
-    """The distribution name a ``NAME-VERSION.dist-info`` (or ``.egg-info``) directory bears."""
-    if directory is None:
+def _key(dist: importlib.metadata.Distribution) -> str | None:
+    """*dist*'s normalized name: its directory's, else its ``METADATA``'s; ``None`` if neither."""
+    stem_name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
+    if stem_name is not None:
+        return normalize_distribution(stem_name)
+    try:
+        name, _ = InstalledDistribution(dist, None, "").identity()
+    except Exception:  # noqa: BLE001 - reported when its entry points are read
         return None
-    stem = os.path.basename(directory.rstrip(os.sep))
-    for suffix in (".dist-info", ".egg-info"):
-        stem = stem.removesuffix(suffix)
-    return stem.partition("-")[0] or None
+    return normalize_distribution(name)
+
+
+def distributions() -> list[InstalledDistribution]:
+    """Every installed distribution in :data:`sys.path` order, one per normalized name.
+
+    A later distribution of a name already seen is appended to the first
+    one's :attr:`~InstalledDistribution.shadowed`; one whose name cannot be
+    read at all stands alone. Reads no file of a ``*.dist-info`` directory.
+    """
+    found: list[InstalledDistribution] = []
+    by_key: dict[str, InstalledDistribution] = {}
+    for dist in importlib.metadata.distributions():
+        key = _key(dist)
+        first = by_key.get(key) if key is not None else None
+        if first is not None:
+            first.shadowed.append(dist)
+            continue
+        installed = InstalledDistribution(dist, key, _location(dist))
+        if key is not None:
+            by_key[key] = installed
+        found.append(installed)
+    return found
 
 
 @functools.cache
@@ -156,74 +227,73 @@ def _warn_once(message: str, *args: object) -> None:
     LOG.warning(message, *args)
 
 
-def discover(group: str = SERVE_BACKENDS_GROUP) -> dict[str, tuple[PluginEntryPoint, ...]]:
+def discover(
+    group: str = SERVE_BACKENDS_GROUP, installed: Iterable[InstalledDistribution] | None = None
+) -> dict[str, tuple[PluginEntryPoint, ...]]:
     """Return the installed entry points of *group*, by backend name, each sorted by provider.
 
     Every entry point :func:`importlib.metadata.entry_points` would give, with
     the same shadowing; nothing is imported, and only regular metadata files
     are opened. A distribution whose ``METADATA`` cannot be used still
-    contributes its entry points under its ``*.dist-info`` directory's name
+    contributes its entry points under its metadata directory's name
     (:attr:`PluginEntryPoint.problem`); one whose ``entry_points.txt`` cannot
     be read is skipped. Each case logs one WARNING naming the path.
+
+    :param installed: the distributions to read, :func:`distributions` by default.
     """
     found: dict[str, list[PluginEntryPoint]] = {}
-    for plugin in _plugins(group):
-        found.setdefault(plugin.name, []).append(plugin)
+    for dist in distributions() if installed is None else installed:
+        for plugin in _plugins(dist, group):
+            found.setdefault(plugin.name, []).append(plugin)
     return {
         name: tuple(sorted(entries, key=lambda e: e.provider)) for name, entries in found.items()
     }
 
 
-def _plugins(group: str) -> list[PluginEntryPoint]:
-    """The entry points of *group*, in ``entry_points()``'s order, each file read once.
-
-    Not :func:`importlib.metadata.entry_points` itself: it opens every
-    ``entry_points.txt`` unchecked (a FIFO blocks it) and fails as a whole on
-    one malformed file.
-    """
-    plugins: list[PluginEntryPoint] = []
-    seen: set[str] = set()
-    for dist in importlib.metadata.distributions():
-        directory = metadata_directory(dist)
-        stem_name = _directory_name(directory)
-        if stem_name is not None:
-            # Shadowed by an earlier sys.path entry, as entry_points() decides (by directory name).
-            key = normalize_distribution(stem_name).replace("-", "_")
-            if key in seen:
-                continue
-            seen.add(key)
-        try:
-            if has_metadata(dist, "entry_points.txt") is False:
-                continue
-            selected = list(dist.entry_points.select(group=group))
-        except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
-            _warn_once(
-                "Ignoring the distribution at %s: its metadata is unreadable (%s)",
-                directory or repr(dist),
-                describe_typed(exc),
-            )
-            continue
-        if not selected:
-            continue
-        problem = None
-        name: str | None
-        try:
-            name, version = _identity(dist)
-        except Exception as exc:  # noqa: BLE001 - its entry points are still served
-            # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
-            name, version = stem_name, None
-            problem = f"metadata unreadable: {directory}" if directory else None
-            _warn_once(
-                "Using the entry points of the distribution at %s under the name %r: "
-                "its METADATA is unreadable (%s)",
-                directory or repr(dist),
-                name,
-                describe_typed(exc),
-            )
-        plugins.extend(
-            PluginEntryPoint(ep.name, ep.value, name, version, ep, problem) for ep in selected
+def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPoint]:
+    """*installed*'s entry points of *group*; each problem with its metadata logged once."""
+    try:
+        selected = installed.entry_points(group)
+    except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
+        _warn_once(
+            "Ignoring the distribution at %s: its metadata is unreadable (%s)",
+            installed.location,
+            describe_typed(exc),
         )
-    return plugins
+        return []
+    if not selected:
+        return []
+    problem = None
+    name: str | None
+    try:
+        name, version = installed.identity()
+    except Exception as exc:  # noqa: BLE001 - its entry points are still served
+        # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
+        name, version = _directory_name(installed.distribution), None
+        problem = f"metadata unreadable: {installed.location}"
+        _warn_once(
+            "Using the entry points of the distribution at %s under the name %r: "
+            "its METADATA is unreadable (%s)",
+            installed.location,
+            name,
+            describe_typed(exc),
+        )
+    return [
+        PluginEntryPoint(ep.name, ep.value, name, version, ep, problem, installed)
+        for ep in selected
+    ]
+
+
+def _directory_name(dist: importlib.metadata.Distribution) -> str | None:
+    """The distribution name *dist*'s metadata directory bears (``NAME-VERSION.dist-info``).
+
+    ``None`` for an ``EGG-INFO`` directory, which bears none.
+    """
+    root = _metadata_path(dist)
+    stem, suffix = os.path.splitext(getattr(root, "name", ""))
+    if suffix not in (".dist-info", ".egg-info"):
+        return None
+    return stem.partition("-")[0] or None
 
 
 def normalize_distribution(name: str) -> str:

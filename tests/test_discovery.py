@@ -346,3 +346,126 @@ def test_list_and_serve_work_past_a_distribution_whose_metadata_is_not_utf8(site
     assert lines[-1].startswith("sglang-backends serve: error: Unknown serve backend 'other'")
     assert [line for line in lines if str(broken) in line]
     assert "Traceback" not in served.stderr
+
+
+def _zipped(source, archive):
+    """*archive*, a zip of every file below *source*, named relative to it."""
+    import zipfile
+
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in sorted(source.rglob("*")):
+            if path.is_file():
+                zipped.write(path, path.relative_to(source).as_posix())
+    return archive
+
+
+def _egg(root, dist: str, name: str, *, zipped: bool = False):
+    """A ``.egg`` (a directory, or a zip) under *root* providing backend *name*."""
+    from conftest import backend_module
+
+    module = f"{dist}_plugin".replace("-", "_")
+    egg = root / f"{dist.replace('-', '_')}-1.0-py3.egg"
+    info = egg / "EGG-INFO"
+    info.mkdir(parents=True)
+    (info / "PKG-INFO").write_text(f"Metadata-Version: 1.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[sglang.serve_backends]\n{name} = {module}:factory\n")
+    (egg / f"{module}.py").write_text(backend_module())
+    if not zipped:
+        return egg
+    import shutil
+
+    archive = _zipped(egg, root / f"{egg.name}.zip")
+    shutil.rmtree(egg)
+    return archive.rename(egg)
+
+
+@pytest.mark.parametrize("form", ["dist-info in a zip", "zipped egg"])
+def test_a_plugin_inside_a_zip_on_pythonpath_is_listed_and_served(site, tmp_path, form):
+    """As importlib.metadata (and so SGLang's registry) finds it."""
+    from clitools import run_cli
+    from conftest import backend_module
+
+    if form == "zipped egg":
+        archive = _egg(tmp_path, "zipped-runtime", "zipped", zipped=True)
+    else:
+        source = tmp_path / "zip-source"
+        from sglang_backends.testing import write_distribution
+
+        write_distribution(
+            source,
+            "zipped-runtime",
+            entry_points={"zipped": "zipped_plugin:factory"},
+            modules={"zipped_plugin.py": backend_module()},
+        )
+        archive = _zipped(source, tmp_path / "plugins.zip")
+    env = {"PYTHONPATH": os.pathsep.join([str(archive), site.environ()["PYTHONPATH"]])}
+    listed = run_cli(site, "list", "-f", "value", "-c", "Name", "-c", "Distribution", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "zipped zipped-runtime" in listed.stdout.splitlines()
+    served = run_cli(site, "serve", "org/model", "--model-type", "zipped", env=env)
+    assert served.returncode == 0, served.stderr
+    assert "'zipped' (from zipped-runtime)" in served.stderr
+
+
+def test_two_egg_directories_are_two_distributions(tmp_path, monkeypatch):
+    for dist, name in (("first-runtime", "first"), ("second-runtime", "second")):
+        monkeypatch.syspath_prepend(str(_egg(tmp_path, dist, name)))
+    found = discover()
+    assert [p.distribution for p in found["first"]] == ["first-runtime"]
+    assert [p.distribution for p in found["second"]] == ["second-runtime"]
+    registry = ServeBackendRegistry(default_builtins())
+    assert registry.get("second").distribution == "second-runtime"
+
+
+def test_a_later_copy_of_a_distribution_is_shadowed_and_kept(site, tmp_path, monkeypatch):
+    """One normalized name is one distribution, the first on sys.path, as importlib.metadata."""
+    from sglang_backends.discovery import distributions
+    from sglang_backends.testing import write_distribution
+
+    site.install("Omni_Runtime", entry_points={"first": "omni_first:factory"})
+    later = tmp_path / "later"
+    write_distribution(later, "omni-runtime", entry_points={"second": "omni_second:factory"})
+    monkeypatch.setattr(sys, "path", [*sys.path, str(later)])
+    found = discover()
+    assert "first" in found and "second" not in found
+    (installed,) = [d for d in distributions() if d.key == "omni-runtime"]
+    assert installed.location == found["first"][0].installed.location
+    assert [d.metadata["Name"] for d in installed.shadowed] == ["omni-runtime"]
+
+
+def test_a_distribution_of_another_finder_is_served(monkeypatch):
+    """A finder's own Distribution (as editable installs add) is read through its API alone."""
+    import importlib.abc
+    import importlib.metadata
+    import pathlib
+
+    from conftest import backend_module
+
+    files = {
+        "METADATA": "Metadata-Version: 2.1\nName: finder-runtime\nVersion: 3.0\n",
+        "entry_points.txt": "[sglang.serve_backends]\nfound = finder_plugin:factory\n",
+    }
+
+    class FinderDistribution(importlib.metadata.Distribution):
+        def read_text(self, filename):
+            return files.get(filename)
+
+        def locate_file(self, path):
+            return pathlib.Path(path)
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            return None  # its module is imported already
+
+        def find_distributions(self, context=None):
+            if context is None or context.name in (None, "finder-runtime"):
+                yield FinderDistribution()
+
+    module = type(sys)("finder_plugin")
+    exec(backend_module(), module.__dict__)
+    monkeypatch.setitem(sys.modules, "finder_plugin", module)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder()])
+    (plugin,) = discover()["found"]
+    assert (plugin.distribution, plugin.version) == ("finder-runtime", "3.0")
+    registered = ServeBackendRegistry(default_builtins()).get("found")
+    assert registered.distribution == "finder-runtime"

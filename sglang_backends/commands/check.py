@@ -202,24 +202,22 @@ def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     """One line per plugin distribution installing a console script named ``sglang``,
     which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
-    from sglang_backends.discovery import has_metadata, normalize_distribution
+    from sglang_backends.discovery import normalize_distribution
 
     lines: list[str] = []
     seen = {"sglang"}  # SGLang's own distribution installs it
     for record in records:
         plugin = record.plugin
-        dist = getattr(plugin.entry_point, "dist", None)
         name = plugin.distribution
-        if dist is None or not name or normalize_distribution(name) in seen:
+        if plugin.installed is None or not name or normalize_distribution(name) in seen:
             continue
         seen.add(normalize_distribution(name))
         try:
-            if has_metadata(dist, "entry_points.txt") is False:
-                continue
             scripts = [
                 ep
                 for group in ("console_scripts", "gui_scripts")
-                for ep in dist.entry_points.select(group=group, name="sglang")
+                for ep in plugin.installed.entry_points(group)
+                if ep.name == "sglang"
             ]
         except Exception:  # noqa: BLE001 - discovery already warned about unreadable metadata
             continue
