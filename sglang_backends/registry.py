@@ -22,7 +22,7 @@ from sglang_backends.contract import (
     coerce_backend,
 )
 from sglang_backends.detection import DetectionOutcome, DetectionReport, report
-from sglang_backends.discovery import PluginEntryPoint, discover
+from sglang_backends.discovery import PluginEntryPoint
 from sglang_backends.loading import BackendLoader, Candidate, call_plugin_code, load_driver
 from sglang_backends.names import FALLBACK_BACKEND
 from sglang_backends.settings import (
@@ -31,6 +31,7 @@ from sglang_backends.settings import (
     MAX_TIMEOUT,
     Settings,
 )
+from sglang_backends.survey import survey
 
 __all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry"]
 
@@ -86,16 +87,11 @@ class ServeBackendRegistry:
                 raise ValueError(f"{label} must be > 0 and at most {MAX_TIMEOUT:g}, got {value!r}")
 
         self._builtins = dict(builtins)
-        self._enabled = None if enabled is None else frozenset(enabled)
-        self._disabled = frozenset(disabled)
         self._origins = dict(selection_origins or {})
         self.detect_timeout = float(detect_timeout)
         self.load_timeout = float(load_timeout)
-        self._discovered = discover()
-        self._records = selection.inventory(
-            self._discovered, self._builtins, enabled=self._enabled, disabled=self._disabled
-        )
-        self._available = (*self._builtins, *selection.usable_names(self._records))
+        #: What is installed and usable under the selection; the commands show the same.
+        self.survey = survey(self._builtins, enabled=enabled, disabled=disabled)
         self._loader = BackendLoader()  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
@@ -103,15 +99,8 @@ class ServeBackendRegistry:
             for name, backend in self._builtins.items()
             if isinstance(backend, ServeBackend)
         }
-
-        selection.refuse_conflicts(self._records)
-        selection.warn_unknown_selection(
-            self._discovered,
-            self._builtins,
-            enabled=self._enabled,
-            disabled=self._disabled,
-            origins=selection_origins,
-        )
+        selection.refuse_conflicts(self.survey.records)
+        self.survey.warn_unknown(self._origins)
 
     @classmethod
     def from_settings(
@@ -139,7 +128,7 @@ class ServeBackendRegistry:
     @property
     def available_names(self) -> tuple[str, ...]:
         """Built-in names in their given order, then usable plugin names sorted; imports nothing."""
-        return self._available
+        return self.survey.available_names
 
     @property
     def builtin_names(self) -> tuple[str, ...]:
@@ -149,7 +138,7 @@ class ServeBackendRegistry:
     @property
     def plugins(self) -> tuple[selection.PluginRecord, ...]:
         """Every installed plugin entry point with its status; imports nothing."""
-        return tuple(self._records)
+        return self.survey.records
 
     def plugin_of(self, registered: RegisteredServeBackend) -> PluginEntryPoint | None:
         """The installed entry point *registered* was loaded from; ``None`` for a built-in."""
@@ -158,7 +147,7 @@ class ServeBackendRegistry:
         return next(
             (
                 record.plugin
-                for record in self._records
+                for record in self.survey.records
                 if (record.plugin.name, record.plugin.distribution)
                 == (registered.name, registered.distribution)
             ),
@@ -169,15 +158,7 @@ class ServeBackendRegistry:
         """The :data:`~sglang_backends.loading.Candidate` *name* designates."""
         if name in self._builtins:
             return ("built-in", name), None, partial(self._produce, None, name)
-        plugin = selection.choose(
-            name,
-            self._discovered,
-            self._builtins,
-            self.available_names,
-            enabled=self._enabled,
-            disabled=self._disabled,
-            origins=self._origins,
-        )
+        plugin = self.survey.choose(name, origins=self._origins)
         return plugin, plugin, partial(self._produce, plugin, plugin.name)
 
     def get(self, name: str) -> RegisteredServeBackend:

@@ -1,9 +1,9 @@
 """What every command shows of the installed backends, from package metadata only.
 
-:func:`survey` lists every backend with its status under a selection,
-importing no plugin, for ``list``, ``show``, ``check``, ``detect`` and the
-general ``serve --help`` (:func:`metadata_help`), which still prints when a
-plugin claims a built-in name, with a warning.
+The general ``serve --help`` (:func:`metadata_help`), from the
+:mod:`~sglang_backends.survey` alone, which still prints when a plugin
+claims a built-in name, with a warning; and how every command keeps package
+metadata from a terminal (:func:`printable`).
 
 Internal module: its names may change between releases without notice.
 """
@@ -15,24 +15,22 @@ import logging
 import re
 import textwrap
 import traceback
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 from sglang_backends import selection
-from sglang_backends.discovery import discover
 from sglang_backends.dispatch import PROG
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
+from sglang_backends.survey import survey
 
 __all__ = [
     "LOG_FORMAT",
     "PrintableRecords",
-    "Survey",
     "metadata_help",
     "printable",
     "printable_traceback",
-    "survey",
     "usage_line",
 ]
 
@@ -111,43 +109,6 @@ def usage_line() -> str:
     )
 
 
-class Survey(NamedTuple):
-    """Every installed backend and each plugin's status under one selection.
-
-    :param installed: the installed plugin names (each may have several providers).
-    """
-
-    settings: Settings
-    builtins: Mapping[str, Any]
-    records: tuple[PluginRecord, ...]
-    installed: Collection[str]
-
-    @property
-    def usable_names(self) -> list[str]:
-        """The plugin names ``serve`` may be given, sorted (built-ins apart)."""
-        return selection.usable_names(self.records)
-
-    def designated(self, name: str) -> list[PluginRecord]:
-        """The records ``NAME`` or ``DIST:NAME`` *name* designates."""
-        return [r for r in self.records if selection.designates(name, r.plugin)]
-
-
-def survey(settings: Settings, builtins: Mapping[str, Any] | None = None) -> Survey:
-    """Every installed backend with its status under *settings*; imports no plugin.
-
-    :param builtins: the built-ins by name, :func:`~sglang_backends.host.default_builtins`
-        by default; the general help passes their names alone.
-    """
-    from sglang_backends.host import default_builtins
-
-    builtins = default_builtins() if builtins is None else builtins
-    installed = discover()
-    records = selection.inventory(
-        installed, builtins, enabled=settings.enabled, disabled=settings.disabled
-    )
-    return Survey(settings, builtins, tuple(records), frozenset(installed))
-
-
 def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
     from sglang_backends.host import BUILTIN_NOTES
 
@@ -171,10 +132,11 @@ def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
     from sglang_backends.host import BUILTIN_NOTES
 
-    installed = survey(settings, dict.fromkeys(BUILTIN_NOTES))
-    text = _render((*BUILTIN_NOTES, *installed.usable_names), installed.records)
-    conflicts = [r.plugin for r in installed.records if r.status is PluginStatus.CONFLICT]
-    return text, [printable(selection.conflict_warning(plugin)) for plugin in conflicts]
+    installed = survey(
+        dict.fromkeys(BUILTIN_NOTES), enabled=settings.enabled, disabled=settings.disabled
+    )
+    text = _render(installed.available_names, installed.records)
+    return text, [printable(selection.conflict_warning(p)) for p in installed.conflicts]
 
 
 def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:

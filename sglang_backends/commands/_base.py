@@ -13,9 +13,11 @@ from cliff.display import DisplayCommandBase
 
 from sglang_backends.discovery import PluginEntryPoint, split_qualified_name
 from sglang_backends.errors import ConfigurationError, UnknownBackendError, did_you_mean
-from sglang_backends.selection import PluginStatus, warn_unknown_selection
+from sglang_backends.host import default_builtins
+from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
-from sglang_backends.usage import Survey, printable, survey
+from sglang_backends.survey import Survey, survey
+from sglang_backends.usage import printable
 
 __all__ = [
     "ENABLED",
@@ -186,23 +188,17 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
-    def survey(self, parsed_args: argparse.Namespace) -> Survey:
-        """Every installed plugin's status under the selection, imports none; warns of
-        listed names nothing provides and of a ``model_type`` serve would refuse.
+    def survey(self, parsed_args: argparse.Namespace) -> tuple[Settings, Survey]:
+        """The settings, and every installed plugin's status under their selection (imports
+        none); warns of listed names nothing provides and of a ``model_type`` serve would refuse.
         """
         settings = self.settings(parsed_args)
-        installed = survey(settings)
-        warn_unknown_selection(
-            installed.installed,
-            installed.builtins,
-            enabled=settings.enabled,
-            disabled=settings.disabled,
-            origins=settings.list_origins(),
-        )
-        problem = _model_type_problem(installed)
+        installed = survey(default_builtins(), enabled=settings.enabled, disabled=settings.disabled)
+        installed.warn_unknown(settings.list_origins())
+        problem = _model_type_problem(settings, installed)
         if problem:
             self.app.LOG.warning("%s", problem)
-        return installed
+        return settings, installed
 
     def settings(self, parsed_args: argparse.Namespace) -> Settings:
         """Read configuration and apply the command-line overrides.
@@ -228,22 +224,22 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         return settings._replace(flag_origins=flagged)
 
 
-def _model_type_problem(installed: Survey) -> str | None:
+def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
     """Why the configured ``model_type`` would make ``serve`` fail, or ``None``."""
-    model_type = installed.settings.model_type
+    model_type = settings.model_type
     dist, name = split_qualified_name(model_type)
     if model_type == "auto" or (dist is None and name in installed.builtins):
         return None
     matching = [] if name in installed.builtins else installed.designated(model_type)
     if any(r.status.usable for r in matching):
         return None
-    where = installed.settings.describe("model_type")
+    where = settings.describe("model_type")
     if matching:
         return (
             f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
             "it until the enabled/disabled lists allow it"
         )
-    values = ("auto", *installed.builtins, *installed.usable_names)
+    values = ("auto", *installed.available_names)
     return (
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"

@@ -15,7 +15,8 @@ from sglang_backends.commands._base import (
     positive_seconds,
 )
 from sglang_backends.settings import Settings
-from sglang_backends.usage import Survey, printable
+from sglang_backends.survey import Survey
+from sglang_backends.usage import printable
 
 if TYPE_CHECKING:
     from sglang_backends.selection import PluginRecord
@@ -128,14 +129,13 @@ class CheckBackends(SelectionOptions, Lister):
         from sglang_backends.commands._worker import Job, last_line, run_loads
         from sglang_backends.selection import PluginStatus, conflict_warning
 
-        survey = self.survey(parsed_args)
-        settings = survey.settings
+        settings, survey = self.survey(parsed_args)
         builtins, chosen = survey.builtins, _chosen(survey, parsed_args.names)
         for warning in _sglang_script_warnings(record for record, _ in chosen):
             self.app.LOG.warning(printable(warning))
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
-        conflicts = {r.plugin.name for r in survey.records if r.status is PluginStatus.CONFLICT}
+        conflicts = {plugin.name for plugin in survey.conflicts}
         to_load = sorted({key for record, key in chosen if record.status.usable})
         base = Job(
             action="contract" if parsed_args.contract else "load",

@@ -198,8 +198,7 @@ class DetectBackend(SelectionOptions, Lister):
                 "give them before the request, as detect's own options"
             )
 
-        survey = self.survey(parsed_args)
-        configured = survey.settings
+        configured, survey = self.survey(parsed_args)
         settings = Settings(  # the registry's, for the worker
             enabled=configured.enabled,
             disabled=configured.disabled,

@@ -52,7 +52,7 @@ class ListBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        survey = self.survey(parsed_args)
+        _, survey = self.survey(parsed_args)
         rows = [builtin_row(name, backend) for name, backend in survey.builtins.items()]
         rows += [plugin_row(record.plugin, record.status.value) for record in survey.records]
         return COLUMNS, self.safe_rows(parsed_args, rows)
