@@ -1,9 +1,24 @@
 """Loading: one stevedore ``DriverManager`` per backend load, each run once and guarded.
 
-A plugin's ``DriverManager`` is handed the one entry point selection chose
-(its public ``list_entry_points()``), so it reads no stevedore cache and
-imports nothing else. That entry point's ``load()`` refuses a malformed
-target, and whatever the plugin raises becomes an :class:`Exception`.
+A plugin's load is ``DriverManager(group, name, invoke_on_load=True,
+on_load_failure_callback=...)`` over the one entry point the survey chose,
+handed over by overriding its public ``list_entry_points()``: stevedore
+reads no cache of its own, imports the plugin and calls its factory, and its
+failure callback words the error. The registry validates what comes back.
+That entry point's ``load()`` refuses a malformed target and one that is not
+callable; whatever the plugin raises becomes an :class:`Exception`.
+
+stevedore's ``NamedExtensionManager`` would load a named set in one go, but
+no set is loaded so in one process without losing a guarantee. Automatic
+detection loads every candidate, each bounded by ``load_timeout`` from its
+own start, a failure being that candidate's outcome alone; the manager's
+construction is serial and all or nothing (every load runs one after the
+other, and none is handed back until all have finished), it imports every
+provider of a duplicated name (a conflict is decided here before any
+import, naming the distributions), and its lookup by name misses
+non-adjacent duplicates (``itertools.groupby``). ``check`` and ``detect``
+load in worker processes, one backend each.
+
 :class:`BackendLoader` runs each backend's load once, however many threads
 ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
 """
@@ -21,11 +36,18 @@ from typing import Any, TypeVar, cast
 from sglang_backends.contract import RegisteredServeBackend
 from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_each
 from sglang_backends.discovery import PluginEntryPoint
-from sglang_backends.errors import BackendLoadError, ServeBackendError, describe_typed
+from sglang_backends.errors import BackendLoadError, ServeBackendError, describe, describe_typed
 from sglang_backends.names import SERVE_BACKENDS_GROUP
 from sglang_backends.processes import StopRequested
 
-__all__ = ["BackendLoader", "Candidate", "call_plugin_code", "load_driver"]
+__all__ = [
+    "BackendLoader",
+    "Candidate",
+    "PluginCodeError",
+    "call_plugin_code",
+    "load_failure",
+    "load_plugin",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -77,14 +99,17 @@ def call_plugin_code(function: Callable[[], _T]) -> _T:
 
 
 class _GuardedEntryPoint(importlib.metadata.EntryPoint):
-    """An entry point whose ``load()`` refuses a malformed target and guards the import."""
+    """An entry point whose ``load()`` refuses a malformed target and a non-callable one."""
 
     def load(self) -> Any:
         if self.pattern.fullmatch(self.value) is None:
             raise ValueError(
                 f"malformed entry point target {self.value!r}; expected 'module:attribute'"
             )
-        return call_plugin_code(super().load)
+        factory = super().load()
+        if not callable(factory):
+            raise TypeError("the entry point must resolve to a callable factory")
+        return factory
 
 
 @functools.cache
@@ -93,9 +118,9 @@ def _chosen_driver_manager() -> type[Any]:
     from stevedore import DriverManager
 
     class ChosenDriverManager(DriverManager):  # type: ignore[type-arg]  # generic only in newer stevedore
-        def __init__(self, entry_point: importlib.metadata.EntryPoint) -> None:
+        def __init__(self, entry_point: importlib.metadata.EntryPoint, **options: Any) -> None:
             self._chosen = entry_point
-            super().__init__(SERVE_BACKENDS_GROUP, entry_point.name)
+            super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, **options)
 
         def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
             return [self._chosen]
@@ -103,11 +128,40 @@ def _chosen_driver_manager() -> type[Any]:
     return ChosenDriverManager
 
 
-def load_driver(plugin: PluginEntryPoint) -> object:
-    """Import *plugin*'s target through a ``DriverManager`` of its own; its failure propagates."""
+def load_failure(
+    name: str, plugin: PluginEntryPoint | None, exc: BaseException
+) -> BackendLoadError:
+    """The one wording of a failed load of *name* (*plugin*'s, or a built-in's)."""
+    kind = "serve backend" if plugin else "built-in serve backend"
+    origin = f" from {plugin.provider}" if plugin else ""
+    return BackendLoadError(
+        f"Failed to load {kind} {name!r}{origin}: {describe(exc)}",
+        name=name,
+        distribution=plugin.distribution if plugin else None,
+    )
+
+
+def load_plugin(plugin: PluginEntryPoint) -> object:
+    """What *plugin*'s factory returns, imported and called by a ``DriverManager`` of its own.
+
+    :raises BackendLoadError: the import failed, the target is malformed or
+        not callable, or the factory raised (whatever it raised).
+    """
+
+    def failed(manager: object, entry_point: object, exc: BaseException) -> None:
+        raise load_failure(plugin.name, plugin, exc) from exc
+
     entry_point = plugin.entry_point
     guarded = _GuardedEntryPoint(entry_point.name, entry_point.value, entry_point.group)
-    return _chosen_driver_manager()(guarded).driver
+    manager = _chosen_driver_manager()
+    try:
+        # stevedore hands an Exception to the callback and lets the rest through.
+        loaded = call_plugin_code(
+            lambda: manager(guarded, invoke_on_load=True, on_load_failure_callback=failed)
+        )
+    except PluginCodeError as exc:
+        raise load_failure(plugin.name, plugin, exc) from exc
+    return loaded.extensions[0].obj
 
 
 def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None = None) -> None:

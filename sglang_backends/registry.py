@@ -23,7 +23,13 @@ from sglang_backends.contract import (
 )
 from sglang_backends.detection import DetectionOutcome, DetectionReport, report
 from sglang_backends.discovery import PluginEntryPoint
-from sglang_backends.loading import BackendLoader, Candidate, call_plugin_code, load_driver
+from sglang_backends.loading import (
+    BackendLoader,
+    Candidate,
+    call_plugin_code,
+    load_failure,
+    load_plugin,
+)
 from sglang_backends.names import FALLBACK_BACKEND
 from sglang_backends.settings import (
     DEFAULT_DETECT_TIMEOUT,
@@ -191,17 +197,14 @@ class ServeBackendRegistry:
         origin = f" from {plugin.provider}" if plugin else ""
         kind = "serve backend" if plugin else "built-in serve backend"
         by = f" (provided by {plugin.provider})" if plugin else ""
-        try:
-            factory = load_driver(plugin) if plugin else self._builtins[name]
-            if plugin and not callable(factory):
-                raise TypeError("the entry point must resolve to a callable factory")
-            obj = call_plugin_code(factory) if callable(factory) else factory
-        except Exception as exc:
-            raise errors.BackendLoadError(
-                f"Failed to load {kind} {name!r}{origin}: {errors.describe(exc)}",
-                name=name,
-                distribution=dist,
-            ) from exc
+        if plugin is not None:
+            obj = load_plugin(plugin)
+        else:
+            builtin = self._builtins[name]
+            try:
+                obj = call_plugin_code(builtin) if callable(builtin) else builtin
+            except Exception as exc:
+                raise load_failure(name, None, exc) from exc
         backend = coerce_backend(obj)
         if backend is None:
             raise errors.BackendTypeError(

@@ -6,6 +6,7 @@ Every plugin here is a real installed distribution (a dist-info directory on
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -107,22 +108,6 @@ def test_get_imports_only_the_selected_plugin_and_memoises(install_backend):
     assert registry.get("omni") is loaded
     assert registry.get("omni-runtime:omni") is loaded
     assert sys.modules[wanted].CALLS == 1
-
-
-def test_get_loads_through_a_stevedore_driver_manager(install_backend, monkeypatch):
-    from stevedore import DriverManager
-
-    install_backend("omni-runtime", "omni")
-    seen = []
-    original = DriverManager.__init__
-
-    def spy(self, namespace, name, *args, **kwargs):
-        seen.append((namespace, name))
-        original(self, namespace, name, *args, **kwargs)
-
-    monkeypatch.setattr(DriverManager, "__init__", spy)
-    ServeBackendRegistry(default_builtins()).get("omni")
-    assert seen == [("sglang.serve_backends", "omni")]
 
 
 def test_builtins_are_returned_without_distribution():
@@ -355,8 +340,10 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_broken_plugin_is_a_runtime_error_naming_backend_and_distribution(
-    site, install_backend, case
+    site, install_backend, case, caplog
 ):
+    """Said once, in one line: stevedore's own logger says nothing."""
+    caplog.set_level(logging.DEBUG, logger="stevedore")
     prelude, target, message, cause = BROKEN[case]
     module = "broken_plugin"
     source = "CALLS = 0\ndef factory():\n    return None\n" + prelude + "\n"
@@ -377,6 +364,7 @@ def test_broken_plugin_is_a_runtime_error_naming_backend_and_distribution(
     assert isinstance(info.value.__cause__, BaseException)
     chain = info.value.__cause__
     assert isinstance(chain, cause) or isinstance(chain.__cause__, cause)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.parametrize(
