@@ -15,19 +15,8 @@ from __future__ import annotations
 
 import importlib
 
-from sglang_backends.errors import (
-    AmbiguousDetectionError,
-    BackendAPIVersionError,
-    BackendConflictError,
-    BackendLoadError,
-    BackendTypeError,
-    ConfigurationError,
-    DisabledBackendError,
-    DuplicateBackendError,
-    ReservedNameError,
-    ServeBackendError,
-    UnknownBackendError,
-)
+from sglang_backends import errors as _errors
+from sglang_backends.errors import *  # noqa: F403 - every exception is the package's
 
 TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
 if TYPE_CHECKING:
@@ -56,28 +45,18 @@ __all__ = [
     "RESERVED_SERVE_BACKEND_NAMES",
     "SERVE_BACKENDS_GROUP",
     "SERVE_BACKEND_API_VERSION",
-    "AmbiguousDetectionError",
-    "BackendAPIVersionError",
-    "BackendConflictError",
-    "BackendLoadError",
-    "BackendTypeError",
-    "ConfigurationError",
     "DetectionReport",
-    "DisabledBackendError",
-    "DuplicateBackendError",
     "RegisteredServeBackend",
-    "ReservedNameError",
     "ServeBackend",
     "ServeBackendDetection",
-    "ServeBackendError",
     "ServeBackendRegistry",
     "ServeRequest",
-    "UnknownBackendError",
     "host_contract",
     "host_prog",
     "portable_backend",
     "stop_quietly",
 ]
+__all__ += _errors.__all__
 
 _LAZY = {
     **dict.fromkeys(

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from sglang_backends.contract import (
     RegisteredServeBackend,
+    ServeBackendDetection,
     ServeRequest,
     coerce_detection,
 )
@@ -41,11 +42,15 @@ LOG = logging.getLogger(__name__)
 
 
 class Verdict(str, enum.Enum):
-    """What automatic detection concluded about one backend."""
+    """What automatic detection concluded about one backend.
 
-    MATCH = "match"
-    NO_MATCH = "no_match"
-    UNKNOWN = "unknown"
+    A detector's answer keeps its :class:`~sglang_backends.contract.ServeBackendDetection`
+    value; the others say why there was none.
+    """
+
+    MATCH = ServeBackendDetection.MATCH.value
+    NO_MATCH = ServeBackendDetection.NO_MATCH.value
+    UNKNOWN = ServeBackendDetection.UNKNOWN.value
     NO_DETECTOR = "no detector"
     ERROR = "error"
     TIMEOUT = "timeout"

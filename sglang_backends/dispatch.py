@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from sglang_backends.errors import UsageError
+
 if TYPE_CHECKING:
     from sglang_backends.contract import ServeRequest
 
@@ -37,10 +39,6 @@ _HELP_OPTIONS = ("-h", "--help")
 _INVALID_NAME = re.compile(r"[/\\\s]")
 #: ``serve``'s own options taking a value; ``--debug`` is its one flag.
 _HOST_VALUED = ("--model-type", "--config-file", "--config-dir")
-
-
-class UsageError(ValueError):
-    """The command line itself is wrong (exit status 2)."""
 
 
 class HostOptions(NamedTuple):

@@ -1,9 +1,12 @@
 """The exceptions this package raises, and the wording of their causes.
 
 Each derives from :class:`ServeBackendError` and from the built-in type SGLang
-raises in the same situation, so code written against SGLang keeps catching
-it. Errors carry the backend ``name`` and ``distribution`` and pickle with
-them (every argument after the message has a default) to cross processes.
+raises in the same situation (or callers caught before), so code written
+against SGLang keeps catching it. Errors carry the backend ``name`` and
+``distribution`` and pickle with them (every argument after the message has
+a default) to cross processes. ``__all__`` is the exceptions, which the
+package exports as they are; :func:`describe`, :func:`describe_typed` and
+:func:`did_you_mean`, the one wording of a cause, are internal.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ __all__ = [
     "ConfigurationError",
     "DisabledBackendError",
     "DuplicateBackendError",
+    "HostError",
+    "PluginCodeError",
     "ReservedNameError",
+    "SelectionTypeError",
     "ServeBackendError",
     "UnknownBackendError",
-    "describe",
-    "describe_typed",
-    "did_you_mean",
+    "UsageError",
 ]
 
 
@@ -102,6 +106,28 @@ class AmbiguousDetectionError(ServeBackendError, RuntimeError):
 
 class ConfigurationError(ServeBackendError, ValueError):
     """Configuration is missing, unreadable or invalid; the message names the file and option."""
+
+
+class SelectionTypeError(ServeBackendError, TypeError):
+    """An enabled or disabled list was given as a string, not a collection of names."""
+
+
+class UsageError(ServeBackendError, ValueError):
+    """``serve``'s command line itself is wrong (exit status 2)."""
+
+
+class PluginCodeError(ServeBackendError, RuntimeError):
+    """Plugin code raised a ``BaseException`` that is not an ``Exception``, or failed an ``assert``.
+
+    stevedore lets an ``AssertionError`` through its failure callback; the original is the cause.
+    A load reports it as the cause of a :class:`BackendLoadError`.
+    """
+
+
+class HostError(ServeBackendError, RuntimeError):
+    """SGLang, the host, failed: a built-in backend needs a part of it that is not importable
+    (the message says what to install), or its general plugins failed to load.
+    """
 
 
 def describe(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sglang_backends.dispatch import PROG, wants_help
-from sglang_backends.errors import describe
+from sglang_backends.errors import HostError, describe
 
 if TYPE_CHECKING:
     from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
@@ -111,15 +111,15 @@ def _import_sglang(
         return None
 
 
-def _missing(name: str, exc: Exception) -> RuntimeError:
-    return RuntimeError(
+def _missing(name: str, exc: Exception) -> HostError:
+    return HostError(
         f"The {name!r} backend needs SGLang, which is not importable "
         f"({exc}); install it with: {INSTALL_COMMANDS[name]}"
     )
 
 
 def _required(backend: str, module: str, name: str) -> Any:
-    """*name* from SGLang's *module*, or a RuntimeError saying what *backend* needs installed."""
+    """*name* from SGLang's *module*, or a HostError saying what *backend* needs installed."""
     _quiet_sglang()
     try:
         return getattr(importlib.import_module(module), name)
@@ -130,7 +130,8 @@ def _required(backend: str, module: str, name: str) -> Any:
 def run_llm(request: ServeRequest) -> None:
     """Run SGLang's LLM server with the request's arguments, or print its help.
 
-    :raises RuntimeError: SGLang is not importable; the message says what to install.
+    :raises HostError: SGLang is not importable (a ``RuntimeError``); the message says
+        what to install.
     """
     if not sglang_installed():
         raise _missing("llm", ImportError("No module named 'sglang'"))
@@ -155,7 +156,8 @@ def _diffusion_parser(
 def run_diffusion(request: ServeRequest) -> None:
     """Run SGLang's diffusion server with the request's arguments, or print its help.
 
-    :raises RuntimeError: diffusion support is not importable; the message says what to install.
+    :raises HostError: diffusion support is not importable (a ``RuntimeError``); the
+        message says what to install.
     """
     if wants_help(request.argv):
         module = _import_sglang(
@@ -261,7 +263,7 @@ def run_general_plugins() -> bool:
     """Run SGLang's general plugins once per process, unless none would load.
 
     :returns: whether SGLang's loader ran in this call.
-    :raises RuntimeError: SGLang's loader raised.
+    :raises HostError: SGLang's loader raised (a ``RuntimeError``).
     """
     global _general_plugins_done
     with _general_plugins_lock:
@@ -295,7 +297,7 @@ def run_general_plugins() -> bool:
         try:
             load()
         except Exception as exc:
-            raise RuntimeError(
+            raise HostError(
                 f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load: "
                 f"{describe(exc)}"
             ) from exc

@@ -36,7 +36,13 @@ from typing import Any, TypeVar, cast
 from sglang_backends.contract import RegisteredServeBackend
 from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_each
 from sglang_backends.discovery import PluginEntryPoint
-from sglang_backends.errors import BackendLoadError, ServeBackendError, describe, describe_typed
+from sglang_backends.errors import (
+    BackendLoadError,
+    PluginCodeError,
+    ServeBackendError,
+    describe,
+    describe_typed,
+)
 from sglang_backends.names import SERVE_BACKENDS_GROUP
 from sglang_backends.processes import StopRequested
 
@@ -61,13 +67,6 @@ _NOTICE_EVERY = 30.0
 #: What a candidate resolves to: ``(key, plugin, produce)``, ``plugin``
 #: ``None`` for a built-in; ``produce()`` loads and validates the backend.
 Candidate = tuple[Hashable, PluginEntryPoint | None, Callable[[], RegisteredServeBackend]]
-
-
-class PluginCodeError(RuntimeError):
-    """Plugin code raised a ``BaseException`` that is not an ``Exception``, or failed an ``assert``.
-
-    stevedore lets an ``AssertionError`` through its failure callback; the original is the cause.
-    """
 
 
 def call_plugin_code(function: Callable[[], _T]) -> _T:

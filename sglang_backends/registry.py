@@ -72,9 +72,10 @@ class ServeBackendRegistry:
         the errors naming a plugin the lists leave out.
     :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
-    :raises TypeError: *enabled* or *disabled* is a string, not a collection.
-    :raises ValueError: a timeout is not a positive number of seconds, at
-        most :data:`~sglang_backends.settings.MAX_TIMEOUT`.
+    :raises SelectionTypeError: *enabled* or *disabled* is a string, not a
+        collection (a ``TypeError``).
+    :raises ConfigurationError: a timeout is not a positive number of seconds,
+        at most :data:`~sglang_backends.settings.MAX_TIMEOUT` (a ``ValueError``).
     """
 
     def __init__(
@@ -90,7 +91,9 @@ class ServeBackendRegistry:
         selection.check_lists(builtins, enabled, disabled)
         for label, value in (("detect_timeout", detect_timeout), ("load_timeout", load_timeout)):
             if not 0 < value <= MAX_TIMEOUT:
-                raise ValueError(f"{label} must be > 0 and at most {MAX_TIMEOUT:g}, got {value!r}")
+                raise errors.ConfigurationError(
+                    f"{label} must be > 0 and at most {MAX_TIMEOUT:g}, got {value!r}"
+                )
 
         self._builtins = dict(builtins)
         self._origins = dict(selection_origins or {})

@@ -21,6 +21,7 @@ from sglang_backends.errors import (
     DisabledBackendError,
     DuplicateBackendError,
     ReservedNameError,
+    SelectionTypeError,
     UnknownBackendError,
     closest,
     did_you_mean,
@@ -93,7 +94,8 @@ def check_lists(builtin_names: Collection[str], enabled: object, disabled: objec
     """Refuse a reserved built-in name and a list given as a string.
 
     :raises ReservedNameError: a built-in is named ``auto``.
-    :raises TypeError: *enabled* or *disabled* is a string, not a collection.
+    :raises SelectionTypeError: *enabled* or *disabled* is a string, not a
+        collection (a ``TypeError``).
     """
     reserved = sorted(set(builtin_names) & RESERVED_SERVE_BACKEND_NAMES)
     if reserved:
@@ -102,7 +104,7 @@ def check_lists(builtin_names: Collection[str], enabled: object, disabled: objec
         )
     for label, names in (("enabled", enabled), ("disabled", disabled)):
         if isinstance(names, str):
-            raise TypeError(f"{label} must be a collection of backend names, not a string")
+            raise SelectionTypeError(f"{label} must be a collection of backend names, not a string")
 
 
 def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:

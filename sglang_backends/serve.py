@@ -26,7 +26,6 @@ from sglang_backends import processes
 from sglang_backends.dispatch import (
     PROG,
     HostOptions,
-    UsageError,
     hoisted,
     normalize,
     parse_host_options,
@@ -37,6 +36,7 @@ from sglang_backends.errors import (
     DisabledBackendError,
     ServeBackendError,
     UnknownBackendError,
+    UsageError,
     describe,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
@@ -66,10 +66,10 @@ EXIT_FAILURE, EXIT_USAGE = 1, 2
 DETECTION_GRACE = 2.0
 
 
-class _Failure(Exception):
+class _Failure(ServeBackendError):
     """An expected failure: print its message and exit with *status*."""
 
-    def __init__(self, message: str, status: int) -> None:
+    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
         super().__init__(message)
         self.status = status
 
@@ -344,9 +344,6 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     except ServeBackendError as exc:
         usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
         failure, status = exc, EXIT_USAGE if usage else EXIT_FAILURE
-    except (ValueError, RuntimeError, TypeError) as exc:
-        # The registry's errors outside its hierarchy (an invalid setting); not run()'s.
-        failure, status = exc, EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILURE
     except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
     if debug:

@@ -78,24 +78,37 @@ def test_instances_cannot_be_changed_and_compare_by_value():
         backend.detect = print  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(
-    ("cls", "builtin"),
-    [
-        (errors.UnknownBackendError, ValueError),
-        (errors.DisabledBackendError, ValueError),
-        (errors.ReservedNameError, ValueError),
-        (errors.ConfigurationError, ValueError),
-        (errors.BackendConflictError, RuntimeError),
-        (errors.DuplicateBackendError, RuntimeError),
-        (errors.BackendLoadError, RuntimeError),
-        (errors.BackendAPIVersionError, RuntimeError),
-        (errors.AmbiguousDetectionError, RuntimeError),
-        (errors.BackendTypeError, TypeError),
-    ],
-)
-def test_errors_are_both_ours_and_upstreams_builtin_type(cls, builtin):
-    assert issubclass(cls, errors.ServeBackendError)
-    assert issubclass(cls, builtin)
+def _refusals():
+    """Each refusal the package raises, triggered for real, with the built-in type
+    callers caught before it had a root (and SGLang raises in its place)."""
+    import sys
+
+    from sglang_backends import ServeBackendRegistry, host
+    from sglang_backends.dispatch import parse_host_options
+    from sglang_backends.loading import call_plugin_code
+    from sglang_backends.testing import assert_backend_contract
+
+    backend = ServeBackend(api_version=1, run=print)
+    cases = [
+        ("usage", lambda: parse_host_options(["--model-type", ""]), ValueError),
+        ("plugin-code", lambda: call_plugin_code(lambda: sys.exit(3)), RuntimeError),
+        ("reserved", lambda: ServeBackendRegistry({"auto": backend}), ValueError),
+        ("timeout", lambda: ServeBackendRegistry({}, load_timeout=0), ValueError),
+        ("list-as-string", lambda: ServeBackendRegistry({}, enabled="omni"), TypeError),
+        ("unknown", lambda: ServeBackendRegistry({}).get("ghost"), ValueError),
+        ("contract", lambda: assert_backend_contract(lambda: None, sglang=False), AssertionError),
+    ]
+    if not host.sglang_installed():
+        cases.append(("host", lambda: host.run_llm(ServeRequest((), "m")), RuntimeError))
+    return [pytest.param(refuse, builtin, id=case) for case, refuse, builtin in cases]
+
+
+@pytest.mark.parametrize(("refuse", "builtin"), _refusals())
+def test_every_refusal_is_ours_and_the_builtin_type_callers_catch(refuse, builtin):
+    with pytest.raises(errors.ServeBackendError) as info:
+        refuse()
+    assert isinstance(info.value, builtin)
+    assert "\n" not in str(info.value)
 
 
 def test_disabled_is_a_sibling_of_unknown():
@@ -115,6 +128,10 @@ ERRORS = [
     errors.BackendAPIVersionError("version", name="future", distribution="future-dist"),
     errors.AmbiguousDetectionError("ambiguous", matches=("a", "b")),
     errors.ConfigurationError("bad option"),
+    errors.UsageError("bad command line"),
+    errors.PluginCodeError("plugin called sys.exit(3) while loading"),
+    errors.HostError("needs SGLang"),
+    errors.SelectionTypeError("enabled must be a collection"),
 ]
 
 

@@ -36,6 +36,7 @@ from sglang_backends.contract import (
     coerce_backend,
     coerce_detection,
 )
+from sglang_backends.errors import ServeBackendError
 
 __all__ = [
     "ContractReport",
@@ -49,8 +50,8 @@ __all__ = [
 ]
 
 
-class ContractViolation(AssertionError):
-    """A backend breaks the serve-backend contract; the message says how."""
+class ContractViolation(ServeBackendError, AssertionError):
+    """A backend breaks the serve-backend contract; the message says how (a pytest failure)."""
 
 
 @dataclass
