@@ -23,6 +23,7 @@ from sglang_backends.contract import (
 )
 from sglang_backends.detection import DetectionOutcome, DetectionReport, report
 from sglang_backends.discovery import PluginEntryPoint
+from sglang_backends.host import default_builtins
 from sglang_backends.loading import (
     BackendLoader,
     Candidate,
@@ -122,8 +123,6 @@ class ServeBackendRegistry:
         :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
         """
         if builtins is None:
-            from sglang_backends.host import default_builtins
-
             builtins = default_builtins()
         return cls(
             builtins,

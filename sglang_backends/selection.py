@@ -13,9 +13,13 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from sglang_backends.discovery import normalize_distribution, split_qualified_name
+from sglang_backends.discovery import (
+    PluginEntryPoint,
+    normalize_distribution,
+    split_qualified_name,
+)
 from sglang_backends.errors import (
     BackendConflictError,
     DisabledBackendError,
@@ -27,9 +31,6 @@ from sglang_backends.errors import (
     did_you_mean,
 )
 from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES
-
-if TYPE_CHECKING:
-    from sglang_backends.discovery import PluginEntryPoint
 
 __all__ = [
     "PluginRecord",

@@ -20,6 +20,7 @@ from typing import Any
 
 from sglang_backends import selection
 from sglang_backends.dispatch import PROG
+from sglang_backends.host import BUILTIN_NOTES
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
@@ -110,8 +111,6 @@ def usage_line() -> str:
 
 
 def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
-    from sglang_backends.host import BUILTIN_NOTES
-
     rows = list(BUILTIN_NOTES.items())
     for record in records:
         plugin = record.plugin
@@ -130,8 +129,6 @@ def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
 
 def metadata_help(settings: Settings) -> tuple[str, list[str]]:
     """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
-    from sglang_backends.host import BUILTIN_NOTES
-
     installed = survey(
         dict.fromkeys(BUILTIN_NOTES), enabled=settings.enabled, disabled=settings.disabled
     )

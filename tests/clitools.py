@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,13 +37,13 @@ def run_cli(
 
 
 _PROBE = """\
-import atexit as _atexit, json as _json, sys as _sys
+import atexit as _atexit, sys as _sys
 def _report(watched={watched!r}):
     loaded = sorted(
         name for name in watched
         if any(m == name or m.startswith(name + ".") for m in _sys.modules)
     )
-    print("IMPORTED " + _json.dumps(loaded), file=_sys.stderr)
+    print("IMPORTED " + " ".join(loaded), file=_sys.stderr)  # json would count itself
 _atexit.register(_report)
 """
 
@@ -67,7 +66,7 @@ def imported_by(
     )
     report = [line for line in result.stderr.splitlines() if line.startswith("IMPORTED ")]
     assert report, result.stderr
-    return json.loads(report[-1].removeprefix("IMPORTED ")), result
+    return report[-1].removeprefix("IMPORTED ").split(), result
 
 
 def serve_in_process(args: Sequence[str]) -> str:

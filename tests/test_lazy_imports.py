@@ -104,17 +104,77 @@ def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, sta
     assert loaded == []
 
 
-def test_the_general_help_needs_no_contract_and_no_dataclasses(site, install_backend):
-    """It needs the backends' names only; ``dataclasses`` (with ``inspect``) would cost
-    about a fifth of its start-up (benchmarks/serve_startup.py).
-    """
+#: What the general help leaves unimported, each deferred by an import inside a function:
+#: the contract (``dataclasses`` with ``inspect`` cost about a fifth of its start-up,
+#: benchmarks/serve_startup.py), the registry, configuration, the supervisor, the
+#: operator commands, and what only an error, a backend or SGLang's note needs.
+GENERAL_HELP_DEFERS = (
+    "dataclasses",
+    "sglang_backends.contract",
+    "sglang_backends.registry",
+    "sglang_backends.config",
+    "sglang_backends.supervisor",
+    "sglang_backends.backend_process",
+    "sglang_backends.commands",
+    "cliff",
+    "oslo_config",
+    "difflib",
+    "json",
+    "ast",
+)
+
+
+def test_the_general_help_imports_only_what_it_needs(site, install_backend):
+    """It needs the backends' names only."""
     install_backend("omni-runtime", "omni")
-    watched = ("dataclasses", "sglang_backends.contract", "sglang_backends.registry")
     env = clean_environ(site.environ())
-    loaded, result = imported_by(serve_in_process(["--help"]), watched, env)
+    loaded, result = imported_by(serve_in_process(["--help"]), GENERAL_HELP_DEFERS, env)
     assert result.returncode == 0, result.stderr
     assert "omni" in result.stdout
     assert loaded == []
+
+
+@pytest.mark.parametrize(
+    ("args", "deferred"),
+    [
+        (
+            ["list"],
+            (
+                "sglang_backends.registry",
+                "sglang_backends.serve",
+                "sglang_backends.commands._worker",
+                "sglang_backends.backend_process",
+                "concurrent.futures",
+            ),
+        ),
+        (
+            ["check"],
+            (
+                "sglang_backends.registry",
+                "sglang_backends.loading",
+                "sglang_backends.backend_process",
+                "sglang_backends.testing",
+            ),
+        ),
+        (["detect", "org/model"], ("sglang_backends.registry", "sglang_backends.loading")),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else None,
+)
+def test_operator_commands_import_only_what_they_use(site, install_backend, args, deferred):
+    """Listing loads nothing; check and detect load plugins in workers, never in their own
+    process, which so imports neither the registry nor its loader."""
+    install_backend("omni-runtime", "omni")
+    code = f"from sglang_backends.cli import main\nraise SystemExit(main({args!r}))\n"
+    loaded, result = imported_by(code, deferred, clean_environ(site.environ()))
+    assert result.returncode == 0, result.stderr
+    assert loaded == []
+
+
+def test_the_pytest_plugin_imports_no_registry_until_a_test_asks():
+    """pytest loads it in every session of an environment that has this package."""
+    watched = ("sglang_backends.registry", "sglang_backends.settings", "sglang_backends.processes")
+    watched += ("psutil",)
+    assert imported_after("import sglang_backends.testing.pytest_plugin", watched) == set()
 
 
 @pytest.mark.parametrize(

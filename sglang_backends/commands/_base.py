@@ -11,9 +11,9 @@ import stevedore
 from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
-from sglang_backends.discovery import PluginEntryPoint, split_qualified_name
+from sglang_backends.discovery import PluginEntryPoint, discover, split_qualified_name
 from sglang_backends.errors import ConfigurationError, UnknownBackendError, did_you_mean
-from sglang_backends.host import default_builtins
+from sglang_backends.host import INSTALL_COMMANDS, default_builtins, sglang_installed
 from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
 from sglang_backends.survey import Survey, survey
@@ -95,8 +95,6 @@ class _MetadataFormatters(stevedore.ExtensionManager[Any]):
     """
 
     def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
-        from sglang_backends.discovery import discover
-
         return [p.entry_point for found in discover(self.namespace).values() for p in found]
 
 
@@ -284,8 +282,6 @@ def builtin_status(name: str) -> str:
     """How every command shows built-in *name*: enabled, or the SGLang it needs to serve
     (not a failure: plugins serve without SGLang).
     """
-    from sglang_backends.host import INSTALL_COMMANDS, sglang_installed
-
     if name not in INSTALL_COMMANDS or sglang_installed():
         return ENABLED
     return f"needs SGLang ({INSTALL_COMMANDS[name]})"

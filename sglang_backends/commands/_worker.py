@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import IO, Literal, NamedTuple
 
+from sglang_backends.dispatch import normalize
 from sglang_backends.processes import (
     StopSignals,
     become_subreaper,
@@ -275,7 +276,6 @@ def _load(job: Job) -> Result:
 def _explain(job: Job) -> Result:
     """Run automatic detection on the request and report every outcome."""
     from sglang_backends.backend_process import Channel
-    from sglang_backends.dispatch import normalize
     from sglang_backends.registry import ServeBackendRegistry
 
     registry = ServeBackendRegistry.from_settings(job.settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cliff.lister import Lister
 
@@ -14,12 +14,12 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
+from sglang_backends.discovery import normalize_distribution, split_qualified_name
+from sglang_backends.errors import UnknownBackendError, did_you_mean
+from sglang_backends.selection import PluginRecord, PluginStatus, conflict_warning
 from sglang_backends.settings import Settings
 from sglang_backends.survey import Survey
 from sglang_backends.usage import printable
-
-if TYPE_CHECKING:
-    from sglang_backends.selection import PluginRecord
 
 __all__ = ["CheckBackends"]
 
@@ -127,7 +127,6 @@ class CheckBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends.commands._worker import Job, last_line, run_loads
-        from sglang_backends.selection import PluginStatus, conflict_warning
 
         settings, survey = self.survey(parsed_args)
         builtins, chosen = survey.builtins, _chosen(survey, parsed_args.names)
@@ -202,8 +201,6 @@ def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     """One line per plugin distribution installing a console script named ``sglang``,
     which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
-    from sglang_backends.discovery import normalize_distribution
-
     lines: list[str] = []
     seen = {"sglang"}  # SGLang's own distribution installs it
     for record in records:
@@ -238,9 +235,6 @@ def _chosen(installed: Survey, names: Sequence[str]) -> list[tuple[PluginRecord,
 
     :raises UnknownBackendError: a name that matches no installed plugin.
     """
-    from sglang_backends.discovery import split_qualified_name
-    from sglang_backends.errors import UnknownBackendError, did_you_mean
-
     if not names:
         return [(record, record.plugin.name) for record in installed.records]
     chosen: dict[int, tuple[PluginRecord, str]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -15,6 +16,10 @@ from sglang_backends.commands._base import (
     option_span,
     positive_seconds,
 )
+from sglang_backends.dispatch import parse_host_options
+from sglang_backends.errors import ServeBackendError
+from sglang_backends.names import AUTO
+from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings
 
 __all__ = ["DetectBackend"]
@@ -40,7 +45,6 @@ def _why(underway: Any, settings: Settings, records: Iterable[Any], timeout: flo
     CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
     """
     from sglang_backends.commands._worker import Job, default_jobs, run_loads
-    from sglang_backends.selection import PluginStatus
 
     busy = underway.describe()
     if busy and not underway.busy["loading"]:
@@ -176,13 +180,8 @@ class DetectBackend(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        import tempfile
-
         from sglang_backends.backend_process import Underway
         from sglang_backends.commands._worker import Job, run_isolated
-        from sglang_backends.dispatch import parse_host_options
-        from sglang_backends.errors import ServeBackendError
-        from sglang_backends.names import AUTO
 
         tokens = list(parsed_args.request)
         if tokens and tokens[0] == "--":
