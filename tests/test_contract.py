@@ -8,9 +8,6 @@ import pytest
 
 import sglang_backends
 from sglang_backends import (
-    RESERVED_SERVE_BACKEND_NAMES,
-    SERVE_BACKEND_API_VERSION,
-    SERVE_BACKENDS_GROUP,
     RegisteredServeBackend,
     ServeBackend,
     ServeBackendDetection,
@@ -26,19 +23,35 @@ def shape(cls: type) -> list[tuple[str, object]]:
     return [(f.name, f.default) for f in dataclasses.fields(cls)]
 
 
-def test_constants_match_upstream():
-    assert SERVE_BACKENDS_GROUP == "sglang.serve_backends"
-    assert SERVE_BACKEND_API_VERSION == 1
-    assert RESERVED_SERVE_BACKEND_NAMES == frozenset({"auto"})
+def test_a_plugin_declaring_upstreams_group_and_version_literally_is_served(site):
+    """SGLang's contract, as a plugin spells it: the group, API version 1, and never ``auto``."""
+    from sglang_backends import BackendConflictError, ServeBackendRegistry
+    from sglang_backends.host import default_builtins
+
+    info = site.install(
+        "literal-runtime",
+        modules={
+            "literal_plugin.py": "from sglang_backends import ServeBackend\n"
+            "def factory():\n    return ServeBackend(api_version=1, run=print)\n"
+        },
+    )
+    (info / "entry_points.txt").write_text(
+        "[sglang.serve_backends]\nliteral = literal_plugin:factory\nauto = literal_plugin:factory\n"
+    )
+    with pytest.raises(BackendConflictError, match="auto"):
+        ServeBackendRegistry(default_builtins())
+    registry = ServeBackendRegistry(default_builtins(), disabled=["auto"])
+    assert registry.get("literal").distribution == "literal-runtime"
+    assert "auto" not in registry.available_names
 
 
-def test_detection_is_a_string_enum_with_upstream_values():
-    assert issubclass(ServeBackendDetection, str)
-    assert [(m.name, m.value) for m in ServeBackendDetection] == [
-        ("MATCH", "match"),
-        ("NO_MATCH", "no_match"),
-        ("UNKNOWN", "unknown"),
-    ]
+def test_detection_answers_are_upstreams_strings():
+    """Compared and serialized as the strings SGLang's enum holds."""
+    import json
+
+    answers = [ServeBackendDetection(value) for value in ("match", "no_match", "unknown")]
+    assert answers == list(ServeBackendDetection)
+    assert json.dumps(answers) == '["match", "no_match", "unknown"]'
     assert ServeBackendDetection.MATCH == "match"
 
 

@@ -19,7 +19,6 @@ from sglang_backends import (
     ServeRequest,
 )
 from sglang_backends.host import default_builtins
-from sglang_backends.settings import DEFAULT_LOAD_TIMEOUT
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
 MATCH = "return ServeBackendDetection.MATCH"
@@ -29,10 +28,9 @@ def outcome(report, name):
     return next(o for o in report.outcomes if o.name == name)
 
 
-def test_default_load_timeout_never_gives_up_on_a_heavy_plugin():
+def test_by_default_a_heavy_plugin_is_given_minutes_to_load():
     # A cold import of a torch-based runtime takes tens of seconds.
-    assert DEFAULT_LOAD_TIMEOUT >= 120
-    assert ServeBackendRegistry(default_builtins()).load_timeout == DEFAULT_LOAD_TIMEOUT
+    assert ServeBackendRegistry(default_builtins()).load_timeout >= 120
 
 
 @pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan"), 1e10])
