@@ -84,7 +84,7 @@ class InstalledDistribution:
         :raises OSError: ``entry_points.txt`` is not a regular file, or cannot be read.
         :raises ValueError: it is malformed, or not UTF-8.
         """
-        if read_metadata(self.distribution, "entry_points.txt") is None:
+        if _on_disk(self.distribution, "entry_points.txt") is False:
             return []
         return list(self.distribution.entry_points.select(group=group))
 
@@ -164,21 +164,30 @@ def is_regular_file(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def _on_disk(dist: importlib.metadata.Distribution, filename: str) -> bool | None:
+    """Whether *dist*'s metadata directory on disk holds *filename*: ``None`` when it is not
+    on disk (in a zip, or of another finder), whose files ``read_text`` reads as they are.
+
+    :raises OSError: it exists but is not a regular file (a FIFO would block the read).
+    """
+    root = _metadata_path(dist)
+    if not isinstance(root, pathlib.Path):
+        return None
+    path = root / filename
+    if not os.path.lexists(path):
+        return False
+    if not is_regular_file(path):
+        raise OSError(f"{path} is not a regular file")
+    return True
+
+
 def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str | None:
     """``dist.read_text(filename)``, refusing what would block it; ``None`` when it has none.
-
-    A file in a zip or of another finder is read as it is; one on disk must
-    be a regular file (a FIFO would block the read).
 
     :raises OSError: it exists on disk but is not a regular file, or cannot be read.
     :raises UnicodeDecodeError: it is not UTF-8.
     """
-    root = _metadata_path(dist)
-    if isinstance(root, pathlib.Path):
-        path = root / filename
-        if os.path.lexists(path) and not is_regular_file(path):
-            raise OSError(f"{path} is not a regular file")
-    return dist.read_text(filename)
+    return None if _on_disk(dist, filename) is False else dist.read_text(filename)
 
 
 def _location(dist: importlib.metadata.Distribution) -> str:
