@@ -130,8 +130,7 @@ def _required(backend: str, module: str, name: str) -> Any:
 def run_llm(request: ServeRequest) -> None:
     """Run SGLang's LLM server with the request's arguments, or print its help.
 
-    :raises HostError: SGLang is not importable (a ``RuntimeError``); the message says
-        what to install.
+    :raises HostError: SGLang is not importable; the message says what to install.
     """
     if not sglang_installed():
         raise _missing("llm", ImportError("No module named 'sglang'"))
@@ -156,8 +155,7 @@ def _diffusion_parser(
 def run_diffusion(request: ServeRequest) -> None:
     """Run SGLang's diffusion server with the request's arguments, or print its help.
 
-    :raises HostError: diffusion support is not importable (a ``RuntimeError``); the
-        message says what to install.
+    :raises HostError: diffusion support is not importable; it says what to install.
     """
     if wants_help(request.argv):
         module = _import_sglang(
@@ -263,7 +261,7 @@ def run_general_plugins() -> bool:
     """Run SGLang's general plugins once per process, unless none would load.
 
     :returns: whether SGLang's loader ran in this call.
-    :raises HostError: SGLang's loader raised (a ``RuntimeError``).
+    :raises HostError: SGLang's loader raised.
     """
     global _general_plugins_done
     with _general_plugins_lock:
