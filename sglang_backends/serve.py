@@ -342,7 +342,7 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     except _Failure as exc:
         failure, status = exc, exc.status
     except ServeBackendError as exc:
-        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
+        usage = isinstance(exc, (UnknownBackendError, ConfigurationError, UsageError))
         failure, status = exc, EXIT_USAGE if usage else EXIT_FAILURE
     except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
