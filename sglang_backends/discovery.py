@@ -27,6 +27,7 @@ import pathlib
 import re
 import stat
 from collections.abc import Iterable
+from importlib.metadata import Distribution
 from typing import NamedTuple
 
 from sglang_backends.errors import describe_typed
@@ -47,10 +48,8 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 
-class InstalledDistribution:
+class InstalledDistribution(NamedTuple):
     """One installed distribution: the first on :data:`sys.path` of its normalized name.
-
-    Compared by identity: one survey holds each once.
 
     :param distribution: what :mod:`importlib.metadata` found; ask it for
         ``requires``, ``files`` or any group's entry points.
@@ -61,22 +60,10 @@ class InstalledDistribution:
         never loaded, as :func:`importlib.metadata.entry_points` ignores them.
     """
 
-    __slots__ = ("distribution", "key", "location", "shadowed")
-
-    def __init__(
-        self,
-        distribution: importlib.metadata.Distribution,
-        key: str | None,
-        location: str,
-        shadowed: list[importlib.metadata.Distribution] | None = None,
-    ) -> None:
-        self.distribution = distribution
-        self.key = key
-        self.location = location
-        self.shadowed = [] if shadowed is None else shadowed
-
-    def __repr__(self) -> str:
-        return f"InstalledDistribution({self.key!r} at {self.location})"
+    distribution: importlib.metadata.Distribution
+    key: str | None
+    location: str
+    shadowed: tuple[importlib.metadata.Distribution, ...] = ()
 
     def entry_points(self, group: str) -> list[importlib.metadata.EntryPoint]:
         """Its entry points in *group*, read only from a regular file.
@@ -211,23 +198,20 @@ def _key(dist: importlib.metadata.Distribution) -> str | None:
 def distributions() -> list[InstalledDistribution]:
     """Every installed distribution in :data:`sys.path` order, one per normalized name.
 
-    A later distribution of a name already seen is appended to the first
-    one's :attr:`~InstalledDistribution.shadowed`; one whose name cannot be
-    read at all stands alone. Reads no file of a ``*.dist-info`` directory.
+    A later distribution of a name already seen is one of the first one's
+    :attr:`~InstalledDistribution.shadowed`; one whose name cannot be read at
+    all stands alone. Reads no file of a ``*.dist-info`` directory.
     """
-    found: list[InstalledDistribution] = []
-    by_key: dict[str, InstalledDistribution] = {}
+    found: dict[str | int, tuple[Distribution, str | None, list[Distribution]]] = {}
     for dist in importlib.metadata.distributions():
         key = _key(dist)
-        first = by_key.get(key) if key is not None else None
-        if first is not None:
-            first.shadowed.append(dist)
-            continue
-        installed = InstalledDistribution(dist, key, _location(dist))
-        if key is not None:
-            by_key[key] = installed
-        found.append(installed)
-    return found
+        first, _, shadowed = found.setdefault(id(dist) if key is None else key, (dist, key, []))
+        if first is not dist:
+            shadowed.append(dist)
+    return [
+        InstalledDistribution(dist, key, _location(dist), tuple(shadowed))
+        for dist, key, shadowed in found.values()
+    ]
 
 
 @functools.cache

@@ -166,8 +166,8 @@ class ServeBackendRegistry:
         """The :data:`~sglang_backends.loading.Candidate` *name* designates."""
         if name in self._builtins:
             return ("built-in", name), None, partial(self._produce, None, name)
-        plugin = self.survey.choose(name, origins=self._origins)
-        return plugin, plugin, partial(self._produce, plugin, plugin.name)
+        plugin = self.survey.choose(name, origins=self._origins)  # outlives every load
+        return ("plugin", id(plugin)), plugin, partial(self._produce, plugin, plugin.name)
 
     def get(self, name: str) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
