@@ -50,7 +50,7 @@ def test_registry_is_imported_on_first_use():
 
 
 def test_listing_in_a_fresh_interpreter_imports_no_plugin_and_no_sglang(site, install_backend):
-    module = install_backend("omni-runtime", "omni")
+    module = install_backend("omni-runtime", "omni", prelude="raise SystemExit('imported')")
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry

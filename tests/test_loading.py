@@ -33,12 +33,6 @@ def test_by_default_a_heavy_plugin_is_given_minutes_to_load():
     assert ServeBackendRegistry(default_builtins()).load_timeout >= 120
 
 
-@pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan"), 1e10])
-def test_invalid_load_timeout_is_refused(value):
-    with pytest.raises(ValueError, match="load_timeout"):
-        ServeBackendRegistry(default_builtins(), load_timeout=value)
-
-
 def test_a_hanging_import_is_skipped_within_load_timeout(install_backend, registry_warnings):
     # A module name of its own: the abandoned import holds that module's import lock
     # for 20 s, and a later test in this process importing the same name would wait.
@@ -191,20 +185,21 @@ def test_a_factory_asking_for_itself_fails_instead_of_hanging(site, install_back
 
 
 def test_concurrent_gets_run_a_factory_once(install_backend):
+    """However many threads ask, automatic detection among them: one object, one call."""
     import threading
 
     module = install_backend("busy-runtime", "busy", prelude="FACTORY_DELAY = 0.3")
     registry = ServeBackendRegistry(default_builtins())
     results = []
     threads = [
-        threading.Thread(target=lambda: results.append(registry.get("busy"))) for _ in range(4)
+        threading.Thread(target=lambda: results.append(registry.get("busy"))) for _ in range(16)
     ]
     for thread in threads:
         thread.start()
     report = registry.explain(REQUEST)
     for thread in threads:
         thread.join()
-    assert len({id(r) for r in results}) == 1
+    assert len(results) == 16 and len({id(r) for r in results}) == 1
     assert outcome(report, "busy").verdict.value == "no detector"
     assert __import__(module).CALLS == 1
 
