@@ -380,6 +380,16 @@ def test_two_egg_directories_are_two_distributions(tmp_path, monkeypatch):
     assert registry.get("second").distribution == "second-runtime"
 
 
+def test_an_egg_info_directory_is_a_distribution(site):
+    """As ``setup.py develop`` leaves it: PKG-INFO, not METADATA."""
+    info = site.path / "legacy_runtime.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: legacy-runtime\nVersion: 0.9\n")
+    (info / "entry_points.txt").write_text("[sglang.serve_backends]\nlegacy = legacy:factory\n")
+    (plugin,) = discover()["legacy"]
+    assert (plugin.distribution, plugin.version, plugin.problem) == ("legacy-runtime", "0.9", None)
+
+
 def test_a_later_copy_of_a_distribution_is_shadowed_and_kept(site, tmp_path, monkeypatch):
     """One normalized name is one distribution, the first on sys.path, as importlib.metadata."""
     from sglang_backends.discovery import distributions
