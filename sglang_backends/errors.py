@@ -5,8 +5,8 @@ raises in the same situation (or callers caught before), so code written
 against SGLang keeps catching it. Errors carry the backend ``name`` and
 ``distribution`` and pickle with them (every argument after the message has
 a default) to cross processes. ``__all__`` is the exceptions, which the
-package exports as they are; :func:`describe`, :func:`describe_typed` and
-:func:`did_you_mean`, the one wording of a cause, are internal.
+package exports as they are; :func:`describe`, :func:`describe_typed`,
+:func:`did_you_mean` and :func:`closest`, the one wording of a cause, are internal.
 """
 
 from __future__ import annotations
