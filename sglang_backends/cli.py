@@ -10,8 +10,11 @@ Internal module: its names may change between releases without notice.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
+
+from sglang_backends.dispatch import PROG
 
 __all__ = ["main"]
 
@@ -63,8 +66,6 @@ def _writing(step: Callable[[], int]) -> int:
         _drop_output()
         return EXIT_BROKEN_PIPE
     except OSError as exc:
-        from sglang_backends.dispatch import PROG
-
         _drop_output()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
@@ -73,8 +74,6 @@ def _writing(step: Callable[[], int]) -> int:
 
 def _drop_output() -> None:
     """Point stdout at the null device: what is still buffered goes nowhere."""
-    import os
-
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())

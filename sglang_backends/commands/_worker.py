@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -238,17 +239,17 @@ def run_loads(
 def _load(job: Job) -> Result:
     """Load one backend by name and report its contract fields; with ``contract``, check it."""
     from sglang_backends.registry import ServeBackendRegistry
-    from sglang_backends.testing import ContractViolation, assert_backend_contract
+    from sglang_backends.testing import (
+        ContractViolation,
+        SGLangNotCheckedWarning,
+        assert_backend_contract,
+    )
 
     registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
     registered = registry.get(job.name)
     help_seconds, detections, sglang = 0.0, 0, None
     if job.action == "contract":
-        import warnings
-
-        from sglang_backends.testing import SGLangNotCheckedWarning
-
         try:
             with warnings.catch_warnings():  # said in the SGLang column instead
                 warnings.simplefilter("ignore", SGLangNotCheckedWarning)
