@@ -15,6 +15,7 @@
 from sglang_backends.testing import conformance as _conformance
 from sglang_backends.testing.conformance import *  # noqa: F403 - the kit's checks, all of them
 from sglang_backends.testing.distributions import PluginSite, write_distribution
+from sglang_backends.testing.stopping import assert_stops_cleanly, installed_hosts
 
-__all__ = ["PluginSite", "write_distribution"]
+__all__ = ["PluginSite", "assert_stops_cleanly", "installed_hosts", "write_distribution"]
 __all__ += _conformance.__all__

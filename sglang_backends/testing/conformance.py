@@ -11,22 +11,16 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-import inspect
-import linecache
 import os
-import signal
-import sys
 import tempfile
 import threading
 import time
-import types
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import cast
 
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
@@ -37,6 +31,7 @@ from sglang_backends.contract import (
     coerce_detection,
 )
 from sglang_backends.errors import ServeBackendError
+from sglang_backends.testing.sources import declared_api_versions
 
 __all__ = [
     "ContractReport",
@@ -44,9 +39,7 @@ __all__ = [
     "SGLangNotCheckedWarning",
     "assert_backend_contract",
     "assert_sglang_accepts",
-    "assert_stops_cleanly",
     "awkward_requests",
-    "installed_hosts",
 ]
 
 
@@ -88,101 +81,15 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
     }
 
 
-_BUILDERS = ("ServeBackend", "portable_backend")
-
-
 def _check_literal_api_version(factory: object, name: str) -> None:
-    """Raise unless the factory's source declares ``api_version`` as a literal (or is unknown).
-
-    A function is read from its module's source, so a lambda is found too,
-    wherever it is written (in a dict of factories, say); a
-    :func:`functools.partial` is checked where it is made (the module
-    holding it) and through the function it wraps.
-    """
-    for node in _declarations(factory):
-        value = _api_version_argument(node)
-        if value is not None and not isinstance(value, ast.Constant):
+    """Raise unless the factory's source declares ``api_version`` as a literal (or is unknown)."""
+    for value in declared_api_versions(factory):
+        if not isinstance(value, ast.Constant):
             raise ContractViolation(
                 f"Serve backend {name!r}: api_version is given as {ast.unparse(value)!r}; "
                 f"declare it as a literal (api_version={SERVE_BACKEND_API_VERSION}) so a later "
                 "host can tell which contract the plugin was written for"
             )
-
-
-def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
-    """The calls building a backend in *factory*'s source: ``ServeBackend(...)`` and the like."""
-    if depth > 8:
-        return
-    if isinstance(factory, functools.partial):
-        for module in list(sys.modules.values()):
-            names = _names_of(module, factory)
-            tree = _parse(getattr(module, "__file__", None)) if names else None
-            for node in ast.walk(tree) if tree else ():
-                # Where a name holding it is assigned: ``factory = partial(...)``.
-                if isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id in names for t in node.targets
-                ):
-                    yield from (n for n in _calls(node.value) if _callee(n) == "partial")
-        yield from _declarations(factory.func, depth + 1)
-        return
-    code = getattr(inspect.unwrap(factory), "__code__", None)  # type: ignore[arg-type]
-    if code is None:
-        return
-    for node in ast.walk(_parse(code.co_filename) or ast.Module(body=[], type_ignores=[])):
-        if _defines(node, code):
-            yield from _calls(node)
-
-
-def _names_of(module: object, value: object) -> set[str]:
-    """The global names of *module* bound to *value*."""
-    try:
-        return {k for k, v in vars(module).items() if v is value}
-    except TypeError:
-        return set()
-
-
-def _parse(filename: str | None) -> ast.AST | None:
-    if not filename:
-        return None
-    try:
-        return ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return None
-
-
-def _calls(tree: ast.AST | None) -> Iterator[ast.Call]:
-    return (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree else iter(())
-
-
-def _defines(node: ast.AST, code: types.CodeType) -> bool:
-    """Whether *node* is the ``def`` or ``lambda`` that compiled to *code*."""
-    if isinstance(node, ast.Lambda):
-        return code.co_name == "<lambda>" and node.lineno == code.co_firstlineno
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        return code.co_firstlineno in (first, node.lineno)
-    return False
-
-
-def _callee(node: ast.Call) -> str | None:
-    func = node.func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-
-
-def _api_version_argument(node: ast.Call) -> ast.expr | None:
-    """The ``api_version`` *node* passes to a backend builder, directly or through ``partial``."""
-    args = node.args
-    if _callee(node) == "partial":
-        if not args or not isinstance(args[0], (ast.Name, ast.Attribute)):
-            return None
-        target = args[0]
-        if (target.attr if isinstance(target, ast.Attribute) else target.id) not in _BUILDERS:
-            return None
-        args = args[1:]
-    elif _callee(node) not in _BUILDERS:
-        return None
-    value = next((k.value for k in node.keywords if k.arg == "api_version"), None)
-    return args[0] if value is None and args else value
 
 
 def _footprint(pid: int) -> tuple[set[tuple[str, int]], set[int]]:
@@ -489,180 +396,3 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
         raise ContractViolation(
             f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {detail}"
         ) from exc
-
-
-# -- stopping under each host ------------------------------------------------------
-
-#: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
-HOSTS: dict[str, tuple[str, ...]] = {
-    "sglang-backends serve": ("-m", "sglang_backends", "serve"),
-    # SGLang's own dispatch (sglang/cli/serve.py), as its `sglang serve` calls it; the
-    # `sglang` console script itself where it is installed beside this interpreter.
-    "sglang serve": (
-        "-c",
-        "import sys; from sglang.cli.serve import serve; serve(None, sys.argv[1:])",
-    ),
-}
-
-
-def installed_hosts() -> tuple[str, ...]:
-    """The hosts that can serve a backend here: this package's, and SGLang's where installed.
-
-    SGLang is looked for without importing it (its import takes seconds).
-    """
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        spec = None
-    places = [] if spec is None else list(spec.submodule_search_locations or ())
-    sglang = any(os.path.isfile(os.path.join(p, "cli", "serve.py")) for p in places)
-    return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
-
-
-def assert_stops_cleanly(
-    name: str,
-    argv: Sequence[str],
-    *,
-    ready: str | None = None,
-    env: Mapping[str, str] | None = None,
-    hosts: Iterable[str] | None = None,
-    signum: int = signal.SIGINT,
-    start_timeout: float = 60.0,
-    stop_timeout: float = 15.0,
-) -> dict[str, int]:
-    """Serve backend *name* under each host in a subprocess, stop it as Ctrl+C does, check the end.
-
-    Each host (by default :func:`installed_hosts`) runs ``--model-type NAME
-    ARGV`` in a session of its own; once the output shows *ready* (or, without
-    it, after a second), *signum* goes to its process group, as a terminal's
-    Ctrl+C does. The backend must then end within *stop_timeout* seconds with
-    status ``0`` or ``128 + signum`` (or by the signal itself), print no
-    traceback and leave no process running. A host not installed is reported with
-    :class:`SGLangNotCheckedWarning`.
-
-    :param argv: the backend's arguments (a model path, a free port: ``--port 0``).
-    :param env: the environment of the hosts; default ``os.environ``.
-    :raises ContractViolation: the backend did not start, or did not stop cleanly.
-    :returns: each host's exit status.
-    """
-    chosen = tuple(installed_hosts() if hosts is None else hosts)
-    if hosts is None and "sglang serve" not in chosen:
-        warnings.warn(
-            f"Serve backend {name!r}: stopping under 'sglang serve' was not checked: "
-            "SGLang is not installed",
-            SGLangNotCheckedWarning,
-            stacklevel=2,
-        )
-    return {
-        host: _stop_under(host, name, list(argv), ready, env, signum, start_timeout, stop_timeout)
-        for host in chosen
-    }
-
-
-def _stop_under(
-    host: str,
-    name: str,
-    argv: list[str],
-    ready: str | None,
-    env: Mapping[str, str] | None,
-    signum: int,
-    start_timeout: float,
-    stop_timeout: float,
-) -> int:
-    import subprocess
-
-    import psutil
-
-    script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
-    if host == "sglang serve" and script.is_file():
-        command = [str(script), "serve", "--model-type", name, *argv]
-    else:
-        command = [sys.executable, *HOSTS[host], "--model-type", name, *argv]
-    shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
-    lines: list[str] = []
-    proc = subprocess.Popen(
-        command,
-        env=dict(os.environ if env is None else env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="backslashreplace",
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
-    reader.start()
-    seen: set[psutil.Process] = set()
-
-    def look() -> None:
-        try:
-            seen.update(psutil.Process(proc.pid).children(recursive=True))
-        except psutil.Error:
-            pass
-
-    def tail() -> str:
-        return " | ".join(line.rstrip() for line in lines[-5:]) or "no output"
-
-    try:
-        deadline = time.monotonic() + (start_timeout if ready else 1.0)
-        while time.monotonic() < deadline and proc.poll() is None:
-            look()
-            if ready and any(ready in line for line in lines):
-                break
-            time.sleep(0.05)
-        else:
-            if proc.poll() is not None:
-                raise ContractViolation(
-                    f"Serve backend {name!r} under {host} ended before it was stopped, with "
-                    f"status {proc.returncode} ({shown}): {tail()}"
-                )
-            if ready:
-                raise ContractViolation(
-                    f"Serve backend {name!r} under {host} did not print {ready!r} within "
-                    f"{start_timeout:g} s ({shown}): {tail()}"
-                )
-        look()
-        os.killpg(proc.pid, signum)
-        try:
-            status = proc.wait(stop_timeout)
-        except subprocess.TimeoutExpired:
-            raise ContractViolation(
-                f"Serve backend {name!r} under {host} did not end within {stop_timeout:g} s "
-                f"of {signal.Signals(signum).name}; stop serving on it (see "
-                "sglang_backends.stop_quietly)"
-            ) from None
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    reader.join(5)
-    proc.stdout.close()
-    left = [p for p in seen if _running(p)]
-    for process in left:
-        process.kill()
-    output = "".join(lines)
-    if "Traceback (most recent call last)" in output:
-        problem = f"printed a traceback (status {status})"
-    elif status not in (0, 128 + signum, -signum):
-        problem = f"ended with status {status}"
-    elif left:
-        problem = f"left processes running: {sorted(p.pid for p in left)}"
-    else:
-        return status
-    raise ContractViolation(
-        f"Serve backend {name!r} under {host} {problem} on {signal.Signals(signum).name} "
-        f"(expected status 0 or {128 + signum}, no traceback, no process left; "
-        f"serve within sglang_backends.stop_quietly()): {tail()}"
-    )
-
-
-def _running(process: Any) -> bool:
-    import psutil
-
-    try:
-        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False

@@ -1,0 +1,104 @@
+"""How the kit reads a factory's source: the ``api_version`` each backend it builds is given.
+
+A function is read from its module's source, so a lambda is found too,
+wherever it is written (in a dict of factories, say); a
+:func:`functools.partial` is read where it is made (the module holding it)
+and through the function it wraps. Nothing is run.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import linecache
+import sys
+import types
+from collections.abc import Iterator
+
+__all__ = ["declared_api_versions"]
+
+
+def declared_api_versions(factory: object) -> list[ast.expr]:
+    """The ``api_version`` arguments of the calls building a backend in *factory*'s source."""
+    found = (_api_version_argument(node) for node in _declarations(factory))
+    return [value for value in found if value is not None]
+
+
+_BUILDERS = ("ServeBackend", "portable_backend")
+
+
+def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
+    """The calls building a backend in *factory*'s source: ``ServeBackend(...)`` and the like."""
+    if depth > 8:
+        return
+    if isinstance(factory, functools.partial):
+        for module in list(sys.modules.values()):
+            names = _names_of(module, factory)
+            tree = _parse(getattr(module, "__file__", None)) if names else None
+            for node in ast.walk(tree) if tree else ():
+                # Where a name holding it is assigned: ``factory = partial(...)``.
+                if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id in names for t in node.targets
+                ):
+                    yield from (n for n in _calls(node.value) if _callee(n) == "partial")
+        yield from _declarations(factory.func, depth + 1)
+        return
+    code = getattr(inspect.unwrap(factory), "__code__", None)  # type: ignore[arg-type]
+    if code is None:
+        return
+    for node in ast.walk(_parse(code.co_filename) or ast.Module(body=[], type_ignores=[])):
+        if _defines(node, code):
+            yield from _calls(node)
+
+
+def _names_of(module: object, value: object) -> set[str]:
+    """The global names of *module* bound to *value*."""
+    try:
+        return {k for k, v in vars(module).items() if v is value}
+    except TypeError:
+        return set()
+
+
+def _parse(filename: str | None) -> ast.AST | None:
+    if not filename:
+        return None
+    try:
+        return ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _calls(tree: ast.AST | None) -> Iterator[ast.Call]:
+    return (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree else iter(())
+
+
+def _defines(node: ast.AST, code: types.CodeType) -> bool:
+    """Whether *node* is the ``def`` or ``lambda`` that compiled to *code*."""
+    if isinstance(node, ast.Lambda):
+        return code.co_name == "<lambda>" and node.lineno == code.co_firstlineno
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        return code.co_firstlineno in (first, node.lineno)
+    return False
+
+
+def _callee(node: ast.Call) -> str | None:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+
+
+def _api_version_argument(node: ast.Call) -> ast.expr | None:
+    """The ``api_version`` *node* passes to a backend builder, directly or through ``partial``."""
+    args = node.args
+    if _callee(node) == "partial":
+        if not args or not isinstance(args[0], (ast.Name, ast.Attribute)):
+            return None
+        target = args[0]
+        if (target.attr if isinstance(target, ast.Attribute) else target.id) not in _BUILDERS:
+            return None
+        args = args[1:]
+    elif _callee(node) not in _BUILDERS:
+        return None
+    value = next((k.value for k in node.keywords if k.arg == "api_version"), None)
+    return args[0] if value is None and args else value
