@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import psutil
 
 __all__ = [
+    "SignalWait",
     "StopRequested",
     "StopSignals",
     "become_subreaper",
@@ -34,6 +35,7 @@ __all__ = [
     "log_stopped",
     "log_swept",
     "reap",
+    "relayed_signals",
     "running",
     "send",
     "signal_name",
@@ -63,6 +65,71 @@ def stop_signals() -> tuple[int, ...]:
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
         found.append(signal.SIGHUP)
     return tuple(found)
+
+
+# Never taken and passed on, as tini leaves them: what only the kernel acts on (SIGKILL,
+# SIGSTOP), faults (delivered to the thread that made them), a terminal's refusal of a
+# background read or write (SIGTTIN, SIGTTOU); and SIGCHLD and SIGCONT, which serve acts on.
+_NOT_RELAYED = frozenset(
+    {
+        signal.SIGKILL,
+        signal.SIGSTOP,
+        signal.SIGFPE,
+        signal.SIGILL,
+        signal.SIGSEGV,
+        signal.SIGBUS,
+        signal.SIGABRT,
+        signal.SIGTRAP,
+        signal.SIGSYS,
+        signal.SIGTTIN,
+        signal.SIGTTOU,
+        signal.SIGCHLD,
+        signal.SIGCONT,
+    }
+)
+
+
+def relayed_signals() -> tuple[int, ...]:
+    """Every signal ``serve`` passes on to the backend: each catchable one, as tini does.
+
+    Not those in :data:`_NOT_RELAYED`, nor those inherited ignored (SIGHUP
+    under ``nohup``, SIGPIPE as Python sets it), but the stop signals always.
+    """
+    found = set(stop_signals())
+    for signum in signal.valid_signals():
+        if signum not in _NOT_RELAYED and signal.getsignal(signum) != signal.SIG_IGN:
+            found.add(signum)
+    return tuple(sorted(found))
+
+
+class SignalWait:
+    """``sigtimedwait`` on signals blocked in this thread, giving only a siginfo worth acting on.
+
+    CPython's ``sigtimedwait``, interrupted by a stop (SIGSTOP, Ctrl+Z) and
+    continued after its deadline, returns a siginfo it never filled in:
+    stack garbage, a number such as ``-2072177056`` or a stale signal. So a
+    siginfo counts only if its signal is one of *waited*, and not at all
+    when this process was continued during a wait that outlasted its
+    timeout. Install :meth:`on_continue` as the SIGCONT handler for the second check.
+    """
+
+    def __init__(self, waited: Iterable[int]) -> None:
+        self.waited = frozenset(waited)
+        self.continues = 0  # SIGCONTs received, counted by on_continue
+
+    def on_continue(self, signum: int, frame: object) -> None:
+        """The SIGCONT handler: count a continue."""
+        self.continues += 1
+
+    def __call__(self, timeout: float) -> signal.struct_siginfo | None:
+        """Wait up to *timeout* s for one of the signals; it, or ``None``."""
+        continues, started = self.continues, time.monotonic()
+        info = signal.sigtimedwait(self.waited, timeout)
+        if info is None or info.si_signo not in self.waited:
+            return None
+        if self.continues != continues and time.monotonic() - started >= timeout:
+            return None  # continued past the deadline: CPython returns what it never filled in
+        return info
 
 
 def signal_name(signum: int) -> str:

@@ -5,26 +5,37 @@
 requirement:
 
 ``serve`` (the *front*)
-    Waits for the supervisor and relays stop signals to it. Apart so that a
+    Waits for the supervisor and passes every signal on to it. Apart so that a
     program embedding :func:`sglang_backends.serve.main` keeps its children,
     their exit statuses and its signal handlers, and so that a SIGKILL of the
     supervisor leaves a process running no plugin code to sweep the tree.
 the supervisor
-    A subreaper: relays stop signals, keeps detection's deadline and stops
-    every descendant once the backend process has ended. Apart from that
-    process to survive its SIGKILL and keep a deadline a plugin holding the
-    GIL cannot hold up; apart from the front to survive a SIGKILL of ``serve``.
+    A subreaper: passes every signal on to the backend process, keeps
+    detection's deadline and stops every descendant once the backend process
+    has ended. Apart from that process to survive its SIGKILL and keep a
+    deadline a plugin holding the GIL cannot hold up; apart from the front to
+    survive a SIGKILL of ``serve``.
 the backend process
     Chooses, loads and runs the backend (:mod:`sglang_backends.backend_process`).
 
-The front and the supervisor block the stop signals and SIGCHLD before forking
-and take them with ``sigtimedwait``, so none is lost; the forked processes end
-with ``os._exit``, so that a copy of an embedding program never runs on.
+The supervisor leads a process group of its own, the tree's, which the
+backend process and its workers inherit: a signal to ``serve``'s process group
+reaches ``serve`` alone, which passes it on, so the backend gets it once. When
+``serve`` is the foreground job of a terminal, the tree's group takes the
+terminal (as tini gives it to its child), so that Ctrl+C, Ctrl+\\ and Ctrl+Z
+reach the backend and its workers directly, once; ``serve`` follows the
+tree's stop and continue, so that the shell's job control works.
+
+The front and the supervisor block every signal they pass on and SIGCHLD
+before forking and take them with ``sigtimedwait``, so none is lost; the
+forked processes end with ``os._exit``, so that a copy of an embedding
+program never runs on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -62,14 +73,56 @@ class _Setup(NamedTuple):
     timeout: float  # the stop timeout
     prog: str
     stops: tuple[int, ...]
+    relayed: tuple[int, ...]  # every signal passed on to the backend process
+    handlers: dict[int, Any]  # the program's handlers of those signals, for the backend process
     token: str  # the tree's mark
     news: int  # where the supervisor tells the front which process is the backend's
+    terminal: int  # the controlling terminal for the tree's group to take, or -1
 
 
 def _error(prog: str, text: str) -> None:
     """Write ``prog: error: text`` to stderr, if it is open."""
     with contextlib.suppress(OSError, ValueError):
         print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+
+
+class _ForkFailed(Exception):
+    """``os.fork`` refused: the one line serve prints."""
+
+
+def _fork() -> int:
+    """``os.fork``; a refusal (a process limit, memory) is :class:`_ForkFailed`."""
+    flush()
+    try:
+        return os.fork()
+    except OSError as exc:
+        limit = " (RLIMIT_NPROC?)" if exc.errno == errno.EAGAIN else ""
+        raise _ForkFailed(f"fork failed: {exc.strerror}{limit}") from exc
+
+
+# -- the terminal ---------------------------------------------------------------
+
+
+def _open_terminal() -> int:
+    """The controlling terminal, opened, or -1 without one."""
+    try:
+        return os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
+def _foreground(terminal: int) -> int:
+    """The terminal's foreground process group, or -1."""
+    try:
+        return os.tcgetpgrp(terminal) if terminal >= 0 else -1
+    except OSError:
+        return -1
+
+
+def _give_terminal(terminal: int, group: int) -> None:
+    """Make *group* the terminal's foreground group (SIGTTOU blocked: a background caller may)."""
+    with contextlib.suppress(OSError):
+        os.tcsetpgrp(terminal, group)
 
 
 # -- the front ------------------------------------------------------------------
@@ -79,38 +132,71 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     """Run *work* in a supervised backend process; return ``serve``'s exit status.
 
     Call it before any plugin code runs. Returns once every process of the
-    tree has ended, with the signal mask and handlers as before.
+    tree has ended, with the signal mask, the handlers and the terminal's
+    foreground group as before.
 
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     :param prog: the program name prefixing error lines.
     """
-    stops = processes.stop_signals()
-    waited = {*stops, signal.SIGCHLD}
+    stops, relayed = processes.stop_signals(), processes.relayed_signals()
+    take = processes.SignalWait({*relayed, signal.SIGCHLD})
     token = f"{os.getpid()}-{os.urandom(8).hex()}"
-    taken: list[int] = []  # stop signals another thread took, for the loop to relay
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    taken: list[int] = []  # signals another thread took, for the loop to relay
+    # SIGTTOU too: serve may write to, and hand over, a terminal it is in the background of.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*take.waited, signal.SIGTTOU})
     previous: dict[int, Any] = {}
+    terminal = _open_terminal()
+    pid = -1
     try:
         with contextlib.suppress(ValueError):  # not the main thread: signals stay with the host
-            for signum in stops:
+            for signum in relayed:
                 previous[signum] = signal.signal(signum, lambda n, frame: taken.append(n))
+            previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, take.on_continue)
             if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
                 # Ignored, SIGCHLD would lose the supervisor's exit status.
-                previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                previous[signal.SIGCHLD] = signal.SIG_IGN
+        if signal.SIGCONT not in previous and terminal >= 0:
+            # Without the handler serve would not see a continue: the tree keeps out of job control.
+            os.close(terminal)
+            terminal = -1
         news, writer = os.pipe()
-        setup = _Setup(os.getpid(), stop_timeout, prog, stops, token, writer)
-        flush()
-        pid = os.fork()
+        foreground = _foreground(terminal) == os.getpgrp()
+        handlers = {n: h for n, h in previous.items() if n != signal.SIGCHLD and h is not None}
+        setup = _Setup(
+            front=os.getpid(),
+            timeout=stop_timeout,
+            prog=prog,
+            stops=stops,
+            relayed=relayed,
+            handlers=handlers,
+            token=token,
+            news=writer,
+            terminal=terminal if foreground else -1,
+        )
+        try:
+            pid = _fork()
+        except _ForkFailed as exc:
+            os.close(news)
+            os.close(writer)
+            _error(prog, str(exc))
+            return _EXIT_FAILURE
         if pid == 0:
             os.close(news)
             _supervisor_process(work, setup)
         os.close(writer)
+        with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
+            os.setpgid(pid, pid)
         try:
-            code = _wait_for_supervisor(pid, prog, waited, taken)
+            code = _Front(pid, prog, take, taken, terminal).run()
             return _last_resort(pid, -code, news, setup) if code < 0 else code
         finally:
             os.close(news)
     finally:
+        if terminal >= 0:
+            if pid > 0 and _foreground(terminal) == pid:
+                _give_terminal(terminal, os.getpgrp())  # the tree's group has ended
+            os.close(terminal)
         for number, handler in previous.items():
             if handler is not None:
                 signal.signal(number, handler)
@@ -120,22 +206,55 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             processes.send(os.getpid(), signal.SIGCHLD)
 
 
-def _wait_for_supervisor(pid: int, prog: str, waited: set[int], taken: list[int]) -> int:
-    """Relay stop signals to the supervisor till it ends; its exit code (-N: signal N killed it)."""
-    while True:
-        while taken:
-            processes.send(pid, taken.pop(0))
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            _error(prog, f"the serve supervisor (pid {pid}) was reaped elsewhere")
-            return _EXIT_FAILURE
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        info = signal.sigtimedwait(waited, _FRONT_IDLE)
-        # The terminal signals the whole foreground group: passing it on would double it.
-        if info is not None and info.si_signo != signal.SIGCHLD and info.si_code != _SI_KERNEL:
-            processes.send(pid, info.si_signo)
+class _Front:
+    """``serve``'s loop: pass every signal on to the supervisor, follow its stops, until it ends."""
+
+    def __init__(
+        self, pid: int, prog: str, take: processes.SignalWait, taken: list[int], terminal: int
+    ) -> None:
+        self.pid, self.prog, self.take, self.taken, self.terminal = pid, prog, take, taken, terminal
+        self.continues = take.continues
+
+    def run(self) -> int:
+        """Relay until the supervisor ends; its exit code (-N: signal N killed it)."""
+        while True:
+            while self.taken:
+                self._relay(self.taken.pop(0))
+            if self.take.continues != self.continues:
+                self.continues = self.take.continues
+                self._continued()
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
+            except ChildProcessError:
+                _error(self.prog, f"the serve supervisor (pid {self.pid}) was reaped elsewhere")
+                return _EXIT_FAILURE
+            if done and os.WIFSTOPPED(status):
+                self._tree_stopped()
+            elif done:
+                return os.waitstatus_to_exitcode(status)
+            info = self.take(_FRONT_IDLE)
+            if info is not None and info.si_signo != signal.SIGCHLD:
+                self._relay(info.si_signo)
+
+    def _relay(self, signum: int) -> None:
+        processes.send(self.pid, signum)
+        if signum == signal.SIGTSTP:  # stopped as SIGTSTP stops a process; the tree stops itself
+            processes.send(os.getpid(), signal.SIGSTOP)
+
+    def _tree_stopped(self) -> None:
+        """The supervisor stopped: if its group holds the terminal, that was Ctrl+Z.
+
+        Then serve's own job stops too, so that the shell sees it stopped and
+        takes the terminal back.
+        """
+        if _foreground(self.terminal) == self.pid:
+            processes.send(os.getpgrp(), signal.SIGSTOP, group=True)
+
+    def _continued(self) -> None:
+        """serve was continued (fg, bg, SIGCONT): continue the tree; give it the terminal on fg."""
+        if _foreground(self.terminal) == os.getpgrp():  # in the foreground again: fg
+            _give_terminal(self.terminal, self.pid)
+        processes.send(self.pid, signal.SIGCONT, group=True)
 
 
 def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
@@ -168,28 +287,38 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
     status = _EXIT_FAILURE
     try:
         processes.die_with_parent()
+        with contextlib.suppress(OSError):  # the tree's own group: a group signal reaches serve
+            os.setpgid(0, 0)
+        if setup.terminal >= 0:  # serve is the foreground job: the tree takes the terminal
+            _give_terminal(setup.terminal, os.getpgrp())
+            os.close(setup.terminal)
         take_role("supervisor")
+        take = processes.SignalWait({*setup.relayed, signal.SIGCHLD})
+        signal.signal(signal.SIGCONT, take.on_continue)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
         if not processes.become_subreaper():
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
         backend_process.mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
         reader, writer = os.pipe()
-        flush()
-        child = os.fork()
+        child = _fork()
         if child == 0:
             os.close(reader)
             os.close(setup.news)
+            for signum, handler in setup.handlers.items():  # the program's, as serve started
+                signal.signal(signum, handler)
             backend_process.run(
                 work, writer, supervisor=me, token=setup.token, stop_timeout=setup.timeout
             )
         os.close(writer)
-        supervision = _Supervision(child, reader, setup)
+        supervision = _Supervision(child, reader, setup, take)
         # Tell the front which process is the backend's, should the supervisor be killed.
         with contextlib.suppress(OSError, psutil.Error):
             os.write(setup.news, f"{child} {psutil.Process(child).create_time()!r}".encode())
         os.close(setup.news)
         status = supervision.run()
+    except _ForkFailed as exc:
+        _error(setup.prog, str(exc))
     except BaseException:
         LOG.exception("The serve supervisor failed")
     finally:
@@ -198,12 +327,12 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
 
 
 class _Supervision:
-    """The supervisor's loop: stop signals, what the backend process says, deadlines."""
+    """The supervisor's loop: signals, what the backend process says, deadlines."""
 
-    def __init__(self, child: int, channel: int, setup: _Setup) -> None:
-        self.child, self.channel, self.setup = child, channel, setup
+    def __init__(self, child: int, channel: int, setup: _Setup, take: processes.SignalWait) -> None:
+        self.child, self.channel, self.setup, self.take = child, channel, setup, take
         os.set_blocking(channel, False)
-        self.waited = {*setup.stops, signal.SIGCHLD}
+        self.continues = take.continues
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
         self.senders: dict[object, int] = {}  # stop signals by sender
@@ -259,14 +388,37 @@ class _Supervision:
         return 128 + self.signum
 
     def _wait(self, timeout: float) -> None:
-        """Wait up to *timeout* s for a signal; reap, read, and act on a stop signal."""
-        info = signal.sigtimedwait(self.waited, timeout)
+        """Wait up to *timeout* s for a signal; reap, read, and act on the signal."""
+        info = self.take(timeout)
         # Every child is the backend process or one of its orphans.
         self.wait_status = processes.reap().get(self.child, self.wait_status)
         self._read()
         if info is not None and info.si_signo in self.setup.stops:
             self._on_stop_signal(info)
+        elif info is not None and info.si_signo != signal.SIGCHLD:
+            self._relay(info)
+        if self.take.continues != self.continues:
+            self.continues = self.take.continues
+            if self._elsewhere():  # the front continued the tree's group
+                self._send(signal.SIGCONT)
         self._check_front()
+
+    def _send(self, signum: int) -> None:
+        """Send *signum* to the backend process, unless it has ended."""
+        if self.wait_status is None:
+            processes.send(self.child, signum)
+
+    def _relay(self, info: signal.struct_siginfo) -> None:
+        """Pass a signal other than a stop signal on to the backend process, once.
+
+        The terminal signals its foreground group, the tree's: the backend
+        process has it already, unless it left the group. SIGTSTP then stops
+        the supervisor too, which ``serve`` follows.
+        """
+        if info.si_code != _SI_KERNEL or self._elsewhere():
+            self._send(info.si_signo)
+        if info.si_signo == signal.SIGTSTP:
+            processes.send(os.getpid(), signal.SIGSTOP)
 
     def _read(self) -> None:
         """Take in every complete line the backend process has written."""
@@ -325,7 +477,7 @@ class _Supervision:
             self._kill()
 
     def _elsewhere(self) -> bool:
-        """Whether the backend process left the supervisor's process group."""
+        """Whether the backend process left the tree's process group."""
         try:
             return os.getpgid(self.child) != os.getpgrp()
         except OSError:
@@ -337,7 +489,7 @@ class _Supervision:
         self.signum = signum
         if self.wait_status is None:  # else the backend process has ended: the clean-up follows
             if forward:
-                processes.send(self.child, signum)
+                self._send(signum)
             self.deadline = time.monotonic() + self.setup.timeout
 
     def _kill(self) -> None:
