@@ -137,7 +137,7 @@ class World:
             SIGNALS_LOG=str(self.path / "signals.log"),
             SIGNALS_STATE=str(self.path / "state.json"),
             SIGNALS_HANDLED="SIGINT SIGTERM SIGQUIT SIGHUP",
-            SGLANG_BACKENDS_STOP_TIMEOUT="1",
+            OS_SERVE_BACKENDS__STOP_TIMEOUT="1",
         )
         env.update(extra)
         return env
@@ -513,7 +513,7 @@ def test_no_process_outlives_serve(world, tmp_path, how, ending):
 @pytest.mark.parametrize("how", LAUNCHERS)
 def test_a_second_stop_signal_kills_everything_at_once(world, tmp_path, how):
     env = world.environ(SIGNALS_STOP="never", SIGNALS_WORKER="deaf")
-    env["SGLANG_BACKENDS_STOP_TIMEOUT"] = "60"
+    env["OS_SERVE_BACKENDS__STOP_TIMEOUT"] = "60"
     log = tmp_path / "serve.log"
     launched = _launch(how, env, log)
     _serving(world, launched.proc)
@@ -535,7 +535,7 @@ def test_the_stop_bound_holds_for_a_backend_that_ignores_the_stop(world, tmp_pat
     serving and a deaf worker are killed after the stop timeout each (0.5 s).
     """
     env = world.environ(SIGNALS_STOP="never", SIGNALS_WORKER="deaf")
-    env["SGLANG_BACKENDS_STOP_TIMEOUT"] = "0.5"
+    env["OS_SERVE_BACKENDS__STOP_TIMEOUT"] = "0.5"
     log = tmp_path / "serve.log"
     launched = _launch(how, env, log)
     _serving(world, launched.proc)
