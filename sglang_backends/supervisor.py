@@ -125,6 +125,23 @@ def _give_terminal(terminal: int, group: int) -> None:
         os.tcsetpgrp(terminal, group)
 
 
+def _orphaned() -> bool:
+    """Whether no shell can continue serve's job: no process from serve up has a parent in
+    another process group of the same session (POSIX's orphaned group, as PID 1 of a
+    container or a session leader is). The kernel ignores a terminal's stop for such a job.
+    """
+    import psutil
+
+    group, session = os.getpgrp(), os.getsid(0)
+    process = psutil.Process()
+    with contextlib.suppress(OSError, psutil.Error):
+        while (parent := process.parent()) is not None:
+            if os.getpgid(parent.pid) != group:
+                return os.getsid(parent.pid) != session
+            process = parent
+    return True
+
+
 # -- the front ------------------------------------------------------------------
 
 
@@ -154,8 +171,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, take.on_continue)
             if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
                 # Ignored, SIGCHLD would lose the supervisor's exit status.
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                previous[signal.SIGCHLD] = signal.SIG_IGN
+                previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if signal.SIGCONT not in previous and terminal >= 0:
             # Without the handler serve would not see a continue: the tree keeps out of job control.
             os.close(terminal)
@@ -238,16 +254,23 @@ class _Front:
 
     def _relay(self, signum: int) -> None:
         processes.send(self.pid, signum)
-        if signum == signal.SIGTSTP:  # stopped as SIGTSTP stops a process; the tree stops itself
+        if signum == signal.SIGTSTP and not _orphaned():
+            # Stopped as SIGTSTP stops a process (the tree stops itself).
             processes.send(os.getpid(), signal.SIGSTOP)
 
     def _tree_stopped(self) -> None:
         """The supervisor stopped: if its group holds the terminal, that was Ctrl+Z.
 
         Then serve's own job stops too, so that the shell sees it stopped and
-        takes the terminal back.
+        takes the terminal back; without a shell to continue it (PID 1 of
+        ``docker run -it``), the tree continues at once, as the kernel
+        ignores Ctrl+Z there.
         """
-        if _foreground(self.terminal) == self.pid:
+        if _foreground(self.terminal) != self.pid:
+            return
+        if _orphaned():
+            processes.send(self.pid, signal.SIGCONT, group=True)
+        else:
             processes.send(os.getpgrp(), signal.SIGSTOP, group=True)
 
     def _continued(self) -> None:

@@ -306,6 +306,44 @@ def test_ctrl_z_and_fg_in_an_interactive_bash_then_the_terminals_stop(
     assert world.received() == [name]
 
 
+@pytest.mark.parametrize("how", ["plain", "pid-1"])
+def test_ctrl_z_without_a_shell_to_continue_serve_is_ignored(world, tmp_path, how):
+    """``docker run -it``: serve (or PID 1) leads the terminal's session, with no job
+    control above it. Ctrl+Z would stop the tree for good; it keeps serving instead, as
+    the kernel ignores Ctrl+Z for such a job. Ctrl+C then stops it.
+    """
+    master, slave = os.openpty()
+
+    def controlling_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    log = tmp_path / "serve.log"
+    try:
+        with open(log, "wb") as stream:
+            proc = subprocess.Popen(
+                [*_prefix(how), *SERVE],
+                env=world.environ(),
+                stdin=slave,
+                stdout=stream,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=controlling_terminal,
+            )
+        state = _serving(world, proc)
+        tree = descendants(proc.pid)
+        os.write(master, b"\x1a")  # Ctrl+Z
+        time.sleep(1.5)
+        assert not set(_states(tree)) & {*STOPPED, "gone"}, _states(tree)
+        assert _get(state["port"]) == "serving"
+        os.write(master, b"\x03")  # Ctrl+C
+        assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert world.received() == ["SIGINT"]
+    assert "Traceback" not in log.read_text()
+
+
 @pytest.mark.parametrize("target", ["group", "serve"])
 def test_sigstop_and_sigcont_for_longer_than_a_second_leave_serve_serving(world, tmp_path, target):
     """As a debugger attaching to serve does, or ``kill -STOP`` to its process group."""
