@@ -269,11 +269,12 @@ def run_general_plugins() -> bool:
             return False
         _general_plugins_done = True
         from sglang_backends.discovery import discover
+        from sglang_backends.foresight import sglang_plugins_allowed
 
         names = set(discover(GENERAL_PLUGINS_GROUP))
-        allowed = os.environ.get("SGLANG_PLUGINS", "")  # SGLang's own filter
-        if allowed:
-            names &= {name.strip() for name in allowed.split(",") if name.strip()}
+        allowed = sglang_plugins_allowed()  # SGLang's own filter
+        if allowed is not None:
+            names &= allowed
         if not names:
             LOG.debug("No SGLang general plugin to load")
             return False

@@ -133,8 +133,13 @@ def load_failure(
     """The one wording of a failed load of *name* (*plugin*'s, or a built-in's)."""
     kind = "serve backend" if plugin else "built-in serve backend"
     origin = f" from {plugin.provider}" if plugin else ""
+    unmet = ""
+    if plugin is not None:  # a mismatched requirement is the commonest cause: say so
+        from sglang_backends.foresight import unmet_clause  # packaging: only once a load failed
+
+        unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
     return BackendLoadError(
-        f"Failed to load {kind} {name!r}{origin}: {describe(exc)}",
+        f"Failed to load {kind} {name!r}{origin}: {describe(exc)}{unmet}",
         name=name,
         distribution=plugin.distribution if plugin else None,
     )

@@ -29,6 +29,7 @@ __all__ = [
     "option_span",
     "plugin_row",
     "positive_seconds",
+    "requirements_cell",
 ]
 
 
@@ -296,6 +297,17 @@ def builtin_row(name: str, backend: Any) -> tuple[Any, ...]:
     return (name, "built-in", None, None, target, builtin_status(name))
 
 
-def plugin_row(plugin: PluginEntryPoint, status: str) -> tuple[Any, ...]:
-    """The same columns for *plugin*, with *status*."""
-    return (plugin.name, "plugin", plugin.distribution_label, plugin.version, plugin.target, status)
+def plugin_row(plugin: PluginEntryPoint, status: str, origin: str = "plugin") -> tuple[Any, ...]:
+    """The same columns for *plugin*, with *status*; *origin* ``general`` for an SGLang
+    general plugin.
+    """
+    return (plugin.name, origin, plugin.distribution_label, plugin.version, plugin.target, status)
+
+
+def requirements_cell(unmet: str | None) -> str | None:
+    """How ``list`` shows a distribution's requirements (:func:`~sglang_backends.foresight.
+    unmet_text`): ``met``, ``unmet: …``, or nothing when its metadata could not be read.
+    """
+    if unmet is None:
+        return None
+    return f"unmet: {unmet}" if unmet else "met"

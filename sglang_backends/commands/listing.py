@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff.lister import Lister
 
-from sglang_backends.commands._base import SelectionOptions, builtin_row, plugin_row
+from sglang_backends.commands._base import (
+    SelectionOptions,
+    builtin_row,
+    plugin_row,
+    requirements_cell,
+)
 
-__all__ = ["COLUMNS", "ListBackends"]
+if TYPE_CHECKING:
+    from sglang_backends.discovery import PluginEntryPoint
 
-COLUMNS = ("Name", "Origin", "Distribution", "Version", "Target", "Status")
+__all__ = ["BACKEND_COLUMNS", "COLUMNS", "ListBackends"]
+
+#: What every backend row says of it (``show`` gives the same fields first).
+BACKEND_COLUMNS = ("Name", "Origin", "Distribution", "Version", "Target", "Status")
+COLUMNS = (*BACKEND_COLUMNS, "Requirements")
 
 
 class ListBackends(SelectionOptions, Lister):
@@ -25,7 +35,9 @@ class ListBackends(SelectionOptions, Lister):
       Name
           the --model-type value
       Origin
-          built-in or plugin
+          built-in, plugin, or general: one of SGLang's general plugins
+          (entry-point group sglang.srt.plugins), which SGLang runs before
+          every serve; it is not a backend, so show and check do not take it
       Distribution
           the installed distribution providing it
       Version
@@ -39,7 +51,15 @@ class ListBackends(SelectionOptions, Lister):
           --enable/--disable); duplicate (several distributions register the
           name: select one as DIST:NAME); conflicts with a built-in (a plugin
           may not take a built-in or reserved name: serving fails until it is
-          uninstalled or disabled)
+          uninstalled or disabled). A general plugin's: runs before serve;
+          not in SGLANG_PLUGINS (that allow-list leaves it out); skipped
+          (its distribution provides a platform SGLANG_PLATFORM did not
+          pick); needs SGLang (nothing runs it without SGLang)
+      Requirements
+          met, or unmet: each Requires-Dist of the distribution that what is
+          installed does not meet, with the version installed (markers for
+          this interpreter; extras' requirements skipped); empty when its
+          metadata is unreadable
 
     Examples::
 
@@ -52,7 +72,24 @@ class ListBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
+        from sglang_backends.foresight import general_plugins, unmet_text
+        from sglang_backends.host import sglang_installed
+
         _, survey = self.survey(parsed_args)
-        rows = [builtin_row(name, backend) for name, backend in survey.builtins.items()]
-        rows += [plugin_row(record.plugin, record.status.value) for record in survey.records]
+        unmet: dict[str | None, str | None] = {}  # by distribution: several entry points share one
+
+        def requirements(plugin: PluginEntryPoint) -> str | None:
+            if plugin.distribution not in unmet:
+                unmet[plugin.distribution] = unmet_text(plugin)
+            return requirements_cell(unmet[plugin.distribution])
+
+        rows = [(*builtin_row(name, b), None) for name, b in survey.builtins.items()]
+        rows += [
+            (*plugin_row(record.plugin, record.status.value), requirements(record.plugin))
+            for record in survey.records
+        ]
+        rows += [
+            (*plugin_row(general.plugin, general.status, "general"), requirements(general.plugin))
+            for general in general_plugins(survey.distributions, sglang=sglang_installed())
+        ]
         return COLUMNS, self.safe_rows(parsed_args, rows)

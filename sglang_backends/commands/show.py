@@ -19,18 +19,21 @@ from sglang_backends.commands._base import (
     builtin_row,
     plugin_row,
 )
-from sglang_backends.commands.listing import COLUMNS
+from sglang_backends.commands.listing import BACKEND_COLUMNS
 
 __all__ = ["FIELDS", "ShowBackend"]
 
-#: list's columns (the rows are the same), then what loading the backend tells.
+#: list's columns (the rows are the same), then what loading the backend tells, then
+#: what the metadata foretells.
 FIELDS = (
-    *COLUMNS,
+    *BACKEND_COLUMNS,
     "API version",
     "Has detector",
     "Requires model path",
     "Summary",
     "Load seconds",
+    "Unmet requirements",
+    "Shadowed copies",
 )
 
 
@@ -56,10 +59,20 @@ class ShowBackend(SelectionOptions, ShowOne):
           first line of the factory's docstring
       Load seconds
           time to import the plugin and call its factory
+      Unmet requirements
+          each Requires-Dist of the plugin's distribution that what is
+          installed does not meet, with what is installed
+          ("sglang==0.5.22 (installed: 0.5.23); torch==2.14.1 (not
+          installed)"); empty when all are met (and for a built-in)
+      Shadowed copies
+          each later copy of the plugin's distribution on the module search
+          path, with its version and path: the first copy is the one used,
+          the others are never loaded; empty when there is one
 
     An unknown name gives one line on stderr (with the closest name, if one
     is close) and exit status 2, as bad configuration does; a disabled or
-    duplicate name, or a plugin that fails to load, one line and exit status 1.
+    duplicate name, or a plugin that fails to load, one line and exit status 1;
+    that line ends with the distribution's unmet requirements, if any.
     A built-in (llm, diffusion) on a machine without SGLang is shown, its
     Status saying what serving with it needs, and exit status 0, as list
     and check show it.
@@ -82,6 +95,7 @@ class ShowBackend(SelectionOptions, ShowOne):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
+        from sglang_backends.foresight import shadowed_text, unmet_text
         from sglang_backends.registry import ServeBackendRegistry
 
         registry = ServeBackendRegistry.from_settings(self.settings(parsed_args))
@@ -94,9 +108,10 @@ class ShowBackend(SelectionOptions, ShowOne):
             # Already imported by registry.get(): this is a lookup, not a second import.
             documented = backend.run if plugin is None else plugin.entry_point.load()
         if plugin is None:
-            head = builtin_row(registered.name, backend)
+            head, unmet, shadowed = builtin_row(registered.name, backend), None, None
         else:
             head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
+            unmet, shadowed = unmet_text(plugin), shadowed_text(plugin)
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
         values = (
@@ -106,6 +121,8 @@ class ShowBackend(SelectionOptions, ShowOne):
             backend.requires_model_path,
             summary,
             seconds,
+            unmet,
+            shadowed,
         )
         [safe] = self.safe_rows(parsed_args, [values])
         return FIELDS, safe
