@@ -14,8 +14,13 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
-from sglang_backends.discovery import normalize_distribution, split_qualified_name
+from sglang_backends.discovery import (
+    PluginEntryPoint,
+    normalize_distribution,
+    split_qualified_name,
+)
 from sglang_backends.errors import UnknownBackendError, did_you_mean
+from sglang_backends.foresight import distributions_of, shadowed_text, unmet_clause
 from sglang_backends.selection import PluginRecord, PluginStatus, conflict_warning
 from sglang_backends.settings import Settings
 from sglang_backends.survey import Survey
@@ -25,7 +30,7 @@ __all__ = ["CheckBackends"]
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.
-FAILURES = frozenset({"error", "timeout", "crashed"})
+FAILURES = frozenset({"error", "timeout", "crashed", "not installed"})
 
 
 def _jobs(text: str) -> int:
@@ -73,8 +78,19 @@ class CheckBackends(SelectionOptions, Lister):
       needs SGLang
           a built-in on a machine without SGLang (as list and show say):
           serving with it fails until SGLang is installed; not a failure
+      not installed
+          enabled_backends (or --enable) names a plugin no installed
+          distribution provides: the service would run without it; Detail
+          says where the list was set
 
-    Exit status: 0 if nothing failed, 1 if a plugin failed, 2 for bad configuration.
+    A plugin whose distribution has unmet requirements (Requires-Dist lines
+    what is installed does not meet, as list and show give them) keeps the
+    Result its load gives; its Detail ends with them, and one WARNING line
+    per distribution says so on stderr. So does a distribution found more
+    than once on the module search path (the first copy is the one used).
+
+    Exit status: 0 if nothing failed, 1 if a plugin failed or an enabled one is not
+    installed, 2 for bad configuration.
 
     A plugin distribution that installs a console script named sglang gets
     a warning naming it: that replaces SGLang's own sglang command.
@@ -132,6 +148,7 @@ class CheckBackends(SelectionOptions, Lister):
         builtins, chosen = survey.builtins, _chosen(survey, parsed_args.names)
         for warning in _sglang_script_warnings(record for record, _ in chosen):
             self.app.LOG.warning(printable(warning))
+        unmet = _foretold(self.app.LOG, [record.plugin for record, _ in chosen])
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
         conflicts = {plugin.name for plugin in survey.conflicts}
@@ -189,12 +206,69 @@ class CheckBackends(SelectionOptions, Lister):
                     f"{result.detections} detector requests answered)"
                 )
             rows.append((*head, "ok", seconds, detail))
+        rows = [_with_unmet(row, unmet) for row in rows]
+        rows += _not_installed(settings, survey)
         self.failed = any(row[4] in FAILURES for row in rows)
         if parsed_args.contract:  # whether SGLang's own host was asked too, row by row
             unasked = "not checked: not loaded"
             rows = [(*row, sglang.get(row[0], unasked)) for row in rows]
             return (*COLUMNS, "SGLang"), self.safe_rows(parsed_args, rows)
         return COLUMNS, self.safe_rows(parsed_args, rows)
+
+
+def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
+    """Warn once per distribution of *plugins* with unmet requirements or shadowed copies;
+    return the unmet requirements' clause by distribution name.
+    """
+    unmet: dict[str, str] = {}
+    for plugin in distributions_of(plugins).values():
+        clause = unmet_clause(plugin)
+        if clause:
+            unmet[plugin.distribution or ""] = clause
+            log.warning(printable(f"Serve backend {plugin.name!r}: {clause}"))
+        shadowed = shadowed_text(plugin)
+        if shadowed:
+            version = f" {plugin.version}" if plugin.version else ""
+            log.warning(
+                printable(
+                    f"Distribution {plugin.provider} is on the module search path more than "
+                    f"once: {plugin.provider}{version}, found first, is the one used; later "
+                    f"copies, never loaded: {shadowed}"
+                )
+            )
+    return unmet
+
+
+def _with_unmet(row: tuple[Any, ...], unmet: dict[str, str]) -> tuple[Any, ...]:
+    """*row* with its distribution's unmet requirements ending its Detail (once)."""
+    clause = unmet.get(row[2] or "")
+    if not clause or str(row[6]).endswith(clause):  # a failed load's message ends with it
+        return row
+    return (*row[:6], f"{row[6]}; {clause}")
+
+
+def _not_installed(settings: Settings, survey: Survey) -> list[tuple[Any, ...]]:
+    """A failing row for each name ``enabled_backends`` (or ``--enable``) gives that no
+    installed plugin provides: a deployment gate must not pass a service missing one.
+    """
+    where = settings.list_origins().get("enabled", "the enabled list")
+    rows: list[tuple[Any, ...]] = []
+    for name in sorted(set(settings.enabled or ()) - set(survey.installed)):
+        if name in survey.builtins:  # always available; the warning says it changes nothing
+            continue
+        rows.append(
+            (
+                name,
+                "plugin",
+                None,
+                None,
+                "not installed",
+                0.0,
+                f"enabled by {where}, but no installed distribution provides serve backend "
+                f"{name!r}{did_you_mean(name, survey.installed)}",
+            )
+        )
+    return rows
 
 
 def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
