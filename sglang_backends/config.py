@@ -1,11 +1,9 @@
 """Driver selection by configuration, the OpenStack way (oslo.config).
 
-The ``[serve_backends]`` group chooses the backend, which plugins may load and how long
-detection and stopping may take. oslo.config reads the files and directories, in
-command-line order, and the environment (``OS_SERVE_BACKENDS__MODEL_TYPE`` and so on), and
-its typed options validate the values. Every function works on a private ``ConfigOpts``
-(never ``CONF``); bad configuration is a one-line
-:class:`~sglang_backends.errors.ConfigurationError` naming the option and its source.
+The ``[serve_backends]`` group: the backend, which plugins load, which match wins, timeouts.
+oslo.config reads files and directories (command-line order) and ``OS_SERVE_BACKENDS__*``
+variables; typed options validate them. Functions work on a private ``ConfigOpts`` (never
+``CONF``); bad configuration is a one-line :class:`~sglang_backends.errors.ConfigurationError`.
 """
 
 from __future__ import annotations
@@ -93,6 +91,12 @@ OPTS = [
         help="Comma-separated plugin names that are never loaded, even when listed in "
         "enabled_backends. Use it to switch off a broken or unwanted plugin without "
         "uninstalling it.",
+    ),
+    cfg.ListOpt(
+        "preferred_backends",
+        item_type=_NAME,
+        default=[],
+        help="Backends in order of preference: of several detectors' matches, the first wins.",
     ),
     cfg.Opt(
         "detect_timeout",
@@ -210,6 +214,7 @@ def _settings(conf: cfg.ConfigOpts, files: Sequence[str], parsed: _Parsed | None
         detect_timeout=values["detect_timeout"],
         load_timeout=values["load_timeout"],
         stop_timeout=values["stop_timeout"],
+        preferred=tuple(values["preferred_backends"]),
         source=", ".join(sources) or "defaults",
         locate=lambda option: _where(conf.get_location(option, GROUP)),
     )

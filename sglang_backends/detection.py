@@ -29,9 +29,11 @@ from sglang_backends.errors import AmbiguousDetectionError, describe
 from sglang_backends.names import FALLBACK_BACKEND
 
 __all__ = [
+    "AMBIGUITY_WAY_OUT",
     "DetectionOutcome",
     "DetectionReport",
     "Verdict",
+    "preferred_note",
     "report",
     "run_detectors",
     "skipped",
@@ -92,21 +94,40 @@ class DetectionReport:
 
     @property
     def ambiguous(self) -> bool:
-        """Whether several backends matched, so none was chosen."""
-        return len(self.matches) > 1
+        """Whether several backends matched and none was preferred, so none was chosen."""
+        return self.selected is None
+
+    @property
+    def preferred(self) -> bool:
+        """Whether several backends matched and ``preferred_backends`` chose one of them."""
+        return self.selected is not None and len(self.matches) > 1
 
     def choice(self) -> str:
         """The selected backend's name.
 
-        :raises AmbiguousDetectionError: several backends matched (a ``RuntimeError``).
+        :raises AmbiguousDetectionError: several backends matched, none of them
+            in ``preferred_backends`` (a ``RuntimeError``).
         """
         if self.selected is None:
             raise AmbiguousDetectionError(
                 f"Multiple serve backends matched this request: {', '.join(self.matches)}. "
-                "Select one explicitly with --model-type BACKEND.",
+                f"{AMBIGUITY_WAY_OUT}.",
                 matches=self.matches,
             )
         return self.selected
+
+
+#: How to settle several matches, as every message about them says it.
+AMBIGUITY_WAY_OUT = (
+    "Select one explicitly with --model-type BACKEND, or list the one to prefer first "
+    "in [serve_backends] preferred_backends"
+)
+
+
+def preferred_note(selected: str, matches: Sequence[str]) -> str:
+    """Why *selected* was chosen among *matches*: ``preferred_backends``, naming the others."""
+    others = ", ".join(name for name in matches if name != selected)
+    return f"chosen by preferred_backends; also matched: {others}"
 
 
 _T = TypeVar("_T")
@@ -160,14 +181,17 @@ def report(
     request: ServeRequest,
     *,
     timeout: float,
+    preferred: Sequence[str] = (),
 ) -> DetectionReport:
     """Run the loaded candidates' detectors on *request* and decide.
 
     :param candidates: in registry order, each a loaded backend or the
         outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
-    :returns: one match selects it; several select nothing (ambiguous);
-        none selects :data:`~sglang_backends.names.FALLBACK_BACKEND`.
+    :param preferred: backend names in order of preference among several matches.
+    :returns: one match selects it; several select the first of them in
+        *preferred*, else nothing (ambiguous); none selects
+        :data:`~sglang_backends.names.FALLBACK_BACKEND`.
     """
     backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
     detected = iter(run_detectors(backends, request, timeout=timeout))
@@ -178,7 +202,7 @@ def report(
     if len(matches) == 1:
         selected: str | None = matches[0]
     elif matches:
-        selected = None
+        selected = next((name for name in preferred if name in matches), None)
     else:
         selected = FALLBACK_BACKEND
     return DetectionReport(

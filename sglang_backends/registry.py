@@ -69,8 +69,10 @@ class ServeBackendRegistry:
         factory call, or a lazy built-in's factory) may take during
         :meth:`auto_detect` before it is skipped. :meth:`get` is unbounded.
     :param selection_origins: where the lists were set, ``{"enabled": ...,
-        "disabled": ...}``, for the warning about names not installed and
-        the errors naming a plugin the lists leave out.
+        "disabled": ..., "preferred": ...}``, for the warning about names not installed
+        and the errors naming a plugin the lists leave out.
+    :param preferred: backend names in order of preference: when several
+        detectors match, :meth:`explain` selects the first of them listed.
     :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
     :raises SelectionTypeError: *enabled* or *disabled* is a string, not a
@@ -88,6 +90,7 @@ class ServeBackendRegistry:
         detect_timeout: float = DEFAULT_DETECT_TIMEOUT,
         load_timeout: float = DEFAULT_LOAD_TIMEOUT,
         selection_origins: Mapping[str, str] | None = None,
+        preferred: Iterable[str] = (),
     ) -> None:
         selection.check_lists(builtins, enabled, disabled)
         for label, value in (("detect_timeout", detect_timeout), ("load_timeout", load_timeout)):
@@ -98,6 +101,7 @@ class ServeBackendRegistry:
 
         self._builtins = dict(builtins)
         self._origins = dict(selection_origins or {})
+        self.preferred = tuple(preferred)
         self.detect_timeout = float(detect_timeout)
         self.load_timeout = float(load_timeout)
         #: What is installed and usable under the selection; the commands show the same.
@@ -110,7 +114,7 @@ class ServeBackendRegistry:
             if isinstance(backend, ServeBackend)
         }
         selection.refuse_conflicts(self.survey.records)
-        self.survey.warn_unknown(self._origins)
+        self.survey.warn_unknown(self._origins, preferred=self.preferred)
 
     @classmethod
     def from_settings(
@@ -131,6 +135,7 @@ class ServeBackendRegistry:
             detect_timeout=settings.detect_timeout,
             load_timeout=settings.load_timeout,
             selection_origins=settings.list_origins(),
+            preferred=settings.preferred,
         )
 
     @property
@@ -247,7 +252,7 @@ class ServeBackendRegistry:
         loaded = self._loader.load_each_within(names, candidate, timeout=self.load_timeout)
         if progress is not None:
             loaded = [_watched_detector(c, progress) for c in loaded]
-        return report(loaded, request, timeout=self.detect_timeout)
+        return report(loaded, request, timeout=self.detect_timeout, preferred=self.preferred)
 
     def auto_detect(
         self, request: ServeRequest, *, progress: Progress | None = None

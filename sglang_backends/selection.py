@@ -285,25 +285,28 @@ def warn_unknown_selection(
     *,
     enabled: Collection[str] | None,
     disabled: Collection[str],
+    preferred: Collection[str] = (),
     origins: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Warn about names in the enabled/disabled lists that select no installed plugin.
+    """Warn about names in the enabled/disabled/preferred lists that name no installed plugin.
 
     A typo in a list must not pass silently, nor a built-in's name, which
     changes nothing (the lists apply to plugins; built-ins are always
     available) unless a plugin claims that name. Each warning goes to this
-    module's logger and, when *origins* maps ``"enabled"`` or ``"disabled"``
-    to where that list was set (an option in a file, a command-line flag),
-    says so.
+    module's logger and, when *origins* maps ``"enabled"``, ``"disabled"`` or
+    ``"preferred"`` to where that list was set (an option in a file, a
+    command-line flag), says so. A built-in in the preferred list is no slip:
+    a built-in's detector (diffusion's) may be preferred.
 
     :returns: the names warned about, in warning order.
     """
     unknown = []
     listed: str | None = None  # the installed names, joined once however many are unknown
-    for label, names in (("enabled", enabled or ()), ("disabled", disabled)):
+    lists = (("enabled", enabled or ()), ("disabled", disabled), ("preferred", preferred))
+    for label, names in lists:
         origin = (origins or {}).get(label)
         for name in sorted(names):
-            if name in installed:
+            if name in installed or (label == "preferred" and name in builtin_names):
                 continue
             unknown.append(name)
             if name in builtin_names:

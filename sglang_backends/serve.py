@@ -54,6 +54,7 @@ from sglang_backends.usage import (
 if TYPE_CHECKING:
     from sglang_backends.backend_process import Channel
     from sglang_backends.contract import RegisteredServeBackend, ServeRequest
+    from sglang_backends.detection import DetectionReport
     from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
@@ -205,9 +206,12 @@ def _backend(
     the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
     """
     sglang_host.run_general_plugins()  # SGLang's hardware and hook plugins, as it runs them
+    from sglang_backends.detection import preferred_note
     from sglang_backends.registry import ServeBackendRegistry  # not for the general help
 
     registry = ServeBackendRegistry.from_settings(settings)
+    detection: DetectionReport | None = None
+    why = ""
     if model_type == AUTO:
         progress = None
         if channel is not None:
@@ -220,21 +224,24 @@ def _backend(
                 f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
             )
             progress = channel.progress
-        registered = registry.auto_detect(request, progress=progress)
-        chosen = "Selected serve backend %s by automatic detection"
+        detection = registry.explain(request, progress=progress)
+        registered = registry.get(detection.choice())  # what auto_detect() does
+        chosen = "Selected serve backend %s by automatic detection%s"
+        if detection.preferred:
+            why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
         registered = _get(registry, model_type, host, settings)
-        chosen = "Using serve backend %s"
+        chosen = "Using serve backend %s%s"
     description = _describe(registry, registered)
-    LOG.info(chosen, description)
+    LOG.info(chosen, description, why)
     if registered.backend.requires_model_path and request.model_path is None:
         raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
-    fell_back = model_type == AUTO and registered.name == FALLBACK_BACKEND
     try:
         status = launch(description, registered)
     except _Failure as exc:
-        if fell_back and not sglang_host.sglang_installed():
-            raise _Failure(f"{_unclaimed(registry, settings, request)} {exc}", exc.status) from exc
+        if detection is not None and detection.fallback and not sglang_host.sglang_installed():
+            why = _unclaimed(registry, settings, request, detection)
+            raise _Failure(f"{why} {exc}", exc.status) from exc
         raise
     if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
         print(
@@ -245,28 +252,56 @@ def _backend(
     return status
 
 
-def _unclaimed(registry: ServeBackendRegistry, settings: Settings, request: ServeRequest) -> str:
-    """Why detection fell back to ``llm`` (said only when it cannot run): what, and why."""
+def _unclaimed(
+    registry: ServeBackendRegistry,
+    settings: Settings,
+    request: ServeRequest,
+    detection: DetectionReport,
+) -> str:
+    """Why detection fell back to ``llm`` (said only when it cannot run): each plugin by
+    what happened to it (declined, failed to load, timed out, duplicate, not enabled).
+    """
+    from sglang_backends.detection import Verdict
+
     reasons = []
     model = request.model_path
     if model is None:
         reasons.append("no model was given")
     elif not os.path.exists(model):
-        reasons.append(f"the model path {model!r} does not exist (nor did a plugin claim it)")
+        reasons.append(f"the model path {model!r} does not exist")
     origins = settings.list_origins()
-    disabled = [r.plugin for r in registry.plugins if r.status is PluginStatus.DISABLED]
-    for plugin in disabled:
+    duplicates: dict[str, list[str]] = {}
+    for record in registry.plugins:
+        plugin = record.plugin
+        if record.status is PluginStatus.DUPLICATE:
+            duplicates.setdefault(plugin.name, []).append(plugin.provider)
+        if record.status is not PluginStatus.DISABLED:
+            continue
         why = unavailable_because(plugin.name, disabled=settings.disabled, origins=origins)
         reasons.append(f"plugin {plugin.name!r} from {plugin.provider} {why}, so it was not asked")
-    if not reasons:
-        enabled = sorted(
-            {r.plugin.name for r in registry.plugins if r.status is PluginStatus.ENABLED}
-        )
+    for name, providers in sorted(duplicates.items()):
         reasons.append(
-            f"no installed plugin's detector claimed {model!r} (asked: {', '.join(enabled)})"
-            if enabled
-            else "no serve backend plugin is installed"
+            f"plugin {name!r} has duplicate providers ({', '.join(providers)}), so none was "
+            f"asked; select one as DIST:NAME (e.g. {providers[0] + ':' + name!r})"
         )
+    declined = {Verdict.NO_MATCH: "declined", Verdict.UNKNOWN: "could not tell"}
+    for outcome in detection.outcomes:
+        if outcome.name in registry.builtin_names or outcome.name in duplicates:
+            continue
+        label = f"plugin {outcome.name!r} from {outcome.distribution or 'an unknown distribution'}"
+        detail = outcome.detail or ""
+        if outcome.verdict in declined:
+            reasons.append(f"{label} was asked and {declined[outcome.verdict]}")
+        elif outcome.verdict is Verdict.NO_DETECTOR:
+            reasons.append(f"{label} has no detector, so it was not asked")
+        elif outcome.verdict is Verdict.TIMEOUT:
+            reasons.append(f"{label} timed out: {detail}")
+        elif detail.startswith("detector"):
+            reasons.append(f"{label} was asked, but its {detail}")
+        else:
+            reasons.append(f"{label} failed to load: {detail}")
+    if not registry.plugins:
+        reasons.append("no serve backend plugin is installed")
     return f"Automatic detection fell back to {FALLBACK_BACKEND!r}: {'; '.join(reasons)}."
 
 

@@ -59,6 +59,8 @@ class Settings(NamedTuple):
     :param detect_timeout: seconds each detector may take.
     :param load_timeout: seconds each candidate's import and factory may take.
     :param stop_timeout: seconds between SIGTERM and SIGKILL (``0``: at once).
+    :param preferred: backend names in order of preference, for when several
+        detectors claim a request: the first of them listed is chosen.
     :param source: where the values came from, for messages.
     :param flag_origins: ``("enabled", "--enable on the command line")`` pairs
         for the lists a command-line flag set, overriding configuration.
@@ -75,6 +77,7 @@ class Settings(NamedTuple):
     detect_timeout: float = DEFAULT_DETECT_TIMEOUT
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    preferred: tuple[str, ...] = ()
     source: str = "defaults"
     flag_origins: tuple[tuple[str, str], ...] = ()
     locate: Callable[[str], str | None] | None = None
@@ -95,12 +98,13 @@ class Settings(NamedTuple):
         return f"[serve_backends] {option}, set in {where}"
 
     def list_origins(self) -> dict[str, str]:
-        """Where the enabled and disabled lists were set, for warnings about their names.
+        """Where the enabled, disabled and preferred lists were set, for warnings about
+        their names.
 
-        Keyed ``"enabled"`` and ``"disabled"``: set by a flag, or by configuration
-        (whenever any was read); empty when neither was.
+        Keyed ``"enabled"``, ``"disabled"`` and ``"preferred"``: set by a flag, or by
+        configuration (whenever any was read); empty when none was.
         """
-        lists = () if self.locate is None else ("enabled", "disabled")
+        lists = () if self.locate is None else ("enabled", "disabled", "preferred")
         origins = {label: self.describe(f"{label}_backends") for label in lists}
         return {**origins, **dict(self.flag_origins)}
 

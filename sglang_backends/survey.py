@@ -84,8 +84,10 @@ class Survey(NamedTuple):
             origins=origins,
         )
 
-    def warn_unknown(self, origins: Mapping[str, str] | None = None) -> list[str]:
-        """Warn about listed names that select no installed plugin; see
+    def warn_unknown(
+        self, origins: Mapping[str, str] | None = None, *, preferred: Collection[str] = ()
+    ) -> list[str]:
+        """Warn about listed names (*preferred* too) that select no installed plugin; see
         :func:`~sglang_backends.selection.warn_unknown_selection`.
         """
         return selection.warn_unknown_selection(
@@ -93,6 +95,7 @@ class Survey(NamedTuple):
             self.builtins,
             enabled=self.enabled,
             disabled=self.disabled,
+            preferred=preferred,
             origins=origins,
         )
 

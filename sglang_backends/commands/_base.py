@@ -193,7 +193,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         """
         settings = self.settings(parsed_args)
         installed = survey(default_builtins(), enabled=settings.enabled, disabled=settings.disabled)
-        installed.warn_unknown(settings.list_origins())
+        installed.warn_unknown(settings.list_origins(), preferred=settings.preferred)
         problem = _model_type_problem(settings, installed)
         if problem:
             self.app.LOG.warning("%s", problem)

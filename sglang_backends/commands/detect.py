@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -16,11 +17,13 @@ from sglang_backends.commands._base import (
     option_span,
     positive_seconds,
 )
+from sglang_backends.detection import AMBIGUITY_WAY_OUT, preferred_note
 from sglang_backends.dispatch import parse_host_options
 from sglang_backends.errors import ServeBackendError
 from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings
+from sglang_backends.usage import printable
 
 __all__ = ["DetectBackend"]
 
@@ -84,20 +87,49 @@ class _RequestParser(argparse.ArgumentParser):
     """A parser that takes everything after detect's own options as the request.
 
     It inserts ``--`` before the first argument that is not one of them, so
-    ``detect --model-path X --tp 2`` needs no ``--``.
+    ``detect --model-path X --tp 2`` needs no ``--``. Its own options found
+    after that point are part of the request; the result's ``misplaced``
+    lists them (each with its values) and ``corrected`` is the argument list
+    with them moved before the request, for the warning.
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        misplaced: list[list[str]] = []
+        corrected: list[str] = []
         if args is not None:
             args = list(args)
             index = 0
             while index < len(args) and args[index] != "--":
                 option = option_span(self, args[index])
                 if option is None:
+                    misplaced, kept = self._own_options(args[index:])
+                    corrected = [*args[:index], *(t for o in misplaced for t in o), *kept]
                     args.insert(index, "--")
                     break
                 index += option[1]
-        return super().parse_known_args(args, namespace)
+        parsed, rest = super().parse_known_args(args, namespace)
+        parsed.misplaced, parsed.corrected = misplaced, corrected
+        return parsed, rest
+
+    def _own_options(self, request: list[str]) -> tuple[list[list[str]], list[str]]:
+        """detect's own options (but ``--help``) in *request*, each with its values, and
+        the rest of *request*; an explicit ``--`` ends the search.
+        """
+        misplaced: list[list[str]] = []
+        kept: list[str] = []
+        index = 0
+        while index < len(request):
+            option = option_span(self, request[index])
+            if request[index] == "--" or option is None or "-h" in option[0].option_strings:
+                kept.append(request[index])
+                if request[index] == "--":
+                    kept += request[index + 1 :]
+                    break
+                index += 1
+                continue
+            misplaced.append(request[index : index + option[1]])
+            index += option[1]
+        return misplaced, kept
 
 
 class DetectBackend(SelectionOptions, Lister):
@@ -120,16 +152,21 @@ class DetectBackend(SelectionOptions, Lister):
       timeout
           the detector did not answer within detect_timeout
       selected
-          final row: the one backend that matched
+          final row: the one backend that matched, or, when several did,
+          the first of them in preferred_backends (Detail says so and names
+          the others)
       fallback
           final row: nothing matched, so llm is used
       ambiguous
-          final row: several matched; serve would refuse (exit 1)
+          final row: several matched and none of them is in
+          preferred_backends; serve would refuse (exit 1)
 
     The request is what you would pass to serve: a positional MODEL becomes
     --model-path MODEL, and --model-path/--model are read; --model-type is
     ignored. Everything after detect's own options is the request, so put
-    detect's options (-f, --config-file, ...) first. Plugins are loaded in a
+    detect's options (-f, --config-file, ...) first: one of them after MODEL
+    is taken as part of the request, with a warning giving the command with
+    it moved first. Plugins are loaded in a
     separate process bounded by --timeout, so a plugin that hangs or crashes
     at import cannot hang detect.
 
@@ -191,7 +228,16 @@ class DetectBackend(SelectionOptions, Lister):
             self.app.LOG.warning(
                 "detect explains automatic detection; ignoring --model-type %s", host.model_type
             )
-        if host.config_args:
+        if parsed_args.misplaced:
+            given = ", ".join(" ".join(option) for option in parsed_args.misplaced)
+            command = shlex.join(["sglang-backends", "detect", *parsed_args.corrected])
+            self.app.LOG.warning(
+                printable(
+                    f"detect's own options after MODEL are taken as part of the request, "
+                    f"not as detect's: {given}. If they were meant for detect, run: {command}"
+                )
+            )
+        elif host.config_args:
             self.app.LOG.warning(
                 "--config-file/--config-dir inside the request are ignored; "
                 "give them before the request, as detect's own options"
@@ -203,6 +249,7 @@ class DetectBackend(SelectionOptions, Lister):
             disabled=configured.disabled,
             detect_timeout=parsed_args.detect_timeout or configured.detect_timeout,
             load_timeout=configured.load_timeout,
+            preferred=configured.preferred,
         )
         timeout = parsed_args.timeout or (
             settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
@@ -233,8 +280,7 @@ class DetectBackend(SelectionOptions, Lister):
         if result.selected is None:
             matches = ", ".join(result.matches)
             detail = (
-                f"several backends matched: {matches}; serve refuses to guess. "
-                "Select one with --model-type BACKEND"
+                f"several backends matched: {matches}; serve refuses to guess. {AMBIGUITY_WAY_OUT}"
             )
             rows.append((None, None, "ambiguous", seconds, detail))
             self.app.LOG.warning("No selection: %s", detail)
@@ -248,6 +294,9 @@ class DetectBackend(SelectionOptions, Lister):
             self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         else:
             detail = "the only backend whose detector matched"
+            if len(result.matches) > 1:
+                where = configured.describe("preferred_backends")
+                detail = f"{preferred_note(result.selected, result.matches)} ({where})"
             selected = next(o for o in result.outcomes if o.name == result.selected)
             rows.append((result.selected, selected.distribution, "selected", seconds, detail))
             self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
