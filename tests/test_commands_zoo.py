@@ -121,6 +121,7 @@ def test_list_shows_the_whole_zoo_and_imports_nothing(zoo, markers):
             "Version": "1.0",
             "Target": f"{name}_plugin:factory",
             "Status": "enabled",
+            "Requirements": "met",
         }
     assert list(markers.iterdir()) == []
 

@@ -101,7 +101,8 @@ def test_several_matches_are_an_error_listing_them_in_registry_order(install_bac
         registry.auto_detect(request)
     assert str(info.value) == (
         "Multiple serve backends matched this request: diffusion, acme, zed. "
-        "Select one explicitly with --model-type BACKEND."
+        "Select one explicitly with --model-type BACKEND, or list the one to prefer first "
+        "in [serve_backends] preferred_backends."
     )
     assert isinstance(info.value, AmbiguousDetectionError)
     assert isinstance(info.value, ServeBackendError)

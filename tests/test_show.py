@@ -52,6 +52,8 @@ def test_show_loads_a_plugin_and_reports_its_contract(omni):
         "Has detector": True,
         "Requires model path": False,
         "Summary": "Omni runtime: serves any-to-any models.",
+        "Unmet requirements": "",
+        "Shadowed copies": "",
     }
     assert 0 <= load_seconds < 30
 
