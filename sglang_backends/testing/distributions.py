@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,12 @@ def write_distribution(
     entry_points: Mapping[str, str] | None = None,
     group: str = SERVE_BACKENDS_GROUP,
     modules: Mapping[str, str] | None = None,
+    requires: Sequence[str] = (),
 ) -> Path:
     """Install distribution *name* into *root* and return its dist-info path.
 
     :param entry_points: backend name to ``module:attr`` target, in *group*.
+    :param requires: ``Requires-Dist`` lines (``sglang==0.5.22``, ``pytest; extra == "test"``).
     :param modules: relative file path (``pkg/mod.py``) to source; the source
         is dedented, so triple-quoted blocks can be indented in tests.
     """
@@ -42,8 +44,10 @@ def write_distribution(
     safe = re.sub(r"[-_.]+", "_", name)
     info = root / f"{safe}-{version}.dist-info"
     info.mkdir()
+    requirements = "".join(f"Requires-Dist: {line}\n" for line in requires)
     (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requirements}",
+        encoding="utf-8",
     )
     if entry_points:
         lines = [f"[{group}]"] + [f"{key} = {value}" for key, value in entry_points.items()]
