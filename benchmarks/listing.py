@@ -2,8 +2,10 @@
 
 Generates 0/200/1000/3000 distributions (dist-info directories) in a
 temporary directory on ``PYTHONPATH``: most without entry points, one in ten
-with console scripts, five with serve backends. Compares the registry's
-listing with a bare ``importlib.metadata.entry_points(group=...)`` and with
+with console scripts, five with serve backends, one with a general plugin
+(``sglang.srt.plugins``). Compares the registry's listing and the ``list``
+command (whose rows add each distribution's requirements and the general
+plugins) with a bare ``importlib.metadata.entry_points(group=...)`` and with
 ``python -c pass``, each in fresh interpreters. Prints medians in ms: wall
 time of the process and, in brackets, the listing call itself.
 """
@@ -46,6 +48,10 @@ def populate(root: Path, count: int) -> None:
         name = f"bench-dist-{index:05d}"
         if index < PLUGINS:
             write_distribution(root, name, entry_points={f"bench{index}": f"bench{index}:factory"})
+        elif index == PLUGINS:
+            write_distribution(
+                root, name, entry_points={"hook": "hook:run"}, group="sglang.srt.plugins"
+            )
         elif index % 10 == 0:
             write_distribution(
                 root, name, entry_points={f"tool{index}": "tool:main"}, group="console_scripts"
@@ -62,6 +68,16 @@ def main(argv: list[str] | None = None) -> str:
         "`python -c pass`": python("pass"),
         "`importlib.metadata.entry_points(group=...)`": python(BARE),
         "`ServeBackendRegistry(default_builtins()).available_names`": python(REGISTRY),
+        "`sglang-backends list -f value`": [
+            sys.executable,
+            "-m",
+            "sglang_backends",
+            "list",
+            "-f",
+            "value",
+            "-c",
+            "Name",
+        ],
     }
     results = {}
     for count in SIZES:

@@ -146,7 +146,7 @@ def _distribution_of(plugin: PluginEntryPoint) -> Distribution | None:
 
 
 def unmet_text(plugin: PluginEntryPoint) -> str | None:
-    """*plugin*'s distribution's unmet requirements joined by ``; ``: empty when all are
+    """*plugin*'s distribution's unmet requirements joined by "; ": empty when all are
     met, ``None`` when its metadata could not be read (nothing is known).
     """
     dist = _distribution_of(plugin)
