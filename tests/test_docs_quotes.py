@@ -88,7 +88,8 @@ def factory():
 """
 
 _NOT_INSTALLED = re.compile(
-    r"Serve backend '(?P<name>[^']+)' in the (?P<list>enabled|disabled|preferred) list is not installed"
+    r"Serve backend '(?P<name>[^']+)' in the (?P<list>enabled|disabled|preferred) list "
+    r"is not installed"
     r".* Installed plugins: (?P<plugins>[^(]+) \(check \[serve_backends\] \w+, set in "
     r"(?P<path>\S+)\)$"
 )
