@@ -15,8 +15,9 @@ Three things an operator can be told in advance, each a pure reading of
 * later copies of a distribution on the path, which the first copy shadows
   (:func:`shadowed_copies`).
 
-The commands render these; serve reads only :func:`sglang_plugins_allowed`,
-and the registry :func:`unmet_clause` when a load has already failed.
+The commands render these; serve reads none of it, and the registry only
+:func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
+:func:`sglang_backends.host.sglang_plugins_allowed`, which serve uses too.
 :mod:`packaging` is imported by the functions that need it.
 
 Internal module: its names may change between releases without notice.
@@ -36,7 +37,7 @@ from sglang_backends.discovery import (
     discover,
     normalize_distribution,
 )
-from sglang_backends.host import GENERAL_PLUGINS_GROUP
+from sglang_backends.host import GENERAL_PLUGINS_GROUP, sglang_plugins_allowed
 
 if TYPE_CHECKING:
     from importlib.metadata import Distribution
@@ -160,18 +161,6 @@ def unmet_clause(plugin: PluginEntryPoint) -> str:
         return ""
     version = f" {plugin.version}" if plugin.version else ""
     return f"unmet requirements of {plugin.provider}{version}: {text}"
-
-
-def sglang_plugins_allowed(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
-    """The general plugins ``SGLANG_PLUGINS`` allows, as SGLang reads it; ``None`` allows all.
-
-    Comma-separated names, each stripped, empty ones dropped; unset or empty
-    allows every plugin (so ``SGLANG_PLUGINS=,`` allows none).
-    """
-    value = (os.environ if environ is None else environ).get("SGLANG_PLUGINS", "")
-    if not value:
-        return None
-    return frozenset(name.strip() for name in value.split(",") if name.strip())
 
 
 class GeneralPlugin(NamedTuple):

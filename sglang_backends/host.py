@@ -14,7 +14,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "run_general_plugins",
     "run_llm",
     "sglang_installed",
+    "sglang_plugins_allowed",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -257,6 +258,18 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
     return {"llm": ServeBackend(api_version=1, run=run_llm), "diffusion": diffusion_backend}
 
 
+def sglang_plugins_allowed(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
+    """The general plugins ``SGLANG_PLUGINS`` allows, as SGLang reads it; ``None`` allows all.
+
+    Comma-separated names, each stripped, empty ones dropped; unset or empty
+    allows every plugin (so ``SGLANG_PLUGINS=,`` allows none).
+    """
+    value = (os.environ if environ is None else environ).get("SGLANG_PLUGINS", "")
+    if not value:
+        return None
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
+
+
 def run_general_plugins() -> bool:
     """Run SGLang's general plugins once per process, unless none would load.
 
@@ -269,7 +282,6 @@ def run_general_plugins() -> bool:
             return False
         _general_plugins_done = True
         from sglang_backends.discovery import discover
-        from sglang_backends.foresight import sglang_plugins_allowed
 
         names = set(discover(GENERAL_PLUGINS_GROUP))
         allowed = sglang_plugins_allowed()  # SGLang's own filter

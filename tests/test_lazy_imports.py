@@ -280,3 +280,40 @@ def test_a_help_beside_sglang_prints_its_note_without_importing_it(site, install
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith(f"\n{NOTE}\n")
     assert loaded == []
+
+
+RECORDS_MODULES = """
+import json, os, sys
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def run(request):
+    watched = ("packaging", "sglang_backends.foresight")
+    loaded = [w for w in watched if any(m == w or m.startswith(w + ".") for m in sys.modules)]
+    with open(os.environ["MODULES_RECORD"], "w", encoding="utf-8") as stream:
+        json.dump(loaded, stream)
+
+def factory():
+    return ServeBackend(
+        api_version=1, run=run, detect=lambda request: ServeBackendDetection.MATCH
+    )
+"""
+
+
+@pytest.mark.parametrize("args", [["m", "--model-type", "omni"], ["m"]])
+def test_serving_a_healthy_plugin_reads_no_requirements(site, tmp_path, args):
+    """What the metadata foretells (packaging, the foresight module) stays off serve's path
+    while nothing fails: the backend, running, finds neither imported in its process.
+    """
+    import json
+
+    site.install(
+        "omni-runtime",
+        entry_points={"omni": "omni_recorder:factory"},
+        modules={"omni_recorder.py": RECORDS_MODULES},
+        requires=["stevedore"],
+    )
+    record = tmp_path / "modules.json"
+    env = {**clean_environ(site.environ()), "MODULES_RECORD": str(record)}
+    _, result = imported_by(serve_in_process(args), (), env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(record.read_text(encoding="utf-8")) == []
