@@ -38,6 +38,7 @@ __all__ = [
     "run_detectors",
     "skipped",
     "start_each",
+    "what_happened",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -122,6 +123,22 @@ AMBIGUITY_WAY_OUT = (
     "Select one explicitly with --model-type BACKEND, or list the one to prefer first "
     "in [serve_backends] preferred_backends"
 )
+
+
+def what_happened(outcome: DetectionOutcome) -> str:
+    """*outcome*'s plugin and what happened to it, for why detection fell back."""
+    label = f"plugin {outcome.name!r} from {outcome.distribution or 'an unknown distribution'}"
+    detail = outcome.detail or ""
+    if outcome.verdict in (Verdict.NO_MATCH, Verdict.UNKNOWN):
+        declined = "declined" if outcome.verdict is Verdict.NO_MATCH else "could not tell"
+        return f"{label} was asked and {declined}"
+    if outcome.verdict is Verdict.NO_DETECTOR:
+        return f"{label} has no detector, so it was not asked"
+    if outcome.verdict is Verdict.TIMEOUT:
+        return f"{label} timed out: {detail}"
+    if detail.startswith("detector"):  # it loaded: its detector raised or answered wrong
+        return f"{label} was asked, but its {detail}"
+    return f"{label} failed to load: {detail}"
 
 
 def preferred_note(selected: str, matches: Sequence[str]) -> str:

@@ -17,7 +17,7 @@ Three things an operator can be told in advance, each a pure reading of
 
 The commands render these; serve reads none of it, and the registry only
 :func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
-:func:`sglang_backends.host.sglang_plugins_allowed`, which serve uses too.
+:func:`sglang_backends.names.general_plugins_allowed`, which serve uses too.
 :mod:`packaging` is imported by the functions that need it.
 
 Internal module: its names may change between releases without notice.
@@ -37,7 +37,8 @@ from sglang_backends.discovery import (
     discover,
     normalize_distribution,
 )
-from sglang_backends.host import GENERAL_PLUGINS_GROUP, sglang_plugins_allowed
+from sglang_backends.host import GENERAL_PLUGINS_GROUP
+from sglang_backends.names import general_plugins_allowed
 
 if TYPE_CHECKING:
     from importlib.metadata import Distribution
@@ -53,7 +54,6 @@ __all__ = [
     "GeneralPlugin",
     "distributions_of",
     "general_plugins",
-    "sglang_plugins_allowed",
     "shadowed_copies",
     "shadowed_text",
     "unmet_clause",
@@ -205,7 +205,7 @@ def general_plugins(
     found = discover(GENERAL_PLUGINS_GROUP, installed)
     if not found:
         return []
-    allowed = sglang_plugins_allowed(env)
+    allowed = general_plugins_allowed(env.get("SGLANG_PLUGINS", ""))
     excluded = _other_platforms(env, installed)
     plugins: list[GeneralPlugin] = []
     for name in sorted(found):

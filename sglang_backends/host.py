@@ -14,12 +14,13 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sglang_backends.dispatch import PROG, wants_help
 from sglang_backends.errors import HostError, describe
+from sglang_backends.names import general_plugins_allowed
 
 if TYPE_CHECKING:
     from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
@@ -37,7 +38,6 @@ __all__ = [
     "run_general_plugins",
     "run_llm",
     "sglang_installed",
-    "sglang_plugins_allowed",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -258,18 +258,6 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
     return {"llm": ServeBackend(api_version=1, run=run_llm), "diffusion": diffusion_backend}
 
 
-def sglang_plugins_allowed(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
-    """The general plugins ``SGLANG_PLUGINS`` allows, as SGLang reads it; ``None`` allows all.
-
-    Comma-separated names, each stripped, empty ones dropped; unset or empty
-    allows every plugin (so ``SGLANG_PLUGINS=,`` allows none).
-    """
-    value = (os.environ if environ is None else environ).get("SGLANG_PLUGINS", "")
-    if not value:
-        return None
-    return frozenset(name.strip() for name in value.split(",") if name.strip())
-
-
 def run_general_plugins() -> bool:
     """Run SGLang's general plugins once per process, unless none would load.
 
@@ -284,8 +272,8 @@ def run_general_plugins() -> bool:
         from sglang_backends.discovery import discover
 
         names = set(discover(GENERAL_PLUGINS_GROUP))
-        allowed = sglang_plugins_allowed()  # SGLang's own filter
-        if allowed is not None:
+        allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
+        if allowed is not None:  # SGLang's own filter
             names &= allowed
         if not names:
             LOG.debug("No SGLang general plugin to load")

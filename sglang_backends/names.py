@@ -8,7 +8,13 @@ group and the reserved names for plugins.
 
 from __future__ import annotations
 
-__all__ = ["AUTO", "FALLBACK_BACKEND", "RESERVED_SERVE_BACKEND_NAMES", "SERVE_BACKENDS_GROUP"]
+__all__ = [
+    "AUTO",
+    "FALLBACK_BACKEND",
+    "RESERVED_SERVE_BACKEND_NAMES",
+    "SERVE_BACKENDS_GROUP",
+    "general_plugins_allowed",
+]
 
 #: Entry-point group in which plugins register their zero-argument factory.
 SERVE_BACKENDS_GROUP = "sglang.serve_backends"
@@ -18,3 +24,11 @@ AUTO = "auto"
 RESERVED_SERVE_BACKEND_NAMES = frozenset({AUTO})
 #: The backend chosen when no detector claims a request.
 FALLBACK_BACKEND = "llm"
+
+
+def general_plugins_allowed(value: str) -> frozenset[str] | None:
+    """The general plugins an ``SGLANG_PLUGINS`` *value* allows, as SGLang reads it:
+    comma-separated names, stripped, empty ones dropped; ``None`` (all) when *value* is
+    empty, so ``SGLANG_PLUGINS=,`` allows none.
+    """
+    return frozenset(n.strip() for n in value.split(",") if n.strip()) if value else None

@@ -40,6 +40,7 @@ __all__ = [
     "conflict_warning",
     "designates",
     "inventory",
+    "not_asked",
     "refuse_conflicts",
     "unavailable_because",
     "usable_names",
@@ -329,3 +330,33 @@ def warn_unknown_selection(
                 f" (check {origin})" if origin else "",
             )
     return unknown
+
+
+def not_asked(
+    records: Iterable[PluginRecord], *, disabled: Collection[str], origins: Mapping[str, str]
+) -> tuple[list[str], set[str]]:
+    """Why automatic detection asked none of these plugins, one reason each, and their names.
+
+    A plugin the lists refuse, saying which list and where (*origins*, as
+    :func:`warn_unknown_selection` takes them); a name several distributions
+    provide, with how to pick one.
+    """
+    reasons: list[str] = []
+    duplicates: dict[str, list[str]] = {}
+    names: set[str] = set()
+    for record in records:
+        plugin = record.plugin
+        if record.status is PluginStatus.DUPLICATE:
+            duplicates.setdefault(plugin.name, []).append(plugin.provider)
+        if record.status is not PluginStatus.DISABLED:
+            continue
+        names.add(plugin.name)
+        why = unavailable_because(plugin.name, disabled=disabled, origins=origins)
+        reasons.append(f"plugin {plugin.name!r} from {plugin.provider} {why}, so it was not asked")
+    for name, providers in sorted(duplicates.items()):
+        names.add(name)
+        reasons.append(
+            f"plugin {name!r} has duplicate providers ({', '.join(providers)}), so none was "
+            f"asked; select one as DIST:NAME (e.g. {providers[0] + ':' + name!r})"
+        )
+    return reasons, names

@@ -40,7 +40,6 @@ from sglang_backends.errors import (
     describe,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
-from sglang_backends.selection import PluginStatus, unavailable_because
 from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import (
     LOG_FORMAT,
@@ -261,7 +260,8 @@ def _unclaimed(
     """Why detection fell back to ``llm`` (said only when it cannot run): each plugin by
     what happened to it (declined, failed to load, timed out, duplicate, not enabled).
     """
-    from sglang_backends.detection import Verdict
+    from sglang_backends.detection import what_happened
+    from sglang_backends.selection import not_asked
 
     reasons = []
     model = request.model_path
@@ -269,37 +269,15 @@ def _unclaimed(
         reasons.append("no model was given")
     elif not os.path.exists(model):
         reasons.append(f"the model path {model!r} does not exist")
-    origins = settings.list_origins()
-    duplicates: dict[str, list[str]] = {}
-    for record in registry.plugins:
-        plugin = record.plugin
-        if record.status is PluginStatus.DUPLICATE:
-            duplicates.setdefault(plugin.name, []).append(plugin.provider)
-        if record.status is not PluginStatus.DISABLED:
-            continue
-        why = unavailable_because(plugin.name, disabled=settings.disabled, origins=origins)
-        reasons.append(f"plugin {plugin.name!r} from {plugin.provider} {why}, so it was not asked")
-    for name, providers in sorted(duplicates.items()):
-        reasons.append(
-            f"plugin {name!r} has duplicate providers ({', '.join(providers)}), so none was "
-            f"asked; select one as DIST:NAME (e.g. {providers[0] + ':' + name!r})"
-        )
-    declined = {Verdict.NO_MATCH: "declined", Verdict.UNKNOWN: "could not tell"}
-    for outcome in detection.outcomes:
-        if outcome.name in registry.builtin_names or outcome.name in duplicates:
-            continue
-        label = f"plugin {outcome.name!r} from {outcome.distribution or 'an unknown distribution'}"
-        detail = outcome.detail or ""
-        if outcome.verdict in declined:
-            reasons.append(f"{label} was asked and {declined[outcome.verdict]}")
-        elif outcome.verdict is Verdict.NO_DETECTOR:
-            reasons.append(f"{label} has no detector, so it was not asked")
-        elif outcome.verdict is Verdict.TIMEOUT:
-            reasons.append(f"{label} timed out: {detail}")
-        elif detail.startswith("detector"):
-            reasons.append(f"{label} was asked, but its {detail}")
-        else:
-            reasons.append(f"{label} failed to load: {detail}")
+    left_out, unasked = not_asked(
+        registry.plugins, disabled=settings.disabled, origins=settings.list_origins()
+    )
+    reasons += left_out
+    reasons += [
+        what_happened(outcome)
+        for outcome in detection.outcomes
+        if outcome.name not in registry.builtin_names and outcome.name not in unasked
+    ]
     if not registry.plugins:
         reasons.append("no serve backend plugin is installed")
     return f"Automatic detection fell back to {FALLBACK_BACKEND!r}: {'; '.join(reasons)}."
