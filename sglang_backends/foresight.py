@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -36,6 +37,7 @@ from sglang_backends.discovery import (
     PluginEntryPoint,
     discover,
     normalize_distribution,
+    read_metadata,
 )
 from sglang_backends.host import GENERAL_PLUGINS_GROUP
 from sglang_backends.names import general_plugins_allowed
@@ -83,16 +85,21 @@ def unmet_requirements(dist: Distribution) -> tuple[str, ...]:
     A requirement whose marker is false for this interpreter, or which only an
     extra asks for (no extra is requested), is skipped; so is a line
     :mod:`packaging` cannot parse. A pre-release installed meets a
-    specifier, as it does for pip once installed.
+    specifier, as it does for pip once installed. :mod:`packaging` (some 25 ms
+    to import) is imported only for a requirement that is more than a name.
     """
-    from packaging.requirements import InvalidRequirement, Requirement
-
     unmet: list[str] = []
     for line in _requires(dist):
+        if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
+            if _installed_version(line) is None:
+                unmet.append(f"{line} (not installed)")
+            continue
+        from packaging.requirements import InvalidRequirement, Requirement
+
         try:
             requirement = Requirement(line)
         except InvalidRequirement as exc:
-            LOG.debug("Ignoring the requirement %r of %s: %s", line, dist.name, exc)
+            LOG.debug("Ignoring the requirement %r of %r: %s", line, dist, exc)
             continue
         if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
             continue
@@ -106,24 +113,53 @@ def unmet_requirements(dist: Distribution) -> tuple[str, ...]:
     return tuple(unmet)
 
 
+#: A requirement that is a distribution name alone (PEP 508), needing no parser.
+_BARE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
 def _requires(dist: Distribution) -> list[str]:
-    """*dist*'s ``Requires-Dist`` lines; none when its metadata cannot be read."""
+    """*dist*'s ``Requires-Dist`` lines; none when its metadata cannot be read.
+
+    An egg's ``requires.txt``, outside the header block, is left to ``dist.requires``.
+    """
     try:
-        return list(dist.requires or ())
+        if read_metadata(dist, "METADATA") is None and read_metadata(dist, "requires.txt"):
+            return list(dist.requires or ())
+        return _header(dist, "Requires-Dist")
     except Exception as exc:  # noqa: BLE001 - discovery already warned about its metadata
         LOG.debug("Cannot read the requirements of %r: %s", dist, exc)
         return []
 
 
+def _header(dist: Distribution, field: str) -> list[str]:
+    """Every value of *field* in *dist*'s ``METADATA`` (or ``PKG-INFO``) header block.
+
+    Read from the header lines rather than ``dist.metadata``, whose email
+    parsing of the whole file (a long description included) costs more than
+    ``list``'s whole listing of a plugin, as discovery reads Name and Version.
+
+    :raises OSError: the file is not a regular file (a FIFO would block the read).
+    """
+    text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO") or ""
+    values = []
+    for line in text.splitlines():
+        if not line:
+            break
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() == field.lower():
+            values.append(value.strip())
+    return values
+
+
 def _installed_version(name: str) -> str | None:
     """The installed version of distribution *name*, ``None`` when it is not installed."""
     try:
-        version = importlib.metadata.version(name)
+        versions = _header(importlib.metadata.distribution(name), "Version")
     except importlib.metadata.PackageNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - unreadable metadata: installed, version unknown
         return "unknown"
-    return version if version else "unknown"
+    return versions[0] if versions and versions[0] else "unknown"
 
 
 def _meets(requirement: object, installed: str) -> bool:
@@ -234,7 +270,7 @@ class Copy(NamedTuple):
 
 def _copy(dist: Distribution) -> Copy:
     try:
-        version = dist.version
+        version = next(iter(_header(dist, "Version")), None)
     except Exception:  # noqa: BLE001 - an unreadable copy is still a copy
         version = None
     return Copy(version, str(dist.locate_file("")))

@@ -28,11 +28,16 @@ BROKEN = "import torch_that_is_not_installed\n" + WELL
 OMNI_REQUIRES = (
     "sglang==0.5.22",
     "torch==2.14.1",
+    "omni-kernels",  # a bare name, not installed
     "stevedore>=1",  # met: the test environment has it
+    "cliff",  # a bare name, installed
     'nothing-like-it>=1; extra == "test"',  # an extra nobody asked for
     'nothing-like-it-either; python_version < "3"',  # false for this interpreter
 )
-UNMET = "sglang==0.5.22 (installed: 0.5.23); torch==2.14.1 (not installed)"
+UNMET = (
+    "sglang==0.5.22 (installed: 0.5.23); torch==2.14.1 (not installed); "
+    "omni-kernels (not installed)"
+)
 SGLANG_MISSING = importlib.util.find_spec("sglang") is None
 
 
