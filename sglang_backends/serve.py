@@ -40,6 +40,7 @@ from sglang_backends.errors import (
     describe,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
+from sglang_backends.selection import not_asked
 from sglang_backends.settings import Settings, configured
 from sglang_backends.usage import (
     LOG_FORMAT,
@@ -261,7 +262,6 @@ def _unclaimed(
     what happened to it (declined, failed to load, timed out, duplicate, not enabled).
     """
     from sglang_backends.detection import what_happened
-    from sglang_backends.selection import not_asked
 
     reasons = []
     model = request.model_path

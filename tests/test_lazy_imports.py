@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 
 import pytest
@@ -317,3 +318,21 @@ def test_serving_a_healthy_plugin_reads_no_requirements(site, tmp_path, args):
     _, result = imported_by(serve_in_process(args), (), env)
     assert result.returncode == 0, result.stderr
     assert json.loads(record.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sglang") is not None,
+    reason="SGLang's own general plugins (smg-grpc-servicer) pin their requirements",
+)
+def test_listing_imports_packaging_only_for_a_requirement_more_than_a_name(site):
+    """A requirement that is a bare name needs no parser (packaging costs some 25 ms)."""
+    site.install("bare-runtime", entry_points={"bare": "bare_plugin:factory"}, requires=["cliff"])
+    code = "from sglang_backends.cli import main\nraise SystemExit(main(['list']))\n"
+    env = clean_environ(site.environ())
+    loaded, result = imported_by(code, ("packaging",), env)
+    assert result.returncode == 0, result.stderr
+    assert loaded == []
+    site.install("pinned-runtime", entry_points={"pinned": "p:factory"}, requires=["cliff>=1"])
+    loaded, result = imported_by(code, ("packaging",), env)
+    assert result.returncode == 0, result.stderr
+    assert loaded == ["packaging"]

@@ -14,6 +14,8 @@ from sglang_backends.commands._base import (
     plugin_row,
     requirements_cell,
 )
+from sglang_backends.foresight import general_plugins, unmet_text
+from sglang_backends.host import sglang_installed
 
 if TYPE_CHECKING:
     from sglang_backends.discovery import PluginEntryPoint
@@ -72,9 +74,6 @@ class ListBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends.foresight import general_plugins, unmet_text
-        from sglang_backends.host import sglang_installed
-
         _, survey = self.survey(parsed_args)
         unmet: dict[str | None, str | None] = {}  # by distribution: several entry points share one
 

@@ -20,6 +20,7 @@ from sglang_backends.commands._base import (
     plugin_row,
 )
 from sglang_backends.commands.listing import BACKEND_COLUMNS
+from sglang_backends.foresight import shadowed_text, unmet_text
 
 __all__ = ["FIELDS", "ShowBackend"]
 
@@ -95,7 +96,6 @@ class ShowBackend(SelectionOptions, ShowOne):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
-        from sglang_backends.foresight import shadowed_text, unmet_text
         from sglang_backends.registry import ServeBackendRegistry
 
         registry = ServeBackendRegistry.from_settings(self.settings(parsed_args))
