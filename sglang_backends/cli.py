@@ -48,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _writing(lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
     from sglang_backends.commands.app import OperatorApp
 
-    return OperatorApp().run(args)
+    # cliff words a failed write itself; what it left buffered is flushed here, not at exit.
+    return _writing(lambda: OperatorApp().run(args))
 
 
 def _writing(step: Callable[[], int]) -> int:
