@@ -1,4 +1,4 @@
-"""Benchmark (g): how long stopping takes: a stop signal, a killed supervisor, a sweep.
+"""Benchmark (h): how long stopping takes: a stop signal, a killed supervisor, a sweep.
 
 Starts ``sglang-backends serve`` on a stand-in plugin whose ``run()``
 starts a daemon (double fork, ``setsid()``) and sleeps, then measures the

@@ -1,4 +1,4 @@
-"""The warnings the README and the guides quote are what the program prints.
+"""The warnings the guides quote are what the program prints; the README only points to them.
 
 Each quoted configuration warning (``Ignoring ...``, a list or
 ``model_type`` naming what is not installed, a check of an unknown name)
@@ -17,7 +17,7 @@ import pytest
 from clitools import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "doc/source/user/operators.rst", "doc/source/install.rst")
+DOCUMENTS = ("doc/source/user/operators.rst", "doc/source/install.rst")
 
 _OPTION = re.compile(
     r"Ignoring unknown option '(?P<name>[^']+)' in \[serve_backends\] of (?P<path>\S+);"
@@ -145,9 +145,9 @@ def test_a_quoted_name_warning_is_what_the_program_prints(
     assert printed == [line], document
 
 
-@pytest.mark.parametrize("document", ["README.md", "doc/source/user/operators.rst"])
+@pytest.mark.parametrize("document", ["doc/source/user/operators.rst"])
 def test_the_sample_configuration_sets_every_option(document):
-    """The sample [serve_backends] file of the README and the guide names every option, once."""
+    """The sample [serve_backends] file of the operator guide names every option, once."""
     from sglang_backends.config import OPTS
 
     text = (ROOT / document).read_text(encoding="utf-8")
@@ -156,7 +156,7 @@ def test_the_sample_configuration_sets_every_option(document):
     assert names == [opt.dest for opt in OPTS]
 
 
-@pytest.mark.parametrize("document", ["README.md", "doc/source/user/operators.rst"])
+@pytest.mark.parametrize("document", ["doc/source/user/operators.rst"])
 def test_the_quoted_tables_have_the_commands_columns(document):
     """Every full ``list`` table and ``show`` table quoted has the command's columns or fields."""
     from sglang_backends.commands.listing import COLUMNS
@@ -174,3 +174,28 @@ def test_the_quoted_tables_have_the_commands_columns(document):
         fields = [field for field in fields if not field.startswith("+")]
         if "Load seconds" in fields:  # a full table, not one with -c
             assert tuple(fields) == FIELDS
+
+
+#: What the README claims, and the benchmark table's cell behind each claim.
+README_FIGURES = {
+    "0.008×": "0.008",
+    "144 ms": "144",
+    "18.4 s": "18375",
+    "546 ms": "546",
+    "4,034 ms": "4034",
+}
+
+
+def test_the_readme_is_a_landing_page():
+    """At most 150 lines; its tables, errors and benchmarks live in doc/, where its links lead."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150
+    assert not re.findall(r"^\s*\|.*\|\s*$", readme, re.M), "a table: it belongs in doc/"
+    assert not re.findall(r"^.*(?:error|warning): .*$", readme, re.M | re.I), "a message"
+    links = [link for link in re.findall(r"\]\(([^)]+)\)", readme) if "://" not in link]
+    assert {"doc/source/user/operators.rst", "doc/source/user/plugins.rst"} <= set(links)
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+    benchmarks = (ROOT / "doc" / "source" / "benchmarks.rst").read_text(encoding="utf-8")
+    for claim, cell in README_FIGURES.items():
+        assert claim in readme
+        assert re.search(rf"^\s*- {re.escape(cell)}$", benchmarks, re.M), claim

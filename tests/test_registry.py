@@ -420,13 +420,15 @@ def test_invalid_timeout_is_refused(option, value):
         ServeBackendRegistry(default_builtins(), **{option: value})
 
 
-def test_readme_example_runs(site, install_backend, preinstalled):
+def test_the_api_guides_registry_example_runs(site, install_backend, preinstalled):
     import pathlib
     import re
+    import textwrap
 
-    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
-    section = readme.read_text(encoding="utf-8").split("## Using the registry", 1)[1]
-    example = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    api = pathlib.Path(__file__).resolve().parent.parent / "doc/source/reference/api.rst"
+    section = api.read_text(encoding="utf-8").split("Using the registry\n===", 1)[1]
+    block = re.search(r".. code-block:: python\n\n((?:   .*\n|\n)+)", section).group(1)
+    example = textwrap.dedent(block)
     install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
     result = subprocess.run(
         [sys.executable, "-c", example],
