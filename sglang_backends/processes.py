@@ -1,8 +1,9 @@
-"""Signals and process trees: the one module that signals or stops a process.
+"""Process trees and stop signals: the one module that signals or stops a process.
 
 ``serve``, the operator commands' workers and the plugin-author kit stop
 processes through it; the operator guide's "What serve guarantees" says how
-and why. psutil is imported only by the functions that walk processes.
+and why (:mod:`sglang_backends.signals` says which signals are which). psutil
+is imported only by the functions that walk processes.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sglang_backends.signals import signal_name, stop_signals
+
 if TYPE_CHECKING:
     import psutil
 
 __all__ = [
-    "SignalWait",
     "StopRequested",
     "StopSignals",
     "become_subreaper",
@@ -35,11 +37,8 @@ __all__ = [
     "log_stopped",
     "log_swept",
     "reap",
-    "relayed_signals",
     "running",
     "send",
-    "signal_name",
-    "stop_signals",
     "stop_tree",
 ]
 
@@ -57,87 +56,6 @@ _POLL = 0.02  # seconds between checks while waiting for processes to end
 
 class StopRequested(SystemExit):
     """``SystemExit(128 + N)`` raised by stop signal N, so that code guarding plugins lets it by."""
-
-
-def stop_signals() -> tuple[int, ...]:
-    """SIGTERM, SIGINT, SIGQUIT (even if inherited ignored) and SIGHUP unless ``nohup``-ed."""
-    found = [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT]
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-        found.append(signal.SIGHUP)
-    return tuple(found)
-
-
-# Never taken and passed on, as tini leaves them: what only the kernel acts on (SIGKILL,
-# SIGSTOP), faults (delivered to the thread that made them), a terminal's refusal of a
-# background read or write (SIGTTIN, SIGTTOU); and SIGCHLD and SIGCONT, which serve acts on.
-_NOT_RELAYED = frozenset(
-    {
-        signal.SIGKILL,
-        signal.SIGSTOP,
-        signal.SIGFPE,
-        signal.SIGILL,
-        signal.SIGSEGV,
-        signal.SIGBUS,
-        signal.SIGABRT,
-        signal.SIGTRAP,
-        signal.SIGSYS,
-        signal.SIGTTIN,
-        signal.SIGTTOU,
-        signal.SIGCHLD,
-        signal.SIGCONT,
-    }
-)
-
-
-def relayed_signals() -> tuple[int, ...]:
-    """Every signal ``serve`` passes on to the backend: each catchable one, as tini does.
-
-    Not those in :data:`_NOT_RELAYED`, nor those inherited ignored (SIGHUP
-    under ``nohup``, SIGPIPE as Python sets it), but the stop signals always.
-    """
-    found = set(stop_signals())
-    for signum in signal.valid_signals():
-        if signum not in _NOT_RELAYED and signal.getsignal(signum) != signal.SIG_IGN:
-            found.add(signum)
-    return tuple(sorted(found))
-
-
-class SignalWait:
-    """``sigtimedwait`` on signals blocked in this thread, giving only a siginfo worth acting on.
-
-    CPython's ``sigtimedwait``, interrupted by a stop (SIGSTOP, Ctrl+Z) and
-    continued after its deadline, returns a siginfo it never filled in:
-    stack garbage, a number such as ``-2072177056`` or a stale signal. So a
-    siginfo counts only if its signal is one of *waited*, and not at all
-    when this process was continued during a wait that outlasted its
-    timeout. Install :meth:`on_continue` as the SIGCONT handler for the second check.
-    """
-
-    def __init__(self, waited: Iterable[int]) -> None:
-        self.waited = frozenset(waited)
-        self.continues = 0  # SIGCONTs received, counted by on_continue
-
-    def on_continue(self, signum: int, frame: object) -> None:
-        """The SIGCONT handler: count a continue."""
-        self.continues += 1
-
-    def __call__(self, timeout: float) -> signal.struct_siginfo | None:
-        """Wait up to *timeout* s for one of the signals; it, or ``None``."""
-        continues, started = self.continues, time.monotonic()
-        info = signal.sigtimedwait(self.waited, timeout)
-        if info is None or info.si_signo not in self.waited:
-            return None
-        if self.continues != continues and time.monotonic() - started >= timeout:
-            return None  # continued past the deadline: CPython returns what it never filled in
-        return info
-
-
-def signal_name(signum: int) -> str:
-    """``SIGTERM`` for 15; ``signal N`` for a number without a name."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 # serve's stop messages, worded once for the supervisor and for serve's in-process path.
@@ -261,7 +179,7 @@ class StopSignals:
     def _handle(self, signum: int, frame: object) -> None:
         if os.getpid() != self._pid:
             signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+            send(os.getpid(), signum)
         elif self.signum is None:
             self.signum = signum
             if self.armed:

@@ -24,12 +24,13 @@ reaches ``serve`` alone, which passes it on, so the backend gets it once. When
 ``serve`` is the foreground job of a terminal, the tree's group takes the
 terminal (as tini gives it to its child), so that Ctrl+C, Ctrl+\\ and Ctrl+Z
 reach the backend and its workers directly, once; ``serve`` follows the
-tree's stop and continue, so that the shell's job control works.
+tree's stop and continue, so that the shell's job control works
+(:mod:`sglang_backends.terminal`).
 
 The front and the supervisor block every signal they pass on and SIGCHLD
-before forking and take them with ``sigtimedwait``, so none is lost; the
-forked processes end with ``os._exit``, so that a copy of an embedding
-program never runs on.
+before forking and take them with ``sigtimedwait``, so none is lost (which
+signals: :mod:`sglang_backends.signals`); the forked processes end with
+``os._exit``, so that a copy of an embedding program never runs on.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ import sys
 import time
 from typing import Any, NamedTuple, NoReturn
 
-from sglang_backends import backend_process, processes
+from sglang_backends import backend_process, processes, signals
 from sglang_backends.backend_process import BackendWork, flush, take_role
+from sglang_backends.terminal import JobControl, Terminal
 
 __all__ = ["SUPPORTED", "supervise"]
 
@@ -55,8 +57,6 @@ SUPPORTED: bool = (
     sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(signal, "sigtimedwait")
 )
 
-# siginfo's si_code for a signal the kernel sent, such as the terminal's Ctrl+C.
-_SI_KERNEL = 0x80
 # Seconds between reads of what the backend process says while it chooses a backend.
 _POLL = 0.1
 # Longest wait for a signal while nothing happens (SIGCHLD brings every event).
@@ -77,7 +77,7 @@ class _Setup(NamedTuple):
     handlers: dict[int, Any]  # the program's handlers of those signals, for the backend process
     token: str  # the tree's mark
     news: int  # where the supervisor tells the front which process is the backend's
-    terminal: int  # the controlling terminal for the tree's group to take, or -1
+    terminal: Terminal | None  # the controlling terminal, for the tree's group to take
 
 
 def _error(prog: str, text: str) -> None:
@@ -100,48 +100,6 @@ def _fork() -> int:
         raise _ForkFailed(f"fork failed: {exc.strerror}{limit}") from exc
 
 
-# -- the terminal ---------------------------------------------------------------
-
-
-def _open_terminal() -> int:
-    """The controlling terminal, opened, or -1 without one."""
-    try:
-        return os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return -1
-
-
-def _foreground(terminal: int) -> int:
-    """The terminal's foreground process group, or -1."""
-    try:
-        return os.tcgetpgrp(terminal) if terminal >= 0 else -1
-    except OSError:
-        return -1
-
-
-def _give_terminal(terminal: int, group: int) -> None:
-    """Make *group* the terminal's foreground group (SIGTTOU blocked: a background caller may)."""
-    with contextlib.suppress(OSError):
-        os.tcsetpgrp(terminal, group)
-
-
-def _orphaned() -> bool:
-    """Whether no shell can continue serve's job: no process from serve up has a parent in
-    another process group of the same session (POSIX's orphaned group, as PID 1 of a
-    container or a session leader is). The kernel ignores a terminal's stop for such a job.
-    """
-    import psutil
-
-    group, session = os.getpgrp(), os.getsid(0)
-    process = psutil.Process()
-    with contextlib.suppress(OSError, psutil.Error):
-        while (parent := process.parent()) is not None:
-            if os.getpgid(parent.pid) != group:
-                return os.getsid(parent.pid) != session
-            process = parent
-    return True
-
-
 # -- the front ------------------------------------------------------------------
 
 
@@ -155,14 +113,14 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     :param prog: the program name prefixing error lines.
     """
-    stops, relayed = processes.stop_signals(), processes.relayed_signals()
-    take = processes.SignalWait({*relayed, signal.SIGCHLD})
+    stops, relayed = signals.stop_signals(), signals.relayed_signals()
+    take = signals.SignalWait({*relayed, signal.SIGCHLD})
     token = f"{os.getpid()}-{os.urandom(8).hex()}"
     taken: list[int] = []  # signals another thread took, for the loop to relay
     # SIGTTOU too: serve may write to, and hand over, a terminal it is in the background of.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*take.waited, signal.SIGTTOU})
     previous: dict[int, Any] = {}
-    terminal = _open_terminal()
+    terminal = Terminal()
     pid = -1
     try:
         with contextlib.suppress(ValueError):  # not the main thread: signals stay with the host
@@ -172,12 +130,11 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
                 # Ignored, SIGCHLD would lose the supervisor's exit status.
                 previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        if signal.SIGCONT not in previous and terminal >= 0:
+        if signal.SIGCONT not in previous:
             # Without the handler serve would not see a continue: the tree keeps out of job control.
-            os.close(terminal)
-            terminal = -1
+            terminal.close()
         news, writer = os.pipe()
-        foreground = _foreground(terminal) == os.getpgrp()
+        foreground = terminal.foreground() == os.getpgrp()
         handlers = {n: h for n, h in previous.items() if n != signal.SIGCHLD and h is not None}
         setup = _Setup(
             front=os.getpid(),
@@ -188,7 +145,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             handlers=handlers,
             token=token,
             news=writer,
-            terminal=terminal if foreground else -1,
+            terminal=terminal if foreground else None,
         )
         try:
             pid = _fork()
@@ -204,15 +161,12 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
         with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
             os.setpgid(pid, pid)
         try:
-            code = _Front(pid, prog, take, taken, terminal).run()
+            code = _Front(pid, prog, take, taken, JobControl(terminal, pid)).run()
             return _last_resort(pid, -code, news, setup) if code < 0 else code
         finally:
             os.close(news)
     finally:
-        if terminal >= 0:
-            if pid > 0 and _foreground(terminal) == pid:
-                _give_terminal(terminal, os.getpgrp())  # the tree's group has ended
-            os.close(terminal)
+        terminal.close(back_from=pid)  # the tree's group has ended
         for number, handler in previous.items():
             if handler is not None:
                 signal.signal(number, handler)
@@ -226,26 +180,24 @@ class _Front:
     """``serve``'s loop: pass every signal on to the supervisor, follow its stops, until it ends."""
 
     def __init__(
-        self, pid: int, prog: str, take: processes.SignalWait, taken: list[int], terminal: int
+        self, pid: int, prog: str, take: signals.SignalWait, taken: list[int], jobs: JobControl
     ) -> None:
-        self.pid, self.prog, self.take, self.taken, self.terminal = pid, prog, take, taken, terminal
-        self.continues = take.continues
+        self.pid, self.prog, self.take, self.taken, self.jobs = pid, prog, take, taken, jobs
 
     def run(self) -> int:
         """Relay until the supervisor ends; its exit code (-N: signal N killed it)."""
         while True:
             while self.taken:
                 self._relay(self.taken.pop(0))
-            if self.take.continues != self.continues:
-                self.continues = self.take.continues
-                self._continued()
+            if self.take.continued():
+                self.jobs.continued()
             try:
                 done, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
                 _error(self.prog, f"the serve supervisor (pid {self.pid}) was reaped elsewhere")
                 return _EXIT_FAILURE
             if done and os.WIFSTOPPED(status):
-                self._tree_stopped()
+                self.jobs.tree_stopped()
             elif done:
                 return os.waitstatus_to_exitcode(status)
             info = self.take(_FRONT_IDLE)
@@ -254,30 +206,7 @@ class _Front:
 
     def _relay(self, signum: int) -> None:
         processes.send(self.pid, signum)
-        if signum == signal.SIGTSTP and not _orphaned():
-            # Stopped as SIGTSTP stops a process (the tree stops itself).
-            processes.send(os.getpid(), signal.SIGSTOP)
-
-    def _tree_stopped(self) -> None:
-        """The supervisor stopped: if its group holds the terminal, that was Ctrl+Z.
-
-        Then serve's own job stops too, so that the shell sees it stopped and
-        takes the terminal back; without a shell to continue it (PID 1 of
-        ``docker run -it``), the tree continues at once, as the kernel
-        ignores Ctrl+Z there.
-        """
-        if _foreground(self.terminal) != self.pid:
-            return
-        if _orphaned():
-            processes.send(self.pid, signal.SIGCONT, group=True)
-        else:
-            processes.send(os.getpgrp(), signal.SIGSTOP, group=True)
-
-    def _continued(self) -> None:
-        """serve was continued (fg, bg, SIGCONT): continue the tree; give it the terminal on fg."""
-        if _foreground(self.terminal) == os.getpgrp():  # in the foreground again: fg
-            _give_terminal(self.terminal, self.pid)
-        processes.send(self.pid, signal.SIGCONT, group=True)
+        self.jobs.relayed(signum)
 
 
 def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
@@ -294,7 +223,7 @@ def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
     count = backend_process.sweep(roots, setup.token, timeout=setup.timeout)
     _error(
         setup.prog,
-        f"the serve supervisor (pid {pid}) was killed by {processes.signal_name(signum)}; "
+        f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(signum)}; "
         f"serve stopped the backend process and the processes it left ({count} in all)",
     )
     return 128 + signum
@@ -312,11 +241,11 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
         processes.die_with_parent()
         with contextlib.suppress(OSError):  # the tree's own group: a group signal reaches serve
             os.setpgid(0, 0)
-        if setup.terminal >= 0:  # serve is the foreground job: the tree takes the terminal
-            _give_terminal(setup.terminal, os.getpgrp())
-            os.close(setup.terminal)
+        if setup.terminal is not None:  # serve is the foreground job: the tree takes the terminal
+            setup.terminal.give(os.getpgrp())
+            setup.terminal.close()
         take_role("supervisor")
-        take = processes.SignalWait({*setup.relayed, signal.SIGCHLD})
+        take = signals.SignalWait({*setup.relayed, signal.SIGCHLD})
         signal.signal(signal.SIGCONT, take.on_continue)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
         if not processes.become_subreaper():
@@ -352,10 +281,9 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
 class _Supervision:
     """The supervisor's loop: signals, what the backend process says, deadlines."""
 
-    def __init__(self, child: int, channel: int, setup: _Setup, take: processes.SignalWait) -> None:
+    def __init__(self, child: int, channel: int, setup: _Setup, take: signals.SignalWait) -> None:
         self.child, self.channel, self.setup, self.take = child, channel, setup, take
         os.set_blocking(channel, False)
-        self.continues = take.continues
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
         self.senders: dict[object, int] = {}  # stop signals by sender
@@ -420,10 +348,8 @@ class _Supervision:
             self._on_stop_signal(info)
         elif info is not None and info.si_signo != signal.SIGCHLD:
             self._relay(info)
-        if self.take.continues != self.continues:
-            self.continues = self.take.continues
-            if self._elsewhere():  # the front continued the tree's group
-                self._send(signal.SIGCONT)
+        if self.take.continued() and self._elsewhere():  # the front continued the tree's group
+            self._send(signal.SIGCONT)
         self._check_front()
 
     def _send(self, signum: int) -> None:
@@ -438,7 +364,7 @@ class _Supervision:
         process has it already, unless it left the group. SIGTSTP then stops
         the supervisor too, which ``serve`` follows.
         """
-        if info.si_code != _SI_KERNEL or self._elsewhere():
+        if not signals.from_kernel(info) or self._elsewhere():
             self._send(info.si_signo)
         if info.si_signo == signal.SIGTSTP:
             processes.send(os.getpid(), signal.SIGSTOP)
@@ -487,10 +413,10 @@ class _Supervision:
             LOG.warning("serve (pid %d) has ended; stopping the serve backend", self.setup.front)
             self._stop(signal.SIGTERM, forward=True)
 
-    def _on_stop_signal(self, info: Any) -> None:
-        sender = "terminal" if info.si_code == _SI_KERNEL else info.si_pid
+    def _on_stop_signal(self, info: signal.struct_siginfo) -> None:
+        sender = "terminal" if signals.from_kernel(info) else info.si_pid
         count = self.senders[sender] = self.senders.get(sender, 0) + 1
-        name = processes.signal_name(info.si_signo)
+        name = signals.signal_name(info.si_signo)
         if self.signum is None:
             processes.log_received(info.si_signo)
             # The terminal's signal reached the backend process, unless it left the group.
@@ -527,7 +453,7 @@ class _Supervision:
         who = f"serve backend {backend}" if backend else "the serve backend process"
         if code < 0:  # killed by signal -code
             where = "" if backend else " before a backend was chosen"
-            return f"{who} was killed by {processes.signal_name(-code)}{where}", 128 - code
+            return f"{who} was killed by {signals.signal_name(-code)}{where}", 128 - code
         if "status" in self.messages:
             return None, code
         if backend:

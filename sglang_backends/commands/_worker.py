@@ -35,10 +35,10 @@ from sglang_backends.processes import (
     descendants,
     kill_trees,
     send,
-    signal_name,
     stop_tree,
 )
 from sglang_backends.settings import Settings
+from sglang_backends.signals import signal_name
 
 __all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
 
