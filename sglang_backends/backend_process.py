@@ -3,12 +3,15 @@
 It chooses, loads and runs the backend, and tells the supervisor over a
 :class:`Channel` which backend runs, each plugin load and detector as it starts
 and ends (read back by :class:`Underway`; ``detect``'s worker writes the same
-lines), and how the work ended. The supervisor and
+lines), and how the work ended; the supervisor hears it (:class:`Hearing`),
+which words how the backend process ended. The supervisor and
 this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
 (:func:`take_role`; the front keeps its own title), so ``pgrep -f
 sglang-backends`` finds all three. The tree's mark (:func:`mark`), which the
 supervisor takes and every process it starts inherits, lets the front and this
-process stop (:func:`sweep`) what the backend started should the supervisor be killed.
+process stop (:func:`sweep`) what the backend started should the supervisor be
+killed; the supervisor tells the front which process is the backend's
+(:func:`tell`, :func:`told`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NoReturn
 
-from sglang_backends import processes
+from sglang_backends import processes, signals
 
 if TYPE_CHECKING:
     import psutil
@@ -30,13 +33,16 @@ if TYPE_CHECKING:
 __all__ = [
     "BackendWork",
     "Channel",
+    "Hearing",
     "Underway",
     "flush",
     "mark",
     "run",
     "sweep",
     "take_role",
+    "tell",
     "title_for",
+    "told",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -110,6 +116,73 @@ class Underway:
         return "; ".join(
             f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
         )
+
+
+class Hearing:
+    """The supervisor's end of the :class:`Channel`: what the backend process has said."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.unread = b""
+        self.said: dict[str, str] = {}  # "backend" and "status", once said
+        self.choosing: tuple[float, str] | None = None  # detection's deadline, and why
+        self.underway = Underway()
+
+    def read(self) -> None:
+        """Take in every complete line written so far."""
+        while self.fd >= 0:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                os.close(self.fd)
+                self.fd = -1
+            self.unread += chunk
+        *lines, self.unread = self.unread.split(b"\n")
+        for line in lines:
+            key, _, value = line.decode("utf-8", "replace").partition(" ")
+            if key in ("loading", "loaded", "detecting", "detected"):
+                self.underway(key, value)
+            elif key == "deadline":
+                when, _, why = value.partition(" ")
+                with contextlib.suppress(ValueError):
+                    self.choosing = (float(when), why)
+            else:
+                self.said[key] = value
+                self.choosing = None  # a backend was chosen, or the work ended
+
+    def overrun(self) -> str:
+        """The line saying automatic detection overran its deadline, now over."""
+        assert self.choosing is not None
+        seconds, _, why = self.choosing[1].partition(" ")
+        busy = self.underway.describe()
+        self.choosing = None
+        return (
+            f"automatic detection did not finish within {seconds} s ({why})"
+            f"{': ' + busy if busy else ''}. Disable the plugin that holds it up "
+            "(disabled_backends) or choose a backend with --model-type; serve stopped the "
+            "backend process"
+        )
+
+    def verdict(self, wait_status: int) -> tuple[str | None, int]:
+        """How the backend process that ended with *wait_status* did: the problem to report
+        (``None`` when the work finished) and serve's exit status.
+        """
+        code = os.waitstatus_to_exitcode(wait_status)
+        backend = self.said.get("backend")
+        who = f"serve backend {backend}" if backend else "the serve backend process"
+        if code < 0:  # killed by signal -code
+            where = "" if backend else " before a backend was chosen"
+            return f"{who} was killed by {signals.signal_name(-code)}{where}", 128 - code
+        if "status" in self.said:
+            return None, code
+        if backend:
+            what = f"ended its process with os._exit({code}) without returning from run()"
+        else:
+            what = f"ended with os._exit({code}) before a backend was chosen"
+        return f"{who} {what}; serve stopped the processes it left", code or 1
 
 
 #: The backend process's work: given the :class:`Channel`, returns the exit status.
@@ -203,6 +276,27 @@ def marked(token: str) -> list[psutil.Process]:
     return processes.running(
         p for p in psutil.process_iter() if p.pid != os.getpid() and carries(p)
     )
+
+
+def tell(fd: int, pid: int) -> None:
+    """Write to *fd* that process *pid* is the backend process: ``PID CREATE_TIME``."""
+    import psutil
+
+    with contextlib.suppress(OSError, psutil.Error):
+        os.write(fd, f"{pid} {psutil.Process(pid).create_time()!r}".encode())
+
+
+def told(fd: int) -> list[psutil.Process]:
+    """The backend process :func:`tell` wrote to *fd*, if it is still that process; or none."""
+    import psutil
+
+    try:
+        os.set_blocking(fd, False)
+        pid_text, started = os.read(fd, 4096).decode("ascii").split()
+        backend = psutil.Process(int(pid_text))
+        return [backend] if repr(backend.create_time()) == started else []
+    except (OSError, ValueError, psutil.Error):
+        return []
 
 
 def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:

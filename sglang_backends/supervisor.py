@@ -211,15 +211,7 @@ class _Front:
 
 def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
     """The supervisor was killed: sweep the backend process and whatever carries the mark."""
-    import psutil
-
-    try:  # the backend process, as the supervisor told: "PID CREATE_TIME"
-        os.set_blocking(news, False)
-        pid_text, started = os.read(news, 4096).decode("ascii").split()
-        backend = psutil.Process(int(pid_text))
-        roots = [backend] if repr(backend.create_time()) == started else []
-    except (OSError, ValueError, psutil.Error):
-        roots = []
+    roots = backend_process.told(news)
     count = backend_process.sweep(roots, setup.token, timeout=setup.timeout)
     _error(
         setup.prog,
@@ -234,8 +226,6 @@ def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
 
 def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
     """The supervisor's life, in the front's child."""
-    import psutil
-
     status = _EXIT_FAILURE
     try:
         processes.die_with_parent()
@@ -264,9 +254,7 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
             )
         os.close(writer)
         supervision = _Supervision(child, reader, setup, take)
-        # Tell the front which process is the backend's, should the supervisor be killed.
-        with contextlib.suppress(OSError, psutil.Error):
-            os.write(setup.news, f"{child} {psutil.Process(child).create_time()!r}".encode())
+        backend_process.tell(setup.news, child)  # should the supervisor be killed
         os.close(setup.news)
         status = supervision.run()
     except _ForkFailed as exc:
@@ -282,18 +270,14 @@ class _Supervision:
     """The supervisor's loop: signals, what the backend process says, deadlines."""
 
     def __init__(self, child: int, channel: int, setup: _Setup, take: signals.SignalWait) -> None:
-        self.child, self.channel, self.setup, self.take = child, channel, setup, take
-        os.set_blocking(channel, False)
+        self.child, self.setup, self.take = child, setup, take
+        self.heard = backend_process.Hearing(channel)
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
         self.senders: dict[object, int] = {}  # stop signals by sender
         self.deadline: float | None = None  # for the backend process, once stopped
         self.forced = False
         self.front_gone = False
-        self.messages: dict[str, str] = {}  # "backend" and "status", once said
-        self.unread = b""
-        self.choosing: tuple[float, str] | None = None  # detection's deadline, and why
-        self.underway = backend_process.Underway()
         self.overran: str | None = None
 
     def run(self) -> int:
@@ -302,22 +286,22 @@ class _Supervision:
         while self.wait_status is None:
             now = time.monotonic()
             # Until the backend is chosen, read what the backend process says often.
-            if self.forced or not {"backend", "status"} & self.messages.keys():
+            if self.forced or not {"backend", "status"} & self.heard.said.keys():
                 pause = _POLL
             else:
                 pause = _IDLE if self.deadline is None else self.deadline - now
-            if self.choosing is not None and not self.forced:
-                pause = min(pause, self.choosing[0] - now)
+            if self.heard.choosing is not None and not self.forced:
+                pause = min(pause, self.heard.choosing[0] - now)
             self._wait(max(0.0, min(_IDLE, pause)))
             if self.wait_status is not None or self.forced:
                 continue
-            if self.choosing is not None and time.monotonic() >= self.choosing[0]:
+            if self.heard.choosing is not None and time.monotonic() >= self.heard.choosing[0]:
                 self._overrun()
             elif self.deadline is not None and time.monotonic() >= self.deadline:
                 processes.log_overdue(self.setup.timeout)
                 self._kill()
-        self._read()
-        problem, status = self._verdict()
+        self.heard.read()
+        problem, status = self.heard.verdict(self.wait_status or 0)
         count = processes.stop_tree(
             processes.descendants,
             self.setup.timeout,
@@ -335,7 +319,7 @@ class _Supervision:
             return status
         if problem:
             LOG.info("While stopping, %s", problem)
-        processes.log_stopped(self.messages.get("backend"), self.signum)
+        processes.log_stopped(self.heard.said.get("backend"), self.signum)
         return 128 + self.signum
 
     def _wait(self, timeout: float) -> None:
@@ -343,7 +327,7 @@ class _Supervision:
         info = self.take(timeout)
         # Every child is the backend process or one of its orphans.
         self.wait_status = processes.reap().get(self.child, self.wait_status)
-        self._read()
+        self.heard.read()
         if info is not None and info.si_signo in self.setup.stops:
             self._on_stop_signal(info)
         elif info is not None and info.si_signo != signal.SIGCHLD:
@@ -369,42 +353,9 @@ class _Supervision:
         if info.si_signo == signal.SIGTSTP:
             processes.send(os.getpid(), signal.SIGSTOP)
 
-    def _read(self) -> None:
-        """Take in every complete line the backend process has written."""
-        while self.channel >= 0:
-            try:
-                chunk = os.read(self.channel, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                os.close(self.channel)
-                self.channel = -1
-            self.unread += chunk
-        *lines, self.unread = self.unread.split(b"\n")
-        for line in lines:
-            key, _, value = line.decode("utf-8", "replace").partition(" ")
-            if key in ("loading", "loaded", "detecting", "detected"):
-                self.underway(key, value)
-            elif key == "deadline":
-                when, _, why = value.partition(" ")
-                with contextlib.suppress(ValueError):
-                    self.choosing = (float(when), why)
-            else:
-                self.messages[key] = value
-                self.choosing = None  # a backend was chosen, or the work ended
-
     def _overrun(self) -> None:
         """Automatic detection overran its deadline: one line, then end the backend process."""
-        assert self.choosing is not None
-        seconds, _, why = self.choosing[1].partition(" ")
-        busy = self.underway.describe()
-        self.overran = (
-            f"automatic detection did not finish within {seconds} s ({why})"
-            f"{': ' + busy if busy else ''}. Disable the plugin that holds it up "
-            "(disabled_backends) or choose a backend with --model-type; serve stopped the "
-            "backend process"
-        )
-        self.choosing = None
+        self.overran = self.heard.overrun()
         self._kill()
 
     def _check_front(self) -> None:
@@ -445,19 +396,3 @@ class _Supervision:
         """Freeze and SIGKILL every descendant; from now on nothing gets a grace period."""
         self.forced = True
         processes.freeze_and_kill(processes.descendants, adopted=True)
-
-    def _verdict(self) -> tuple[str | None, int]:
-        """The problem to report (``None`` when the work finished) and the exit status."""
-        code = os.waitstatus_to_exitcode(self.wait_status or 0)
-        backend = self.messages.get("backend")
-        who = f"serve backend {backend}" if backend else "the serve backend process"
-        if code < 0:  # killed by signal -code
-            where = "" if backend else " before a backend was chosen"
-            return f"{who} was killed by {signals.signal_name(-code)}{where}", 128 - code
-        if "status" in self.messages:
-            return None, code
-        if backend:
-            what = f"ended its process with os._exit({code}) without returning from run()"
-        else:
-            what = f"ended with os._exit({code}) before a backend was chosen"
-        return f"{who} {what}; serve stopped the processes it left", code or _EXIT_FAILURE
