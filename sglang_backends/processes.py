@@ -213,13 +213,13 @@ class StopSignals:
 
 
 def running(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
-    """Those of *processes* that have not exited (zombies have)."""
+    """Those of *processes* that have not exited (zombies have; a reused pid is another's)."""
     import psutil
 
     found = []
     for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
-            if process.status() != psutil.STATUS_ZOMBIE:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
     return found
 

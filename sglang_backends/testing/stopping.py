@@ -14,7 +14,6 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from sglang_backends.testing.conformance import ContractViolation, SGLangNotCheckedWarning
 
@@ -102,6 +101,8 @@ def _stop_under(
 
     import psutil
 
+    from sglang_backends import processes
+
     script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
     if host == "sglang serve" and script.is_file():
         command = [str(script), "serve", "--model-type", name, *argv]
@@ -152,7 +153,7 @@ def _stop_under(
                     f"{start_timeout:g} s ({shown}): {tail()}"
                 )
         look()
-        os.killpg(proc.pid, signum)
+        processes.send(proc.pid, signum, group=True)
         try:
             status = proc.wait(stop_timeout)
         except subprocess.TimeoutExpired:
@@ -163,13 +164,12 @@ def _stop_under(
             ) from None
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            processes.send(proc.pid, signal.SIGKILL, group=True)
             proc.wait()
     reader.join(5)
     proc.stdout.close()
-    left = [p for p in seen if _running(p)]
-    for process in left:
-        process.kill()
+    left = processes.running(seen)
+    processes.stop_tree(lambda: processes.running(left), 0)  # SIGKILL, and wait for them
     output = "".join(lines)
     if "Traceback (most recent call last)" in output:
         problem = f"printed a traceback (status {status})"
@@ -184,12 +184,3 @@ def _stop_under(
         f"(expected status 0 or {128 + signum}, no traceback, no process left; "
         f"serve within sglang_backends.stop_quietly()): {tail()}"
     )
-
-
-def _running(process: Any) -> bool:
-    import psutil
-
-    try:
-        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
