@@ -68,7 +68,7 @@ def signal_name(signum: int) -> str:
 
 
 def from_kernel(info: signal.struct_siginfo) -> bool:
-    """Whether the kernel sent the signal (a terminal's Ctrl+C, Ctrl+\\, Ctrl+Z), not a process."""
+    """Whether the kernel sent the signal (a terminal's Ctrl+C or Ctrl+Z), not a process."""
     return info.si_code == _SI_KERNEL
 
 

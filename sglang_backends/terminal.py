@@ -1,8 +1,8 @@
 """``serve``'s job control: the tree's process group shares ``serve``'s terminal and job.
 
 When ``serve`` is the foreground job of a terminal, the tree's group takes
-the terminal (as tini gives it to its child), so that Ctrl+C, Ctrl+\\ and
-Ctrl+Z reach the backend and its workers directly, once; ``serve`` follows
+the terminal (as tini gives it to its child), so that ``Ctrl+C``, ``Ctrl+\\``
+and ``Ctrl+Z`` reach the backend and its workers directly, once; ``serve`` follows
 the tree's stop and continue (:class:`JobControl`), so that the shell's job
 control works. Where no shell can continue the job (PID 1 of ``docker run
 -it``, a session leader) Ctrl+Z is ignored, as the kernel ignores it there.
