@@ -211,8 +211,7 @@ class _Front:
 
 def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
     """The supervisor was killed: sweep the backend process and whatever carries the mark."""
-    roots = backend_process.told(news)
-    count = backend_process.sweep(roots, setup.token, timeout=setup.timeout)
+    count = backend_process.sweep(backend_process.told(news), setup.token, timeout=setup.timeout)
     _error(
         setup.prog,
         f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(signum)}; "
@@ -226,6 +225,8 @@ def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
 
 def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
     """The supervisor's life, in the front's child."""
+    import psutil  # noqa: F401 - before the fork: tell() needs it at once, the backend may
+
     status = _EXIT_FAILURE
     try:
         processes.die_with_parent()
