@@ -1,13 +1,8 @@
 """The selection settings every entry point shares, as plain values.
 
-``serve`` builds a registry from a :class:`Settings`; where the values come
-from is decided by the caller. Without configuration (no ``--config-file``
-or ``--config-dir``, no ``OS_SERVE_BACKEND*`` variable and no deprecated
-``SGLANG_BACKENDS_STOP_TIMEOUT``: :func:`configured`), ``serve`` and the
-operator commands read nothing and use these defaults, without importing
-oslo.config; otherwise :mod:`sglang_backends.config` reads every source.
-This module imports neither :mod:`dataclasses` nor the contract: the general
-help reads it.
+Without configuration (:func:`configured`), ``serve`` and the operator commands use
+these defaults without importing oslo.config; otherwise :mod:`sglang_backends.config`
+reads every source. No :mod:`dataclasses`, no contract: the general help reads this.
 """
 
 from __future__ import annotations
@@ -31,17 +26,13 @@ __all__ = [
 #: oslo.config's environment form for the ``[serve_backends]`` group.
 ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
 
-#: Seconds a detector may take before it counts as inconclusive (a detector
-#: may ask a model hub, as SGLang's diffusion detector does).
+#: Seconds a detector may take before it counts as inconclusive (it may ask a model hub).
 DEFAULT_DETECT_TIMEOUT = 10.0
 
-#: Seconds each candidate's load (import, then factory) may take during
-#: automatic detection: five to ten times the slowest healthy import seen (a
-#: cold torch-based runtime), and still an end to a hung one.
+#: Seconds a candidate's import and factory may take: 5-10x a cold torch-based import.
 DEFAULT_LOAD_TIMEOUT = 300.0
 
-#: The longest timeout, in seconds: a billion (31 years), or a quarter of
-#: :data:`threading.TIMEOUT_MAX` where that is less (a sum of two is still a wait).
+#: The longest timeout: 1e9 s, or a quarter of :data:`threading.TIMEOUT_MAX` (sums still wait).
 MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
 
 #: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
@@ -51,24 +42,10 @@ STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
 
 class Settings(NamedTuple):
-    """Which backend to use and which plugins may load.
-
-    :param model_type: ``auto`` or a backend name (``DIST:NAME`` allowed).
-    :param enabled: plugin names allowed to load; ``None`` allows all.
-    :param disabled: plugin names never loaded.
-    :param detect_timeout: seconds each detector may take.
-    :param load_timeout: seconds each candidate's import and factory may take.
-    :param stop_timeout: seconds between SIGTERM and SIGKILL (``0``: at once).
-    :param preferred: backend names in order of preference, for when several
-        detectors claim a request: the first of them listed is chosen.
-    :param source: where the values came from, for messages.
-    :param flag_origins: ``("enabled", "--enable on the command line")`` pairs
-        for the lists a command-line flag set, overriding configuration.
-    :param locate: where an option was set (a file, ``environment variable
-        NAME``), or ``None`` at its default, asked of oslo.config when needed.
-
-    A named tuple (``_replace`` gives a changed copy), not a dataclass, for
-    the start-up time of the general help.
+    """Which backend to use and which plugins may load: the ``[serve_backends]`` options
+    (``enabled`` ``None`` allows all), where they came from (``source``, for messages), the
+    lists a command-line flag set (``("enabled", "--enable on the command line")`` pairs), and
+    ``locate``, asking oslo.config where an option was set. A named tuple, for start-up time.
     """
 
     model_type: str = "auto"
@@ -98,12 +75,8 @@ class Settings(NamedTuple):
         return f"[serve_backends] {option}, set in {where}"
 
     def list_origins(self) -> dict[str, str]:
-        """Where the enabled, disabled and preferred lists were set, for warnings about
-        their names.
-
-        Keyed ``"enabled"``, ``"disabled"`` and ``"preferred"``: set by a flag, or by
-        configuration (whenever any was read); empty when none was.
-        """
+        """Where the ``"enabled"``, ``"disabled"`` and ``"preferred"`` lists were set (by a flag,
+        or configuration when any was read), for warnings about their names."""
         lists = () if self.locate is None else ("enabled", "disabled", "preferred")
         origins = {label: self.describe(f"{label}_backends") for label in lists}
         return {**origins, **dict(self.flag_origins)}
