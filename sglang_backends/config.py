@@ -1,9 +1,7 @@
 """Driver selection by configuration, the OpenStack way (oslo.config).
 
-The ``[serve_backends]`` group: the backend, which plugins load, which match wins, timeouts.
-oslo.config reads files and directories (command-line order) and ``OS_SERVE_BACKENDS__*``
-variables; typed options validate them. Functions work on a private ``ConfigOpts`` (never
-``CONF``); bad configuration is a one-line :class:`~sglang_backends.errors.ConfigurationError`.
+oslo.config reads the ``[serve_backends]`` group and validates its typed options; this adds a
+pipe read once, no FIFO in a directory hanging a command, and warnings about misspelt names.
 """
 
 from __future__ import annotations
@@ -71,26 +69,22 @@ OPTS = [
         "model_type",
         regex=_NAME_PATTERN,
         default="auto",
-        help="The serve backend to use. 'auto' runs every enabled backend's detector on the "
-        "request and picks the one that claims it, falling back to 'llm'; any other value "
-        "names a backend: a built-in ('llm', 'diffusion') or an installed plugin's entry point "
-        "name, or DIST:NAME to pick one distribution's plugin when several register the same "
-        "name. The serve command's --model-type overrides it.",
+        help="The serve backend to use: 'auto' (automatic detection, falling back to 'llm'), a "
+        "built-in ('llm', 'diffusion'), an installed plugin's name, or DIST:NAME to pick one "
+        "distribution's plugin. The serve command's --model-type overrides it.",
     ),
     cfg.ListOpt(
         "enabled_backends",
         item_type=_NAME,
         default=[],
         help="Comma-separated plugin names that may be loaded; empty (the default) allows every "
-        "installed plugin. Built-ins are always available. A plugin left out is never imported.",
+        "installed plugin. A plugin left out is never imported.",
     ),
     cfg.ListOpt(
         "disabled_backends",
         item_type=_NAME,
         default=[],
-        help="Comma-separated plugin names that are never loaded, even when listed in "
-        "enabled_backends. Use it to switch off a broken or unwanted plugin without "
-        "uninstalling it.",
+        help="Comma-separated plugin names never loaded, even when listed in enabled_backends.",
     ),
     cfg.ListOpt(
         "preferred_backends",
@@ -102,29 +96,24 @@ OPTS = [
         "detect_timeout",
         type=_POSITIVE,
         default=DEFAULT_DETECT_TIMEOUT,
-        help="Seconds each backend's detector may take during automatic detection (model_type "
-        "= auto) before it counts as inconclusive. Detectors run concurrently. The default is "
-        "generous because a detector may query a model hub (SGLang's diffusion detector asks "
-        "the Hugging Face Hub); offline checks take milliseconds.",
+        help="Seconds each backend's detector may take during automatic detection before it "
+        "counts as inconclusive; generous, as a detector may query a model hub.",
     ),
     cfg.Opt(
         "load_timeout",
         type=_POSITIVE,
         default=DEFAULT_LOAD_TIMEOUT,
-        help="Seconds each backend's load (its import and factory call) may take during "
-        "automatic detection (model_type = auto) before it is skipped with a warning. A load "
-        "still running after a few seconds is logged. The default is generous so a healthy but "
-        "heavy plugin (a cold import of a torch-based runtime takes tens of seconds) is never "
-        "given up on; it only ends a hung import.",
+        help="Seconds each backend's import and factory call may take during automatic "
+        "detection before it is skipped with a warning; generous, so a heavy but healthy "
+        "plugin still loads.",
     ),
     cfg.Opt(
         "stop_timeout",
         type=_Seconds(min=0, max=MAX_TIMEOUT),
         default=DEFAULT_STOP_TIMEOUT,
-        help="Seconds the serve command gives its processes between SIGTERM and SIGKILL when it "
-        "stops them: the backend after a stop signal, then every process the backend left "
-        f"behind; 0 kills at once. The variable {STOP_TIMEOUT_ENV} is a deprecated name "
-        "for it, read (with a warning) when OS_SERVE_BACKENDS__STOP_TIMEOUT is not set.",
+        help="Seconds the serve command gives its processes between SIGTERM and SIGKILL; 0 kills "
+        f"at once. {STOP_TIMEOUT_ENV} is its deprecated variable, read (with a warning) when "
+        "OS_SERVE_BACKENDS__STOP_TIMEOUT is not set.",
     ),
 ]
 
@@ -150,17 +139,16 @@ def load_settings(
 ) -> Settings:
     """Read ``[serve_backends]`` from files, directories and the environment.
 
-    oslo.config reads each file once (a pipe too), in the order of *args*, then
-    *config_files*, then *config_dirs*: a later one wins. A file or directory that cannot
-    be read is an error, never skipped. A misspelt name is a WARNING with the closest known
-    one (a pipe, read once, is not looked through).
+    oslo.config reads *args* (``--config-file``/``--config-dir`` pairs, in command-line order),
+    then *config_files*, then *config_dirs*, each once: a later one wins. One that cannot be
+    read is an error, never skipped; a misspelt name (not in a pipe) is a warning.
 
-    :param args: ``--config-file PATH`` and ``--config-dir DIR`` pairs, in command-line order.
-    :returns: validated :class:`Settings`; ``enabled`` is ``None`` for an empty list.
-    :raises ConfigurationError: a source is missing, unreadable or malformed, or a value
-        is invalid; the message names the file (or variable) and option.
+    :raises ConfigurationError: a source is missing, unreadable or malformed, or a value is
+        invalid, naming the file (or variable) and option.
     """
-    given = [*args, *_pairs("--config-file", config_files), *_pairs("--config-dir", config_dirs)]
+    given = list(args)
+    for flag, paths in (("--config-file", config_files), ("--config-dir", config_dirs)):
+        given += [item for path in paths for item in (flag, path)]
     checked, files = _checked(given)
     parsed = _parse(files)
     conf = cfg.ConfigOpts()
@@ -182,29 +170,28 @@ def load_settings(
         except ValueError as exc:
             where = f"environment variable {STOP_TIMEOUT_ENV}"
             raise _invalid("stop_timeout", legacy, where, exc) from None
-    return _settings(conf, files, parsed)
+    return _settings(conf, files)
 
 
 def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
-    """*conf*'s ``[serve_backends]`` values as :class:`Settings`; *conf* is any called
-    ``ConfigOpts`` the options were registered on (:func:`register_opts`).
+    """The ``[serve_backends]`` values of a called *conf* (see :func:`register_opts`).
 
     :raises ConfigurationError: a value is invalid, naming the option and where it was set.
     """
     files = list(getattr(conf, "config_file", None) or ())
     for directory in getattr(conf, "config_dirs", None) or ():
         files += sorted(glob.glob(os.path.join(directory, "*.conf")))  # as oslo.config reads
-    return _settings(conf, files, None)
+    return _settings(conf, files)
 
 
-def _settings(conf: cfg.ConfigOpts, files: Sequence[str], parsed: _Parsed | None) -> Settings:
-    """:func:`settings_from_conf`, knowing the *files* *conf* read (perhaps *parsed*)."""
+def _settings(conf: cfg.ConfigOpts, files: Sequence[str]) -> Settings:
+    """:func:`settings_from_conf`, knowing the *files* *conf* read, in its order."""
     values: dict[str, Any] = {}
     for opt in OPTS:
         try:
             values[opt.dest] = conf[GROUP][opt.dest]
         except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
-            raise _refused(opt.dest, exc, files, parsed) from None
+            raise _refused(opt.dest, exc, files) from None
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
     sources = [*files, *(f"environment variable {name}" for name in variables)]
     return Settings(
@@ -238,29 +225,22 @@ def _invalid(name: str, text: str, where: str, cause: object) -> ConfigurationEr
     )
 
 
-def _refused(
-    name: str, exc: Exception, files: Sequence[str], parsed: _Parsed | None
-) -> ConfigurationError:
-    """The error for option *name*, which oslo.config refused with *exc*: its text and where
-    it was set, found as oslo.config finds it, the environment before the files.
-    """
+def _refused(name: str, exc: Exception, files: Sequence[str]) -> ConfigurationError:
+    """The error for option *name*, refused with *exc*, and where it was set (as oslo.config
+    looks: the environment before the files)."""
     # oslo.config raises its source error while handling the type's ValueError: the cause.
     cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
     variable = ENVIRONMENT_PREFIX + name.upper()
     found = [("", ", ".join(path for path in files if not os.path.isfile(path)))]  # a pipe
     found += [
         (options[name][-1], path)
-        for path, sections in (_parse(files) if parsed is None else parsed)
+        for path, sections in _parse(files)
         for section, options in sections.items()
         if section.lower() == GROUP and options.get(name)
     ]
     if variable in os.environ:
         found.append((os.environ[variable], f"environment variable {variable}"))
     return _invalid(name, *found[-1], cause)
-
-
-def _pairs(flag: str, paths: Sequence[str]) -> list[str]:
-    return [item for path in paths for item in (flag, path)]
 
 
 def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
@@ -272,10 +252,8 @@ def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
 def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """*args* with absolute paths, and the files oslo.config will read, in its order.
 
-    Each is looked at first: one that cannot be read is an error, never skipped (a
-    ``disabled_backends`` not read must not let its plugins run), and only a regular file,
-    or a pipe named with ``--config-file``, is read: a FIFO or a device dropped into a
-    directory would make every command wait.
+    One that cannot be read is an error (a ``disabled_backends`` unread must not let its plugins
+    run); only a regular file, or a pipe given as a file, is read: a FIFO would hang a command.
     """
     absolute: list[str] = []
     files: list[str] = []
@@ -288,8 +266,8 @@ def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
         found = [path]
         try:
             if what == "directory":  # as oslo.config's glob, which takes one unread for empty
-                found = [os.path.join(path, n) for n in sorted(os.listdir(path))]
-                found = [n for n in found if n.endswith(".conf") and n[len(path) + 1] != "."]
+                names = [n for n in sorted(os.listdir(path)) if n.endswith(".conf") and n[0] != "."]
+                found = [os.path.join(path, n) for n in names]
         except OSError as exc:
             raise _unreadable(what, path, exc) from None
         for name in found:
@@ -318,10 +296,7 @@ def _parse(files: Sequence[str]) -> _Parsed:
         except OSError as exc:
             raise _unreadable("file", path, exc) from None
         except cfg.ParseError as exc:
-            raise ConfigurationError(
-                f"Cannot parse configuration file {path}: at line {exc.lineno}, {exc.msg}: "
-                f"{exc.line!r}"
-            ) from None
+            raise ConfigurationError(f"Cannot parse configuration file {path}: {exc}") from None
         except UnicodeDecodeError as exc:
             raise ConfigurationError(
                 f"Cannot read configuration file {path}: it is not {exc.encoding} text "
@@ -332,10 +307,8 @@ def _parse(files: Sequence[str]) -> _Parsed:
 
 
 def _unknown(parsed: _Parsed, environ: Mapping[str, str]) -> list[str]:
-    """Name every group, option and ``OS_SERVE_BACKENDS__*`` variable that nothing reads,
-    one line each with the closest known name: oslo.config ignores them silently, and
-    ``oslo-config-validator`` is a command, without the closest name or the environment.
-    """
+    """A line for each group, option and ``OS_SERVE_BACKENDS__*`` variable nothing reads, with
+    the closest known name: oslo.config ignores them silently."""
     known = [opt.dest for opt in OPTS]
     problems: list[str] = []
     for path, sections in parsed:
@@ -373,10 +346,7 @@ def registry_from_conf(
     conf: cfg.ConfigOpts,
     builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
 ) -> ServeBackendRegistry:
-    """The registry a service's ``ConfigOpts`` describes (options from :func:`register_opts`).
-
-    :raises ConfigurationError: an option has an invalid value.
-    """
+    """The registry a service's called ``ConfigOpts`` describes (see :func:`register_opts`)."""
     from sglang_backends.registry import ServeBackendRegistry
 
     return ServeBackendRegistry.from_settings(settings_from_conf(conf), builtins)
@@ -387,14 +357,8 @@ def select_backend(
     request: ServeRequest,
     registry: ServeBackendRegistry | None = None,
 ) -> RegisteredServeBackend:
-    """Select the configured backend for *request*, as an OpenStack service selects a driver:
-    ``model_type = auto`` runs automatic detection, any other value is looked up by name.
-
-    :param registry: reuse one; by default built from the same settings.
-    :raises ConfigurationError: an option has an invalid value.
-    :raises UnknownBackendError: ``model_type`` names no available backend.
-    :raises AmbiguousDetectionError: ``auto`` and several detectors matched.
-    """
+    """The configured backend for *request*, as an OpenStack service selects a driver:
+    ``auto`` runs detection (in *registry*, by default built from *conf*), else by name."""
     model_type = settings_from_conf(conf).model_type
     registry = registry_from_conf(conf) if registry is None else registry
     return registry.auto_detect(request) if model_type == "auto" else registry.get(model_type)
