@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = [
@@ -70,9 +70,8 @@ class Settings(NamedTuple):
     def describe(self, option: str) -> str:
         """``[serve_backends] OPTION, set in WHERE`` (or ``(the default)``), for messages."""
         where = self.set_in(option)
-        if where is None:
-            return f"[serve_backends] {option} (the default)"
-        return f"[serve_backends] {option}, set in {where}"
+        suffix = " (the default)" if where is None else f", set in {where}"
+        return f"[serve_backends] {option}{suffix}"
 
     def list_origins(self) -> dict[str, str]:
         """Where the ``"enabled"``, ``"disabled"`` and ``"preferred"`` lists were set (by a flag,
@@ -82,11 +81,10 @@ class Settings(NamedTuple):
         return {**origins, **dict(self.flag_origins)}
 
 
-def configured(config_args: Sequence[str], environ: Mapping[str, str] | None = None) -> bool:
+def configured(config_args: Sequence[str]) -> bool:
     """Whether configuration is in use: ``--config-file``/``--config-dir`` *config_args*,
     or an ``OS_SERVE_BACKEND*`` (a near miss too, to warn) or :data:`STOP_TIMEOUT_ENV`.
     """
-    env = os.environ if environ is None else environ
     return bool(config_args) or any(
-        key.startswith("OS_SERVE_BACKEND") or key == STOP_TIMEOUT_ENV for key in env
+        key.startswith("OS_SERVE_BACKEND") or key == STOP_TIMEOUT_ENV for key in os.environ
     )
