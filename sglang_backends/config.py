@@ -17,15 +17,7 @@ from typing import TYPE_CHECKING, Any
 from oslo_config import cfg, types
 
 from sglang_backends.errors import ConfigurationError, did_you_mean
-from sglang_backends.settings import (
-    DEFAULT_DETECT_TIMEOUT,
-    DEFAULT_LOAD_TIMEOUT,
-    DEFAULT_STOP_TIMEOUT,
-    ENVIRONMENT_PREFIX,
-    MAX_TIMEOUT,
-    STOP_TIMEOUT_ENV,
-    Settings,
-)
+from sglang_backends.settings import ENVIRONMENT_PREFIX, MAX_TIMEOUT, STOP_TIMEOUT_ENV, Settings
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
@@ -63,12 +55,14 @@ _NAME_PATTERN = r"^[^\s,]+$"
 _NAME = types.String(regex=_NAME_PATTERN)
 #: At least a millisecond (0 would end every detection at once).
 _POSITIVE = _Seconds(min=0.001, max=MAX_TIMEOUT)
+#: The defaults without configuration, which the options share.
+_DEFAULT = Settings()
 
 OPTS = [
     cfg.StrOpt(
         "model_type",
         regex=_NAME_PATTERN,
-        default="auto",
+        default=_DEFAULT.model_type,
         help="The serve backend to use: 'auto' (automatic detection, falling back to 'llm'), a "
         "built-in ('llm', 'diffusion'), an installed plugin's name, or DIST:NAME to pick one "
         "distribution's plugin. The serve command's --model-type overrides it.",
@@ -95,22 +89,21 @@ OPTS = [
     cfg.Opt(
         "detect_timeout",
         type=_POSITIVE,
-        default=DEFAULT_DETECT_TIMEOUT,
+        default=_DEFAULT.detect_timeout,
         help="Seconds each backend's detector may take during automatic detection before it "
         "counts as inconclusive; generous, as a detector may query a model hub.",
     ),
     cfg.Opt(
         "load_timeout",
         type=_POSITIVE,
-        default=DEFAULT_LOAD_TIMEOUT,
+        default=_DEFAULT.load_timeout,
         help="Seconds each backend's import and factory call may take during automatic "
-        "detection before it is skipped with a warning; generous, so a heavy but healthy "
-        "plugin still loads.",
+        "detection before it is skipped with a warning.",
     ),
     cfg.Opt(
         "stop_timeout",
         type=_Seconds(min=0, max=MAX_TIMEOUT),
-        default=DEFAULT_STOP_TIMEOUT,
+        default=_DEFAULT.stop_timeout,
         help="Seconds the serve command gives its processes between SIGTERM and SIGKILL; 0 kills "
         f"at once. {STOP_TIMEOUT_ENV} is its deprecated variable, read (with a warning) when "
         "OS_SERVE_BACKENDS__STOP_TIMEOUT is not set.",
@@ -157,7 +150,7 @@ def load_settings(
         conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
     except (cfg.Error, OSError, ValueError) as exc:  # a pipe's; or a file changed since
         raise ConfigurationError(f"Invalid configuration: {exc}") from None
-    for problem in _unknown(parsed, os.environ):
+    for problem in _unknown(parsed):
         LOG.warning("%s", problem)
     legacy = os.environ.get(STOP_TIMEOUT_ENV)
     if legacy is not None:
@@ -306,7 +299,7 @@ def _parse(files: Sequence[str]) -> _Parsed:
     return parsed
 
 
-def _unknown(parsed: _Parsed, environ: Mapping[str, str]) -> list[str]:
+def _unknown(parsed: _Parsed) -> list[str]:
     """A line for each group, option and ``OS_SERVE_BACKENDS__*`` variable nothing reads, with
     the closest known name: oslo.config ignores them silently."""
     known = [opt.dest for opt in OPTS]
@@ -336,7 +329,7 @@ def _unknown(parsed: _Parsed, environ: Mapping[str, str]) -> list[str]:
     return problems + [
         f"Ignoring unknown environment variable {key}{did_you_mean(key, variables)} "
         f"Known variables: {', '.join(variables)}."
-        for key in sorted(environ)
+        for key in sorted(os.environ)
         # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
         if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES
     ]
