@@ -130,11 +130,8 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 def load_settings(
     *, config_files: Sequence[str] = (), config_dirs: Sequence[str] = (), args: Sequence[str] = ()
 ) -> Settings:
-    """Read ``[serve_backends]`` from files, directories and the environment.
-
-    oslo.config reads *args* (``--config-file``/``--config-dir`` pairs, in command-line order),
-    then *config_files*, then *config_dirs*, each once: a later one wins. One that cannot be
-    read is an error, never skipped; a misspelt name (not in a pipe) is a warning.
+    """Read ``[serve_backends]`` from *args* (``--config-file``/``--config-dir`` pairs, in
+    command-line order), *config_files*, *config_dirs* (a later one winning) and the environment.
 
     :raises ConfigurationError: a source is missing, unreadable or malformed, or a value is
         invalid, naming the file (or variable) and option.
@@ -243,11 +240,8 @@ def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
 
 
 def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """*args* with absolute paths, and the files oslo.config will read, in its order.
-
-    One that cannot be read is an error (a ``disabled_backends`` unread must not let its plugins
-    run); only a regular file, or a pipe given as a file, is read: a FIFO would hang a command.
-    """
+    """*args* with absolute paths, and the files oslo.config will read, in its order: none
+    skipped (its ``disabled_backends`` must apply), only a regular file or a pipe given as one."""
     absolute: list[str] = []
     files: list[str] = []
     for flag, given in zip(args[::2], args[1::2], strict=True):

@@ -42,11 +42,9 @@ STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
 
 class Settings(NamedTuple):
-    """Which backend to use and which plugins may load: the ``[serve_backends]`` options
-    (``enabled`` ``None`` allows all), where they came from (``source``, for messages), the
-    lists a command-line flag set (``("enabled", "--enable on the command line")`` pairs), and
-    ``locate``, asking oslo.config where an option was set. A named tuple, for start-up time.
-    """
+    """The ``[serve_backends]`` options (``enabled`` ``None`` allows all), where they came from
+    (``source``, for messages), the lists a flag set (``("enabled", "--enable on the command
+    line")`` pairs), and ``locate``, asking oslo.config where an option was set."""
 
     model_type: str = "auto"
     enabled: tuple[str, ...] | None = None
