@@ -149,12 +149,10 @@ def load_settings(
         raise ConfigurationError(f"Invalid configuration: {exc}") from None
     for problem in _unknown(parsed):
         LOG.warning("%s", problem)
-    legacy = os.environ.get(STOP_TIMEOUT_ENV)
+    legacy, variable = os.environ.get(STOP_TIMEOUT_ENV), ENVIRONMENT_PREFIX + "STOP_TIMEOUT"
     if legacy is not None:
-        LOG.warning(
-            "%s is deprecated; set %sSTOP_TIMEOUT instead", STOP_TIMEOUT_ENV, ENVIRONMENT_PREFIX
-        )
-    if legacy is not None and ENVIRONMENT_PREFIX + "STOP_TIMEOUT" not in os.environ:
+        LOG.warning("%s is deprecated; set %s instead", STOP_TIMEOUT_ENV, variable)
+    if legacy is not None and variable not in os.environ:
         try:
             conf.set_override("stop_timeout", legacy, GROUP)
         except ValueError as exc:
@@ -246,17 +244,13 @@ def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
     files: list[str] = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
         what = "directory" if flag == "--config-dir" else "file"
-        try:
+        try:  # an unreadable directory is an error, never an empty one
             path = os.path.abspath(os.path.expanduser(given))
-        except OSError as exc:  # the working directory is gone
-            raise _unreadable(what, given, exc) from None
-        found = [path]
-        try:
-            if what == "directory":  # as oslo.config's glob, which takes one unread for empty
-                names = [n for n in sorted(os.listdir(path)) if n.endswith(".conf") and n[0] != "."]
-                found = [os.path.join(path, n) for n in names]
-        except OSError as exc:
-            raise _unreadable(what, path, exc) from None
+            names = sorted(os.listdir(path)) if what == "directory" else []
+        except OSError as exc:  # no filename when the working directory is gone
+            raise _unreadable(what, exc.filename or given, exc) from None
+        names = [n for n in names if n.endswith(".conf") and n[0] != "."]  # as oslo.config's glob
+        found = [os.path.join(path, n) for n in names] if what == "directory" else [path]
         for name in found:
             try:
                 mode = os.stat(name).st_mode
