@@ -135,6 +135,9 @@ def test_entry_points_rewritten_in_place_are_seen_by_a_new_registry(
 def test_corrupted_stevedore_cache_does_not_break_the_registry(
     site, install_backend, tmp_path, corruption, preinstalled
 ):
+    if sys.executable.startswith("/tmp"):
+        # stevedore's documented rule: no cache for an interpreter under /tmp.
+        pytest.skip("stevedore keeps no cache for an interpreter under /tmp: nothing to corrupt")
     install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
     cache = tmp_path / "cache"
     warmed = run_python(site, WARM_STEVEDORE_CACHE, XDG_CACHE_HOME=str(cache))
