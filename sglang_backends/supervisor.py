@@ -343,13 +343,9 @@ class _Supervision:
             processes.send(self.child, signum)
 
     def _relay(self, info: signal.struct_siginfo) -> None:
-        """Pass a signal other than a stop signal on to the backend process, once.
-
-        The terminal signals its foreground group, the tree's: the backend
-        process has it already, unless it left the group. SIGTSTP then stops
-        the supervisor too, which ``serve`` follows.
-        """
-        if not signals.from_kernel(info) or self._elsewhere():
+        """Pass a signal other than a stop signal on to the backend process, once (not one it
+        has, :meth:`_delivered`); SIGTSTP then stops the supervisor too, which serve follows."""
+        if not self._delivered(info):
             self._send(info.si_signo)
         if info.si_signo == signal.SIGTSTP:
             processes.send(os.getpid(), signal.SIGSTOP)
@@ -371,11 +367,14 @@ class _Supervision:
         name = signals.signal_name(info.si_signo)
         if self.signum is None:
             processes.log_received(info.si_signo)
-            # The terminal's signal reached the backend process, unless it left the group.
-            self._stop(info.si_signo, forward=sender != "terminal" or self._elsewhere())
+            self._stop(info.si_signo, forward=not self._delivered(info))
         elif count > 1 and not self.forced:
             LOG.warning("Received %s again; killing the serve backend and its processes", name)
             self._kill()
+
+    def _delivered(self, info: signal.struct_siginfo) -> bool:
+        """Whether the terminal gave the backend process *info*'s signal (in the tree's group)."""
+        return signals.from_kernel(info) and not self._elsewhere()
 
     def _elsewhere(self) -> bool:
         """Whether the backend process left the tree's process group."""
