@@ -14,8 +14,12 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglang_backends.testing.conformance import ContractViolation, SGLangNotCheckedWarning
+
+if TYPE_CHECKING:
+    import psutil
 
 __all__ = ["assert_stops_cleanly", "installed_hosts"]
 
@@ -99,9 +103,8 @@ def _stop_under(
 ) -> int:
     import subprocess
 
-    import psutil
-
     from sglang_backends import processes
+    from sglang_backends.signals import signal_name
 
     script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
     if host == "sglang serve" and script.is_file():
@@ -126,10 +129,7 @@ def _stop_under(
     seen: set[psutil.Process] = set()
 
     def look() -> None:
-        try:
-            seen.update(psutil.Process(proc.pid).children(recursive=True))
-        except psutil.Error:
-            pass
+        seen.update(processes.descendants(proc.pid))
 
     def tail() -> str:
         return " | ".join(line.rstrip() for line in lines[-5:]) or "no output"
@@ -159,7 +159,7 @@ def _stop_under(
         except subprocess.TimeoutExpired:
             raise ContractViolation(
                 f"Serve backend {name!r} under {host} did not end within {stop_timeout:g} s "
-                f"of {signal.Signals(signum).name}; stop serving on it (see "
+                f"of {signal_name(signum)}; stop serving on it (see "
                 "sglang_backends.stop_quietly)"
             ) from None
     finally:
@@ -180,7 +180,7 @@ def _stop_under(
     else:
         return status
     raise ContractViolation(
-        f"Serve backend {name!r} under {host} {problem} on {signal.Signals(signum).name} "
+        f"Serve backend {name!r} under {host} {problem} on {signal_name(signum)} "
         f"(expected status 0 or {128 + signum}, no traceback, no process left; "
         f"serve within sglang_backends.stop_quietly()): {tail()}"
     )
