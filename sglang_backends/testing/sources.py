@@ -41,7 +41,7 @@ def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
                 if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id in names for t in node.targets
                 ):
-                    yield from (n for n in _calls(node.value) if _callee(n) == "partial")
+                    yield from (n for n in _calls(node.value) if _name(n.func) == "partial")
         yield from _declarations(factory.func, depth + 1)
         return
     code = getattr(inspect.unwrap(factory), "__code__", None)  # type: ignore[arg-type]
@@ -83,22 +83,19 @@ def _defines(node: ast.AST, code: types.CodeType) -> bool:
     return False
 
 
-def _callee(node: ast.Call) -> str | None:
-    func = node.func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+def _name(expr: ast.expr) -> str | None:
+    """The name *expr* ends in: ``f`` for ``f`` and for ``mod.f``; ``None`` for another."""
+    return expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
 
 
 def _api_version_argument(node: ast.Call) -> ast.expr | None:
     """The ``api_version`` *node* passes to a backend builder, directly or through ``partial``."""
     args = node.args
-    if _callee(node) == "partial":
-        if not args or not isinstance(args[0], (ast.Name, ast.Attribute)):
-            return None
-        target = args[0]
-        if (target.attr if isinstance(target, ast.Attribute) else target.id) not in _BUILDERS:
+    if _name(node.func) == "partial":
+        if not args or _name(args[0]) not in _BUILDERS:
             return None
         args = args[1:]
-    elif _callee(node) not in _BUILDERS:
+    elif _name(node.func) not in _BUILDERS:
         return None
     value = next((k.value for k in node.keywords if k.arg == "api_version"), None)
     return args[0] if value is None and args else value
