@@ -26,7 +26,7 @@ import os
 import pathlib
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib.metadata import Distribution
 from typing import NamedTuple
 
@@ -38,6 +38,8 @@ __all__ = [
     "PluginEntryPoint",
     "discover",
     "distributions",
+    "has_metadata",
+    "header_block",
     "is_regular_file",
     "normalize_distribution",
     "read_metadata",
@@ -71,7 +73,7 @@ class InstalledDistribution(NamedTuple):
         :raises OSError: ``entry_points.txt`` is not a regular file, or cannot be read.
         :raises ValueError: it is malformed, or not UTF-8.
         """
-        if _on_disk(self.distribution, "entry_points.txt") is False:
+        if not has_metadata(self.distribution, "entry_points.txt"):
             return []
         return list(self.distribution.entry_points.select(group=group))
 
@@ -85,12 +87,9 @@ class InstalledDistribution(NamedTuple):
         if text is None:
             raise ValueError("it has no METADATA")
         fields: dict[str, str] = {}
-        for line in text.splitlines():
-            if not line:
-                break
-            key, sep, value = line.partition(":")
-            if sep and key in ("Name", "Version"):
-                fields.setdefault(key, value.strip())
+        for key, value in header_block(text):
+            if key in ("Name", "Version"):
+                fields.setdefault(key, value)
         if not fields.get("Name"):
             raise ValueError("its METADATA names no distribution")
         return fields["Name"], fields.get("Version")
@@ -151,15 +150,26 @@ def is_regular_file(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _on_disk(dist: importlib.metadata.Distribution, filename: str) -> bool | None:
-    """Whether *dist*'s metadata directory on disk holds *filename*: ``None`` when it is not
-    on disk (in a zip, or of another finder), whose files ``read_text`` reads as they are.
+def header_block(text: str) -> Iterator[tuple[str, str]]:
+    """The ``Key: value`` lines of a ``METADATA`` file's header block, its first lines up to
+    a blank one: what the email parser behind ``dist.metadata`` reads the whole file for."""
+    for line in text.splitlines():
+        if not line:
+            return
+        key, sep, value = line.partition(":")
+        if sep:
+            yield key, value.strip()
 
-    :raises OSError: it exists but is not a regular file (a FIFO would block the read).
+
+def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool:
+    """Whether *dist* may hold *filename*, without reading it: on disk, whether its metadata
+    directory holds it; elsewhere (a zip, another finder) ``True``, ``read_text`` deciding.
+
+    :raises OSError: it exists on disk but is not a regular file (a FIFO would block the read).
     """
     root = _metadata_path(dist)
     if not isinstance(root, pathlib.Path):
-        return None
+        return True
     path = root / filename
     if not os.path.lexists(path):
         return False
@@ -174,7 +184,7 @@ def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str |
     :raises OSError: it exists on disk but is not a regular file, or cannot be read.
     :raises UnicodeDecodeError: it is not UTF-8.
     """
-    return None if _on_disk(dist, filename) is False else dist.read_text(filename)
+    return dist.read_text(filename) if has_metadata(dist, filename) else None
 
 
 def _location(dist: importlib.metadata.Distribution) -> str:

@@ -36,6 +36,7 @@ from sglang_backends.discovery import (
     InstalledDistribution,
     PluginEntryPoint,
     discover,
+    header_block,
     normalize_distribution,
     read_metadata,
 )
@@ -123,32 +124,24 @@ def _requires(dist: Distribution) -> list[str]:
     An egg's ``requires.txt``, outside the header block, is left to ``dist.requires``.
     """
     try:
-        if read_metadata(dist, "METADATA") is None and read_metadata(dist, "requires.txt"):
+        metadata = read_metadata(dist, "METADATA")
+        if metadata is None and read_metadata(dist, "requires.txt"):
             return list(dist.requires or ())
-        return _header(dist, "Requires-Dist")
+        return _header(dist, "Requires-Dist", metadata or None)
     except Exception as exc:  # noqa: BLE001 - discovery already warned about its metadata
         LOG.debug("Cannot read the requirements of %r: %s", dist, exc)
         return []
 
 
-def _header(dist: Distribution, field: str) -> list[str]:
-    """Every value of *field* in *dist*'s ``METADATA`` (or ``PKG-INFO``) header block.
-
-    Read from the header lines rather than ``dist.metadata``, whose email
-    parsing of the whole file (a long description included) costs more than
-    ``list``'s whole listing of a plugin, as discovery reads Name and Version.
+def _header(dist: Distribution, field: str, text: str | None = None) -> list[str]:
+    """Every value of *field* in *dist*'s ``METADATA`` (or ``PKG-INFO``) header block, or in
+    *text*, its ``METADATA`` already read: the header alone, as discovery reads Name.
 
     :raises OSError: the file is not a regular file (a FIFO would block the read).
     """
-    text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO") or ""
-    values = []
-    for line in text.splitlines():
-        if not line:
-            break
-        key, sep, value = line.partition(":")
-        if sep and key.strip().lower() == field.lower():
-            values.append(value.strip())
-    return values
+    if text is None:
+        text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO") or ""
+    return [value for key, value in header_block(text) if key.strip().lower() == field.lower()]
 
 
 def _installed_version(name: str) -> str | None:

@@ -330,7 +330,7 @@ def _static_note() -> str | None:
     """The note parsed from the ``sglang`` distribution's regular file, found without importing."""
     import importlib.metadata
 
-    from sglang_backends.discovery import is_regular_file, read_metadata
+    from sglang_backends.discovery import has_metadata, is_regular_file
 
     try:
         dist = importlib.metadata.distribution("sglang")
@@ -343,7 +343,7 @@ def _static_note() -> str | None:
     if not is_regular_file(path):
         # Not where the distribution's root says: ask its RECORD (read only now: it is long).
         try:
-            files = dist.files if read_metadata(dist, "RECORD") is not None else None
+            files = dist.files if has_metadata(dist, "RECORD") else None
         except OSError as exc:
             raise _NotStatic(str(exc)) from exc
         listed = [str(f.locate()) for f in files or () if f.as_posix() == _NOTE_FILE]
