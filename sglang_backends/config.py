@@ -6,12 +6,11 @@ pipe read once, no FIFO in a directory hanging a command, and warnings about mis
 
 from __future__ import annotations
 
-import glob
 import logging
 import math
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg, types
@@ -110,10 +109,10 @@ OPTS = [
     ),
 ]
 
-#: The options' environment variables (oslo.config's own source).
-_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in OPTS)
-#: ``(path, {section: {option: [values]}})`` per regular file: a pipe is read only once.
-_Parsed = list[tuple[str, dict[str, dict[str, list[str]]]]]
+_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in OPTS)  # as oslo.config reads
+_Sections = dict[str, dict[str, list[str]]]  # a file, as oslo.config's parser reads it
+#: ``(path, sections)`` per file read, in order; ``None`` for a pipe, which is read only once.
+_Parsed = list[tuple[str, "_Sections | None"]]
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
@@ -139,8 +138,7 @@ def load_settings(
     given = list(args)
     for flag, paths in (("--config-file", config_files), ("--config-dir", config_dirs)):
         given += [item for path in paths for item in (flag, path)]
-    checked, files = _checked(given)
-    parsed = _parse(files)
+    checked, parsed = _read(given)
     conf = cfg.ConfigOpts()
     register_opts(conf)
     try:
@@ -158,7 +156,7 @@ def load_settings(
         except ValueError as exc:
             where = f"environment variable {STOP_TIMEOUT_ENV}"
             raise _invalid("stop_timeout", legacy, where, exc) from None
-    return _settings(conf, files)
+    return _settings(conf, parsed)
 
 
 def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
@@ -166,22 +164,21 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
 
     :raises ConfigurationError: a value is invalid, naming the option and where it was set.
     """
-    files = list(getattr(conf, "config_file", None) or ())
-    for directory in getattr(conf, "config_dirs", None) or ():
-        files += sorted(glob.glob(os.path.join(directory, "*.conf")))  # as oslo.config reads
-    return _settings(conf, files)
+    given = [("--config-file", path) for path in conf.config_file]  # before the directories:
+    given += [("--config-dir", path) for path in conf.config_dirs]  # oslo.config keeps no order
+    return _settings(conf, _read([item for pair in given for item in pair])[1])
 
 
-def _settings(conf: cfg.ConfigOpts, files: Sequence[str]) -> Settings:
-    """:func:`settings_from_conf`, knowing the *files* *conf* read, in its order."""
+def _settings(conf: cfg.ConfigOpts, parsed: _Parsed) -> Settings:
+    """:func:`settings_from_conf`, knowing the files *conf* read, in its order."""
     values: dict[str, Any] = {}
     for opt in OPTS:
         try:
             values[opt.dest] = conf[GROUP][opt.dest]
         except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
-            raise _refused(opt.dest, exc, files) from None
+            raise _refused(opt.dest, exc, parsed) from None
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
-    sources = [*files, *(f"environment variable {name}" for name in variables)]
+    sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
         model_type=values["model_type"],
         enabled=tuple(values["enabled_backends"]) or None,
@@ -191,7 +188,7 @@ def _settings(conf: cfg.ConfigOpts, files: Sequence[str]) -> Settings:
         stop_timeout=values["stop_timeout"],
         preferred=tuple(values["preferred_backends"]),
         source=", ".join(sources) or "defaults",
-        locate=lambda option: _where(conf.get_location(option, GROUP)),
+        located=tuple((o.dest, w) for o in OPTS if (w := _where(conf.get_location(o.dest, GROUP)))),
     )
 
 
@@ -213,19 +210,19 @@ def _invalid(name: str, text: str, where: str, cause: object) -> ConfigurationEr
     )
 
 
-def _refused(name: str, exc: Exception, files: Sequence[str]) -> ConfigurationError:
-    """The error for option *name*, refused with *exc*, and where it was set (as oslo.config
-    looks: the environment before the files)."""
+def _refused(name: str, exc: Exception, parsed: _Parsed) -> ConfigurationError:
+    """The error for option *name*, refused with *exc*, and where it was set, as oslo.config
+    looks: its environment variable, else the last file (or a pipe, which may have) setting it."""
     # oslo.config raises its source error while handling the type's ValueError: the cause.
     cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
     variable = ENVIRONMENT_PREFIX + name.upper()
-    found = [("", ", ".join(path for path in files if not os.path.isfile(path)))]  # a pipe
-    found += [
-        (options[name][-1], path)
-        for path, sections in _parse(files)
-        for section, options in sections.items()
-        if section.lower() == GROUP and options.get(name)
-    ]
+    found = [("", "configuration")]  # a service's own override, say
+    for path, sections in parsed:
+        if sections is None:  # a pipe, which may have
+            found.append(("", path))
+        for section, options in (sections or {}).items():
+            if section.lower() == GROUP and options.get(name):
+                found.append((options[name][-1], path))
     if variable in os.environ:
         found.append((os.environ[variable], f"environment variable {variable}"))
     return _invalid(name, *found[-1], cause)
@@ -237,11 +234,11 @@ def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
     return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
 
 
-def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """*args* with absolute paths, and the files oslo.config will read, in its order: none
-    skipped (its ``disabled_backends`` must apply), only a regular file or a pipe given as one."""
+def _read(args: Sequence[str]) -> tuple[list[str], _Parsed]:
+    """*args* with absolute paths, and every file oslo.config will read, in its order, parsed:
+    only a regular file, or a pipe given as one; none skipped (its ``disabled_backends`` apply)."""
     absolute: list[str] = []
-    files: list[str] = []
+    parsed: _Parsed = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
         what = "directory" if flag == "--config-dir" else "file"
         try:  # an unreadable directory is an error, never an empty one
@@ -251,76 +248,70 @@ def _checked(args: Sequence[str]) -> tuple[list[str], list[str]]:
             raise _unreadable(what, exc.filename or given, exc) from None
         names = [n for n in names if n.endswith(".conf") and n[0] != "."]  # as oslo.config's glob
         found = [os.path.join(path, n) for n in names] if what == "directory" else [path]
-        for name in found:
-            try:
-                mode = os.stat(name).st_mode
-            except OSError as exc:  # a broken link in a directory, say
-                raise _unreadable("file", name, exc) from None
-            if stat.S_ISDIR(mode) and what == "file":
-                raise ConfigurationError(
-                    f"Configuration file {name} is a directory; pass directories with --config-dir"
-                )
-            if not (stat.S_ISREG(mode) or (stat.S_ISFIFO(mode) and what == "file")):
-                raise ConfigurationError(f"Configuration file {name} is not a regular file")
+        parsed += [(name, _parse(name, as_file=what == "file")) for name in found]
         absolute += [flag, path]
-        files += found
-    return absolute, files
+    return absolute, parsed
 
 
-def _parse(files: Sequence[str]) -> _Parsed:
-    """The regular *files*, each parsed by oslo.config's own parser."""
-    parsed: _Parsed = []
-    for path in filter(os.path.isfile, files):
-        sections: dict[str, dict[str, list[str]]] = {}
-        try:
-            cfg.ConfigParser(path, sections).parse()
-        except OSError as exc:
-            raise _unreadable("file", path, exc) from None
-        except cfg.ParseError as exc:
-            raise ConfigurationError(f"Cannot parse configuration file {path}: {exc}") from None
-        except UnicodeDecodeError as exc:
+def _parse(path: str, *, as_file: bool) -> _Sections | None:
+    """The file at *path*, by oslo.config's parser; ``None`` for a pipe (oslo.config reads it)."""
+    try:
+        mode = os.stat(path).st_mode  # a broken link in a directory, say
+        if stat.S_ISDIR(mode) and as_file:
             raise ConfigurationError(
-                f"Cannot read configuration file {path}: it is not {exc.encoding} text "
-                f"({exc.reason} at byte {exc.start})"
-            ) from None
-        parsed.append((path, sections))
-    return parsed
+                f"Configuration file {path} is a directory; pass directories with --config-dir"
+            )
+        if stat.S_ISFIFO(mode) and as_file:
+            return None
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(f"Configuration file {path} is not a regular file")
+        sections: _Sections = {}
+        cfg.ConfigParser(path, sections).parse()
+    except OSError as exc:
+        raise _unreadable("file", path, exc) from None
+    except cfg.ParseError as exc:
+        raise ConfigurationError(f"Cannot parse configuration file {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"Cannot read configuration file {path}: it is not {exc.encoding} text "
+            f"({exc.reason} at byte {exc.start})"
+        ) from None
+    return sections
 
 
-def _unknown(parsed: _Parsed) -> list[str]:
+def _unknown(parsed: _Parsed) -> Iterator[str]:
     """A line for each group, option and ``OS_SERVE_BACKENDS__*`` variable nothing reads, with
     the closest known name: oslo.config ignores them silently."""
     known = [opt.dest for opt in OPTS]
-    problems: list[str] = []
     for path, sections in parsed:
-        for section, options in sections.items():
+        for section, options in (sections or {}).items():
             if section.lower() == GROUP:  # oslo.config folds group names to lower case
-                problems += [
+                yield from (
                     f"Ignoring unknown option {option!r} in [{GROUP}] of {path}"
                     f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
                     for option in options
                     if option not in known
-                ]
+                )
             elif section == "DEFAULT":
-                problems += [
+                yield from (
                     f"Ignoring option {option!r} in [DEFAULT] of {path}"
                     f"{f' (it belongs in [{GROUP}])' if option in known else ''}: "
                     f"sglang-backends reads only the [{GROUP}] group."
                     for option in options
-                ]
+                )
             else:
-                problems.append(
+                yield (
                     f"Ignoring unknown group [{section}] in {path}"
                     f"{did_you_mean(section, [GROUP])} sglang-backends reads only [{GROUP}]."
                 )
     variables = sorted(_VARIABLES)
-    return problems + [
+    yield from (
         f"Ignoring unknown environment variable {key}{did_you_mean(key, variables)} "
         f"Known variables: {', '.join(variables)}."
         for key in sorted(os.environ)
         # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
         if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES
-    ]
+    )
 
 
 def registry_from_conf(

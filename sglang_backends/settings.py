@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 __all__ = [
@@ -42,9 +42,10 @@ STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
 
 class Settings(NamedTuple):
-    """The ``[serve_backends]`` options (``enabled`` ``None`` allows all), where they came from
-    (``source``, for messages), the lists a flag set (``("enabled", "--enable on the command
-    line")`` pairs), and ``locate``, asking oslo.config where an option was set."""
+    """The ``[serve_backends]`` options (``enabled`` ``None`` allows all) and where they came
+    from: ``source`` (for messages), ``located`` (``(option, where)`` for each option
+    configuration set; ``None`` when none was read) and ``flag_origins`` (the lists a flag set,
+    ``("enabled", "--enable on the command line")`` pairs)."""
 
     model_type: str = "auto"
     enabled: tuple[str, ...] | None = None
@@ -54,16 +55,12 @@ class Settings(NamedTuple):
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
     preferred: tuple[str, ...] = ()
     source: str = "defaults"
+    located: tuple[tuple[str, str], ...] | None = None
     flag_origins: tuple[tuple[str, str], ...] = ()
-    locate: Callable[[str], str | None] | None = None
-
-    def __repr__(self) -> str:  # without locate, a function
-        values = zip(self._fields[:-1], self[:-1], strict=True)
-        return f"Settings({', '.join(f'{name}={value!r}' for name, value in values)})"
 
     def set_in(self, option: str) -> str | None:
         """Where *option* was set; ``None`` at its default or when no configuration was read."""
-        return None if self.locate is None else self.locate(option)
+        return dict(self.located or ()).get(option)
 
     def describe(self, option: str) -> str:
         """``[serve_backends] OPTION, set in WHERE`` (or ``(the default)``), for messages."""
@@ -74,9 +71,8 @@ class Settings(NamedTuple):
     def list_origins(self) -> dict[str, str]:
         """Where the ``"enabled"``, ``"disabled"`` and ``"preferred"`` lists were set (by a flag,
         or configuration when any was read), for warnings about their names."""
-        lists = () if self.locate is None else ("enabled", "disabled", "preferred")
-        origins = {label: self.describe(f"{label}_backends") for label in lists}
-        return {**origins, **dict(self.flag_origins)}
+        lists = () if self.located is None else ("enabled", "disabled", "preferred")
+        return {**{x: self.describe(f"{x}_backends") for x in lists}, **dict(self.flag_origins)}
 
 
 def configured(config_args: Sequence[str]) -> bool:

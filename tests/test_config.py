@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 import subprocess
 import sys
@@ -62,7 +63,9 @@ def omni(site):
 
 def test_without_any_source_configuration_gives_what_serve_uses_without_it():
     """The fast path (no oslo.config) and configuration agree on every default."""
-    assert repr(config.load_settings()) == repr(Settings())
+    read = config.load_settings()
+    assert read._replace(located=None) == Settings()
+    assert read.located == ()  # configuration was read and set nothing
     assert config.load_settings().set_in("model_type") is None
 
 
@@ -382,8 +385,39 @@ def test_config_uses_no_private_oslo_config_name():
     assert not re.search(r"\b(cfg|types)\._", source)
 
 
-def test_settings_show_their_values_but_not_the_function_locating_them():
-    settings = Settings(model_type="echo", locate=lambda option: "here")
-    assert repr(settings).startswith("Settings(model_type='echo', enabled=None, disabled=(),")
-    assert "locate" not in repr(settings) and "function" not in repr(settings)
-    assert settings.set_in("model_type") == "here"
+def test_settings_say_where_each_option_was_set_as_plain_values(tmp_path, monkeypatch):
+    conf = write(tmp_path / "a.conf", "[serve_backends]\nmodel_type = echo\n")
+    monkeypatch.setenv("OS_SERVE_BACKENDS__LOAD_TIMEOUT", "7")
+    settings = config.load_settings(config_files=[str(conf)])
+    assert settings.located == (
+        ("model_type", str(conf)),
+        ("load_timeout", "environment variable OS_SERVE_BACKENDS__LOAD_TIMEOUT"),
+    )
+    assert settings == Settings(**settings._asdict())  # values only: it compares and pickles
+    assert pickle.loads(pickle.dumps(settings)) == settings
+    assert f"located=(('model_type', '{conf}')" in repr(settings)
+
+
+def test_service_conf_invalid_value_in_a_directory_names_its_file(tmp_path):
+    write(tmp_path / "d" / "10-a.conf", "[serve_backends]\ndetect_timeout = 2\n")
+    bad = write(tmp_path / "d" / "20-b.conf", "[serve_backends]\ndetect_timeout = -3\n")
+    conf = cfg.ConfigOpts()
+    config.register_opts(conf)
+    conf(args=["--config-dir", str(tmp_path / "d")], default_config_files=[])
+    with pytest.raises(ConfigurationError) as info:
+        config.settings_from_conf(conf)
+    assert f"Invalid value '-3' for option [serve_backends] detect_timeout in {bad}: " in str(
+        info.value
+    )
+
+
+def test_a_service_override_naming_nothing_is_refused_with_the_option(tmp_path):
+    conf = service_conf(tmp_path, "")
+    conf.set_override("model_type", "$nope", "serve_backends")
+    with pytest.raises(ConfigurationError) as info:
+        config.settings_from_conf(conf)
+    message = str(info.value)
+    assert message.startswith(
+        "Invalid value for option [serve_backends] model_type in configuration: "
+    )
+    assert "nope" in message

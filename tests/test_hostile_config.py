@@ -67,6 +67,24 @@ def test_an_invalid_value_in_a_pipe_names_it(recorder, tmp_path):
     assert not record.exists()
 
 
+def test_an_invalid_value_in_a_pipe_after_a_file_names_the_pipe_not_the_file(recorder, tmp_path):
+    """oslo.config reads sources in command-line order: the later pipe set the value."""
+    env, record = recorder
+    valid = tmp_path / "valid.conf"
+    valid.write_text("[serve_backends]\ndetect_timeout = 3\n", encoding="utf-8")
+    fifo = tmp_path / "late.conf"
+    os.mkfifo(fifo)
+    writer = feed(fifo, "[serve_backends]\ndetect_timeout = soon\n")
+    args = ["--config-file", str(valid), "--config-file", str(fifo), "m"]
+    result = run_serve(args, env, timeout=30)
+    writer.join(5)
+    assert result.returncode == 2, result.stderr
+    [line] = result.error_lines
+    assert f"Invalid value for option [serve_backends] detect_timeout in {fifo}: " in line
+    assert str(valid) not in line
+    assert not record.exists()
+
+
 def test_a_fifo_in_a_configuration_directory_is_an_error_not_a_wait(recorder, tmp_path):
     env, record = recorder
     directory = tmp_path / "conf.d"
