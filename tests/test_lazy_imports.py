@@ -41,6 +41,14 @@ def test_contract_import_is_lean(code):
     assert imported_after(code, (*HEAVY, *inner)) == set()
 
 
+def test_the_contract_imports_signal_and_threading_only_to_stop_quietly():
+    watched = ("signal", "threading")
+    lean = "import sglang_backends.contract\nfrom sglang_backends import host_prog; host_prog('x')"
+    assert imported_after(lean, watched) == set()
+    stopping = "from sglang_backends import stop_quietly\nwith stop_quietly(): pass"
+    assert imported_after(stopping, watched) == set(watched)
+
+
 def test_registry_is_imported_on_first_use():
     modules = imported_after(
         "import sglang_backends; sglang_backends.ServeBackendRegistry",
@@ -96,11 +104,13 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
 def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, status):
     """Help and errors cost no psutil; in serve's own process it is never imported.
 
-    On Linux the supervisor imports it, in its own process, once something runs.
+    On Linux the supervisor imports it, in its own process, once something runs, with what
+    only the tree's processes use: ctypes (prctl), mmap (the tree's mark), setproctitle.
     Beside SGLang too: a help reads SGLang's closing note without importing it.
     """
     install_backend("omni-runtime", "omni")
-    loaded, result = imported_by(serve_in_process(args), ("psutil",), clean_environ(site.environ()))
+    watched = ("psutil", "ctypes", "mmap", "setproctitle")
+    loaded, result = imported_by(serve_in_process(args), watched, clean_environ(site.environ()))
     assert result.returncode == status, result.stderr
     assert loaded == []
 
@@ -113,6 +123,7 @@ GENERAL_HELP_DEFERS = (
     "dataclasses",
     "sglang_backends.contract",
     "sglang_backends.registry",
+    "sglang_backends.detection",
     "sglang_backends.config",
     "sglang_backends.supervisor",
     "sglang_backends.backend_process",
@@ -161,6 +172,8 @@ def test_the_general_help_imports_only_what_it_needs(site, install_backend):
             ),
         ),
         (["detect", "org/model"], ("sglang_backends.registry", "sglang_backends.loading")),
+        (["show", "--help"], ("sglang_backends.registry", "sglang_backends.commands._worker")),
+        (["--help"], ("sglang_backends.registry", "sglang_backends.commands._worker")),
     ],
     ids=lambda value: value[0] if isinstance(value, list) else None,
 )

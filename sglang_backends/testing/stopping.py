@@ -6,8 +6,10 @@ under this package's ``serve`` and, where SGLang is installed, under SGLang's.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -16,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sglang_backends.signals import signal_name
 from sglang_backends.testing.conformance import ContractViolation, SGLangNotCheckedWarning
 
 if TYPE_CHECKING:
@@ -40,8 +43,6 @@ def installed_hosts() -> tuple[str, ...]:
 
     SGLang is looked for without importing it (its import takes seconds).
     """
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec("sglang")
     except (ImportError, ValueError):
@@ -101,10 +102,7 @@ def _stop_under(
     start_timeout: float,
     stop_timeout: float,
 ) -> int:
-    import subprocess
-
-    from sglang_backends import processes
-    from sglang_backends.signals import signal_name
+    from sglang_backends import processes  # psutil with it: not for a session that never stops one
 
     script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
     if host == "sglang serve" and script.is_file():
