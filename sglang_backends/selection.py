@@ -288,7 +288,7 @@ def warn_unknown_selection(
     disabled: Collection[str],
     preferred: Collection[str] = (),
     origins: Mapping[str, str] | None = None,
-) -> list[str]:
+) -> dict[str, list[str]]:
     """Warn about names in the enabled/disabled/preferred lists that name no installed plugin.
 
     A typo in a list must not pass silently, nor a built-in's name, which
@@ -299,17 +299,19 @@ def warn_unknown_selection(
     command-line flag), says so. A built-in in the preferred list is no slip:
     a built-in's detector (diffusion's) may be preferred.
 
-    :returns: the names warned about, in warning order.
+    :returns: by list (``enabled``, ``disabled``, ``preferred``), the names warned about
+        as not installed, sorted; a built-in's name, warned about apart, is not among them.
     """
-    unknown = []
+    unknown: dict[str, list[str]] = {}
     listed: str | None = None  # the installed names, joined once however many are unknown
     lists = (("enabled", enabled or ()), ("disabled", disabled), ("preferred", preferred))
     for label, names in lists:
         origin = (origins or {}).get(label)
+        missing: list[str] = []
+        unknown[label] = missing
         for name in sorted(names):
             if name in installed or (label == "preferred" and name in builtin_names):
                 continue
-            unknown.append(name)
             if name in builtin_names:
                 LOG.warning(
                     "Built-in %r in the %s list changes nothing: the lists apply to plugins "
@@ -319,6 +321,7 @@ def warn_unknown_selection(
                     f" ({origin})" if origin else "",
                 )
                 continue
+            missing.append(name)
             if listed is None:
                 listed = ", ".join(sorted(installed)) or "none"
             LOG.warning(

@@ -86,9 +86,9 @@ class Survey(NamedTuple):
 
     def warn_unknown(
         self, origins: Mapping[str, str] | None = None, *, preferred: Collection[str] = ()
-    ) -> list[str]:
-        """Warn about listed names (*preferred* too) that select no installed plugin; see
-        :func:`~sglang_backends.selection.warn_unknown_selection`.
+    ) -> dict[str, list[str]]:
+        """Warn about listed names (*preferred* too) that select no installed plugin, and
+        return them by list; see :func:`~sglang_backends.selection.warn_unknown_selection`.
         """
         return selection.warn_unknown_selection(
             self.installed,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import stevedore
@@ -172,6 +172,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
     #: Set by a command whose output reports a failure: the exit status becomes 1.
     failed = False
+    #: Set by :meth:`survey`: by list, the names it warned about as not installed.
+    not_installed: Mapping[str, Sequence[str]] = {}
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         """Run the command; exit status 2 for a usage slip (invalid configuration, a name
@@ -189,11 +191,14 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
     def survey(self, parsed_args: argparse.Namespace) -> tuple[Settings, Survey]:
         """The settings, and every installed plugin's status under their selection (imports
-        none); warns of listed names nothing provides and of a ``model_type`` serve would refuse.
+        none); warns of listed names nothing provides (kept as :attr:`not_installed`) and of a
+        ``model_type`` serve would refuse.
         """
         settings = self.settings(parsed_args)
         installed = survey(default_builtins(), enabled=settings.enabled, disabled=settings.disabled)
-        installed.warn_unknown(settings.list_origins(), preferred=settings.preferred)
+        self.not_installed = installed.warn_unknown(
+            settings.list_origins(), preferred=settings.preferred
+        )
         problem = _model_type_problem(settings, installed)
         if problem:
             self.app.LOG.warning("%s", problem)

@@ -207,7 +207,7 @@ class CheckBackends(SelectionOptions, Lister):
                 )
             rows.append((*head, "ok", seconds, detail))
         rows = [_with_unmet(row, unmet) for row in rows]
-        rows += _not_installed(settings, survey)
+        rows += _not_installed(settings, survey, self.not_installed["enabled"])
         self.failed = any(row[4] in FAILURES for row in rows)
         if parsed_args.contract:  # whether SGLang's own host was asked too, row by row
             unasked = "not checked: not loaded"
@@ -247,28 +247,27 @@ def _with_unmet(row: tuple[Any, ...], unmet: dict[str, str]) -> tuple[Any, ...]:
     return (*row[:6], f"{row[6]}; {clause}")
 
 
-def _not_installed(settings: Settings, survey: Survey) -> list[tuple[Any, ...]]:
-    """A failing row for each name ``enabled_backends`` (or ``--enable``) gives that no
-    installed plugin provides: a deployment gate must not pass a service missing one.
+def _not_installed(
+    settings: Settings, survey: Survey, names: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """A failing row for each of *names*, those ``enabled_backends`` (or ``--enable``) gives
+    that no installed plugin provides, as the survey warned: a deployment gate must not
+    pass a service missing one.
     """
     where = settings.list_origins().get("enabled", "the enabled list")
-    rows: list[tuple[Any, ...]] = []
-    for name in sorted(set(settings.enabled or ()) - set(survey.installed)):
-        if name in survey.builtins:  # always available; the warning says it changes nothing
-            continue
-        rows.append(
-            (
-                name,
-                "plugin",
-                None,
-                None,
-                "not installed",
-                0.0,
-                f"enabled by {where}, but no installed distribution provides serve backend "
-                f"{name!r}{did_you_mean(name, survey.installed)}",
-            )
+    return [
+        (
+            name,
+            "plugin",
+            None,
+            None,
+            "not installed",
+            0.0,
+            f"enabled by {where}, but no installed distribution provides serve backend "
+            f"{name!r}{did_you_mean(name, survey.installed)}",
         )
-    return rows
+        for name in names
+    ]
 
 
 def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
