@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cliff.lister import Lister
 
@@ -14,11 +14,9 @@ from sglang_backends.commands._base import (
     plugin_row,
     requirements_cell,
 )
-from sglang_backends.foresight import general_plugins, unmet_text
+from sglang_backends.discovery import PluginEntryPoint, normalize_distribution
+from sglang_backends.foresight import distributions_of, general_plugins, unmet_text
 from sglang_backends.host import sglang_installed
-
-if TYPE_CHECKING:
-    from sglang_backends.discovery import PluginEntryPoint
 
 __all__ = ["BACKEND_COLUMNS", "COLUMNS", "ListBackends"]
 
@@ -75,12 +73,14 @@ class ListBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         _, survey = self.survey(parsed_args)
-        unmet: dict[str | None, str | None] = {}  # by distribution: several entry points share one
+        general = general_plugins(survey.distributions, sglang=sglang_installed())
+        plugins = [*(record.plugin for record in survey.records), *(g.plugin for g in general)]
+        # Read once per distribution: several entry points share one.
+        unmet = {key: unmet_text(plugin) for key, plugin in distributions_of(plugins).items()}
 
         def requirements(plugin: PluginEntryPoint) -> str | None:
-            if plugin.distribution not in unmet:
-                unmet[plugin.distribution] = unmet_text(plugin)
-            return requirements_cell(unmet[plugin.distribution])
+            key = normalize_distribution(plugin.distribution or "")
+            return requirements_cell(unmet.get(key))
 
         rows = [(*builtin_row(name, b), None) for name, b in survey.builtins.items()]
         rows += [
@@ -88,7 +88,6 @@ class ListBackends(SelectionOptions, Lister):
             for record in survey.records
         ]
         rows += [
-            (*plugin_row(general.plugin, general.status, "general"), requirements(general.plugin))
-            for general in general_plugins(survey.distributions, sglang=sglang_installed())
+            (*plugin_row(g.plugin, g.status, "general"), requirements(g.plugin)) for g in general
         ]
         return COLUMNS, self.safe_rows(parsed_args, rows)
