@@ -6,7 +6,8 @@ against SGLang keeps catching it. Errors carry the backend ``name`` and
 ``distribution`` and pickle with them (every argument after the message has
 a default) to cross processes. ``__all__`` is the exceptions, which the
 package exports as they are; :func:`describe`, :func:`describe_typed`,
-:func:`did_you_mean` and :func:`closest`, the one wording of a cause, are internal.
+:func:`did_you_mean` and :func:`closest`, the one wording of a cause, and
+:func:`backend_named`, of the backend concerned, are internal.
 """
 
 from __future__ import annotations
@@ -128,6 +129,18 @@ class HostError(ServeBackendError, RuntimeError):
     """SGLang, the host, failed: a built-in backend needs a part of it that is not importable
     (the message says what to install), or its general plugins failed to load.
     """
+
+
+def backend_named(
+    name: str, provider: str | None = None, *, builtin: bool = False, start: bool = False
+) -> str:
+    """How a message names serve backend *name*: ``serve backend 'x' from DIST`` with its
+    *provider* (a plugin's ``provider``), ``built-in serve backend 'x'`` with *builtin*;
+    capitalized to *start* a sentence.
+    """
+    kind = "built-in serve backend" if builtin else "serve backend"
+    named = f"{kind.capitalize() if start else kind} {name!r}"
+    return f"{named} from {provider}" if provider else named
 
 
 def describe(exc: BaseException) -> str:

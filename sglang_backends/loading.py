@@ -40,6 +40,7 @@ from sglang_backends.errors import (
     BackendLoadError,
     PluginCodeError,
     ServeBackendError,
+    backend_named,
     describe,
     describe_typed,
 )
@@ -131,15 +132,14 @@ def load_failure(
     name: str, plugin: PluginEntryPoint | None, exc: BaseException
 ) -> BackendLoadError:
     """The one wording of a failed load of *name* (*plugin*'s, or a built-in's)."""
-    kind = "serve backend" if plugin else "built-in serve backend"
-    origin = f" from {plugin.provider}" if plugin else ""
+    named = backend_named(name, plugin.provider if plugin else None, builtin=plugin is None)
     unmet = ""
     if plugin is not None:  # a mismatched requirement is the commonest cause: say so
         from sglang_backends.foresight import unmet_clause  # packaging: only once a load failed
 
         unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
     return BackendLoadError(
-        f"Failed to load {kind} {name!r}{origin}: {describe(exc)}{unmet}",
+        f"Failed to load {named}: {describe(exc)}{unmet}",
         name=name,
         distribution=plugin.distribution if plugin else None,
     )
@@ -268,8 +268,8 @@ class BackendLoader:
                 timer.cancel()
         elif not load.finished.is_set() and load.thread is threading.current_thread():
             raise BackendLoadError(
-                f"Failed to load serve backend {name!r} from {load.provider}: its factory "
-                "asked the registry for it while it was loading",
+                f"Failed to load {backend_named(name, load.provider)}: its factory asked the "
+                "registry for it while it was loading",
                 name=name,
             )
         load.finished.wait()

@@ -201,9 +201,7 @@ class ServeBackendRegistry:
     def _produce(self, plugin: PluginEntryPoint | None, name: str) -> RegisteredServeBackend:
         """Import, call the factory, validate: one whole load."""
         dist = plugin.distribution if plugin else None
-        origin = f" from {plugin.provider}" if plugin else ""
-        kind = "serve backend" if plugin else "built-in serve backend"
-        by = f" (provided by {plugin.provider})" if plugin else ""
+        provider = plugin.provider if plugin else None
         if plugin is not None:
             obj = load_plugin(plugin)
         else:
@@ -214,16 +212,18 @@ class ServeBackendRegistry:
                 raise load_failure(name, None, exc) from exc
         backend = coerce_backend(obj)
         if backend is None:
+            by = f" (provided by {provider})" if provider else ""
             raise errors.BackendTypeError(
-                f"{kind.capitalize()} {name!r} factory returned {type(obj).__name__}; expected "
-                f"sglang_backends.ServeBackend{by}.",
+                f"{errors.backend_named(name, builtin=plugin is None, start=True)} factory "
+                f"returned {type(obj).__name__}; expected sglang_backends.ServeBackend{by}.",
                 name=name,
                 distribution=dist,
             )
         if backend.api_version != SERVE_BACKEND_API_VERSION:
             raise errors.BackendAPIVersionError(
-                f"Serve backend {name!r}{origin} uses API version {backend.api_version!r}; this "
-                f"sglang-backends release requires version {SERVE_BACKEND_API_VERSION}.",
+                f"{errors.backend_named(name, provider, start=True)} uses API version "
+                f"{backend.api_version!r}; this sglang-backends release requires version "
+                f"{SERVE_BACKEND_API_VERSION}.",
                 name=name,
                 distribution=dist,
             )

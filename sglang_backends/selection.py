@@ -27,6 +27,7 @@ from sglang_backends.errors import (
     ReservedNameError,
     SelectionTypeError,
     UnknownBackendError,
+    backend_named,
     closest,
     did_you_mean,
 )
@@ -230,7 +231,7 @@ def choose(
     if not is_allowed(plain, enabled, disabled):
         remedy = "remove it from" if plain in disabled else "add it to"
         raise DisabledBackendError(
-            f"Serve backend {plain!r} from {', '.join(c.provider for c in candidates)} "
+            f"{backend_named(plain, ', '.join(c.provider for c in candidates), start=True)} "
             f"{unavailable_because(plain, disabled=disabled, origins=origins)}; "
             f"{remedy} that list to use it.",
             name=plain,
