@@ -54,10 +54,13 @@ class ContractReport:
     backend: ServeBackend
     help_seconds: float
     detections: dict[str, str] = field(default_factory=dict)
-    #: Whether SGLang's own registry loaded the backend and accepted its answers.
-    sglang_checked: bool = False
     #: Why SGLang's acceptance was not checked (SGLang is not installed, ``sglang=False``).
     sglang_unchecked: str | None = None
+
+    @property
+    def sglang_checked(self) -> bool:
+        """Whether SGLang's own registry loaded the backend and accepted its answers."""
+        return self.sglang_unchecked is None
 
 
 class SGLangNotCheckedWarning(UserWarning):
@@ -301,7 +304,6 @@ def assert_backend_contract(
         backend=backend,
         help_seconds=help_seconds,
         detections=detections,
-        sglang_checked=unchecked is None,
         sglang_unchecked=unchecked,
     )
 
