@@ -50,7 +50,7 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 
-class InstalledDistribution(NamedTuple):
+class InstalledDistribution:
     """One installed distribution: the first on :data:`sys.path` of its normalized name.
 
     :param distribution: what :mod:`importlib.metadata` found; ask it for
@@ -62,20 +62,34 @@ class InstalledDistribution(NamedTuple):
         never loaded, as :func:`importlib.metadata.entry_points` ignores them.
     """
 
-    distribution: importlib.metadata.Distribution
-    key: str | None
-    location: str
-    shadowed: tuple[importlib.metadata.Distribution, ...] = ()
+    __slots__ = ("_entry_points", "distribution", "key", "location", "shadowed")
+
+    def __init__(
+        self,
+        distribution: importlib.metadata.Distribution,
+        key: str | None,
+        location: str,
+        shadowed: tuple[importlib.metadata.Distribution, ...] = (),
+    ) -> None:
+        self.distribution = distribution
+        self.key = key
+        self.location = location
+        self.shadowed = shadowed
+        self._entry_points: tuple[importlib.metadata.EntryPoint, ...] | None = None
 
     def entry_points(self, group: str) -> list[importlib.metadata.EntryPoint]:
         """Its entry points in *group*, read only from a regular file.
 
+        ``entry_points.txt`` is parsed on the first call and kept: a listing asks
+        the same distributions for several groups.
+
         :raises OSError: ``entry_points.txt`` is not a regular file, or cannot be read.
         :raises ValueError: it is malformed, or not UTF-8.
         """
-        if not has_metadata(self.distribution, "entry_points.txt"):
-            return []
-        return list(self.distribution.entry_points.select(group=group))
+        if self._entry_points is None:
+            found = has_metadata(self.distribution, "entry_points.txt")
+            self._entry_points = tuple(self.distribution.entry_points) if found else ()
+        return [ep for ep in self._entry_points if ep.group == group]
 
     def identity(self) -> tuple[str, str | None]:
         """Its ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
