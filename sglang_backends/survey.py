@@ -105,11 +105,16 @@ def survey(
     *,
     enabled: Iterable[str] | None = None,
     disabled: Iterable[str] = (),
+    installed: Iterable[InstalledDistribution] | None = None,
 ) -> Survey:
-    """Every installed backend with its status under *enabled*/*disabled*; imports no plugin."""
+    """Every installed backend with its status under *enabled*/*disabled*; imports no plugin.
+
+    :param installed: the distributions to read (a command's, read for its formatters
+        too), :func:`~sglang_backends.discovery.distributions` by default.
+    """
     allowed = None if enabled is None else frozenset(enabled)
     refused = frozenset(disabled)
-    installed = tuple(distributions())
+    installed = tuple(distributions() if installed is None else installed)
     discovered = discover(installed=installed)
     records = tuple(selection.inventory(discovered, builtins, enabled=allowed, disabled=refused))
     available = (*builtins, *selection.usable_names(records))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -11,7 +12,13 @@ import stevedore
 from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
-from sglang_backends.discovery import PluginEntryPoint, discover, split_qualified_name
+from sglang_backends.discovery import (
+    InstalledDistribution,
+    PluginEntryPoint,
+    discover,
+    distributions,
+    split_qualified_name,
+)
 from sglang_backends.errors import ConfigurationError, UnknownBackendError, did_you_mean
 from sglang_backends.host import INSTALL_COMMANDS, default_builtins, sglang_installed
 from sglang_backends.selection import PluginStatus
@@ -92,11 +99,19 @@ _HUMAN_FORMATS = frozenset({"table", "value", "csv"})
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
     """cliff's formatter plugins, listed by :func:`~sglang_backends.discovery.discover`
-    (through stevedore's public hook), which skips an unrelated package's broken metadata.
+    from *installed* (through stevedore's public hook), which skips an unrelated package's
+    broken metadata.
     """
 
+    def __init__(
+        self, namespace: str, installed: Sequence[InstalledDistribution], **options: Any
+    ) -> None:
+        self._installed = installed
+        super().__init__(namespace, **options)
+
     def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
-        return [p.entry_point for found in discover(self.namespace).values() for p in found]
+        found = discover(self.namespace, self._installed)
+        return [plugin.entry_point for plugins in found.values() for plugin in plugins]
 
 
 class SafeCommand(Command):
@@ -143,7 +158,13 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     # cliff has no public way to choose how formatter plugins are found; this
     # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
     def _load_formatter_plugins(self) -> Any:
-        return _MetadataFormatters(self.formatter_namespace, invoke_on_load=True)
+        installed = self.installed_distributions
+        return _MetadataFormatters(self.formatter_namespace, installed, invoke_on_load=True)
+
+    @functools.cached_property
+    def installed_distributions(self) -> tuple[InstalledDistribution, ...]:
+        """Every installed distribution, read once for the formatters and the survey."""
+        return tuple(distributions())
 
     def safe_rows(
         self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
@@ -195,7 +216,12 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         ``model_type`` serve would refuse.
         """
         settings = self.settings(parsed_args)
-        installed = survey(default_builtins(), enabled=settings.enabled, disabled=settings.disabled)
+        installed = survey(
+            default_builtins(),
+            enabled=settings.enabled,
+            disabled=settings.disabled,
+            installed=self.installed_distributions,
+        )
         self.not_installed = installed.warn_unknown(
             settings.list_origins(), preferred=settings.preferred
         )
