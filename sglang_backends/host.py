@@ -14,7 +14,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from sglang_backends.names import general_plugins_allowed
 
 if TYPE_CHECKING:
     from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
+    from sglang_backends.discovery import InstalledDistribution
 
 __all__ = [
     "BUILTIN_NOTES",
@@ -258,9 +259,10 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
     return {"llm": ServeBackend(api_version=1, run=run_llm), "diffusion": diffusion_backend}
 
 
-def run_general_plugins() -> bool:
+def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None) -> bool:
     """Run SGLang's general plugins once per process, unless none would load.
 
+    :param installed: the distributions to look for them in (a survey's), by default all.
     :returns: whether SGLang's loader ran in this call.
     :raises HostError: SGLang's loader raised.
     """
@@ -271,7 +273,7 @@ def run_general_plugins() -> bool:
         _general_plugins_done = True
         from sglang_backends.discovery import discover
 
-        names = set(discover(GENERAL_PLUGINS_GROUP))
+        names = set(discover(GENERAL_PLUGINS_GROUP, installed))
         allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
         if allowed is not None:  # SGLang's own filter
             names &= allowed
@@ -296,10 +298,8 @@ def run_general_plugins() -> bool:
         try:
             load()
         except Exception as exc:
-            raise HostError(
-                f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load: "
-                f"{describe(exc)}"
-            ) from exc
+            failed = f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load"
+            raise HostError(f"{failed}: {describe(exc)}") from exc
         return True
 
 

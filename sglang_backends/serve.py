@@ -205,11 +205,12 @@ def _backend(
     Hints follow two slips: serve's options after the model (status 2), and
     the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
     """
-    sglang_host.run_general_plugins()  # SGLang's hardware and hook plugins, as it runs them
     from sglang_backends.detection import preferred_note
     from sglang_backends.registry import ServeBackendRegistry  # not for the general help
 
-    registry = ServeBackendRegistry.from_settings(settings)
+    registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
+    # before SGLang's hardware and hook plugins run, which it finds in the same distributions
+    sglang_host.run_general_plugins(registry.survey.distributions)
     detection: DetectionReport | None = None
     why = ""
     if model_type == AUTO:

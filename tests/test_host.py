@@ -215,6 +215,20 @@ def test_failing_general_plugins_are_one_line_and_nothing_runs(site, sglang_env)
     assert "run light" not in names(log)
 
 
+def test_a_conflict_is_refused_before_any_general_plugin_runs(site, sglang_env):
+    """As in ``sglang serve``: its registry is built, refusing the conflict, before
+    ``load_plugins``."""
+    env, log = sglang_env
+    install_general_plugin(site)
+    site.install("clash-runtime", entry_points={"llm": "light_runtime:light"})
+    result = run_serve(["org/model", "--model-type", "light"], env, console_script=True)
+    assert result.returncode != 0
+    [line] = result.error_lines
+    assert line.endswith("cannot replace reserved or built-in backends: llm (from clash-runtime)")
+    assert "load_plugins" not in names(log)
+    assert "general plugin" not in names(log)
+
+
 def test_run_general_plugins_is_once_per_process(site, sglang_env):
     env, log = sglang_env
     install_general_plugin(site)

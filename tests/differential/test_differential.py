@@ -11,7 +11,8 @@ with its ``sglang serve`` registry, is importable. They compare:
   once program names and argparse's choice-set order are normalised; the
   general ``--help`` (ours is our own) ends with the same note;
 * general plugins: both run SGLang's ``sglang.srt.plugins`` before the
-  backend, and neither runs them for ``--help``;
+  backend, after refusing a plugin named like a built-in, and neither runs
+  them for ``--help``;
 * one plugin, both hosts: both CLIs serve the echo example (built with
   ``portable_backend``) by name and by auto-detection, answer a completion
   and stop on Ctrl+C; the kit checks it against SGLang's own registry; the
@@ -286,6 +287,20 @@ def test_general_plugins_run_first_as_upstream(probe_site, tmp_path, args):
         assert logs["ours"] == ["run --help"]  # the backend's help, no general plugin
     else:
         assert logs["ours"] == ["general plugin", "run --model-path org/model --tp 2"]
+
+
+def test_a_conflict_is_refused_before_the_general_plugins_run_as_upstream(probe_site, tmp_path):
+    """Both hosts find the backends (refusing a plugin named like a built-in) first."""
+    probe_site.install("clash-backend", entry_points={"llm": "probe_plugin:backend"})
+    logs = {}
+    for label, command in (("upstream", UPSTREAM), ("ours", OURS)):
+        log = tmp_path / f"{label}.log"
+        env = _environ(PYTHONPATH=probe_site.environ()["PYTHONPATH"], PROBE_LOG=str(log))
+        result = _run([*command, "org/model", "--model-type", "probe"], env)
+        assert result.returncode != 0, (label, result.stderr)
+        assert "cannot replace reserved or built-in backends: llm" in result.stderr, label
+        logs[label] = log.read_text().splitlines() if log.exists() else []
+    assert logs == {"upstream": [], "ours": []}
 
 
 # -- one plugin, both hosts: the echo example under both CLIs ------------------
