@@ -16,7 +16,6 @@ from sglang_backends.commands._base import (
 )
 from sglang_backends.discovery import (
     PluginEntryPoint,
-    normalize_distribution,
     split_qualified_name,
 )
 from sglang_backends.errors import UnknownBackendError, did_you_mean
@@ -275,13 +274,9 @@ def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
     lines: list[str] = []
-    seen = {"sglang"}  # SGLang's own distribution installs it
-    for record in records:
-        plugin = record.plugin
-        name = plugin.distribution
-        if plugin.installed is None or not name or normalize_distribution(name) in seen:
+    for key, plugin in distributions_of(record.plugin for record in records).items():
+        if key == "sglang" or plugin.installed is None:  # SGLang's own distribution installs it
             continue
-        seen.add(normalize_distribution(name))
         try:
             scripts = [
                 ep
