@@ -165,6 +165,7 @@ def load_plugin(plugin: PluginEntryPoint) -> object:
         )
     except PluginCodeError as exc:
         raise load_failure(plugin.name, plugin, exc) from exc
+    # Not ``loaded.driver``: for a factory returning something falsy it gives the factory.
     return loaded.extensions[0].obj
 
 
