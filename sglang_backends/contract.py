@@ -25,7 +25,7 @@ import contextlib
 import enum
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
 from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
@@ -78,6 +78,22 @@ class ServeRequest:
     argv: tuple[str, ...]
     model_path: str | None
     model_path_is_positional: bool = False
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> ServeRequest:
+        """The request ``serve`` hands a backend for *argv*, the arguments after ``serve``.
+
+        ``--model-type`` is removed wherever it stands, as are ``serve``'s
+        own options leading the line; a first argument that is not an
+        option becomes ``--model-path MODEL``. A host program builds its
+        requests here rather than writing the model path twice.
+
+        :raises ValueError: a ``--model-type`` or a leading option of
+            ``serve``'s without its value.
+        """
+        from sglang_backends import dispatch  # serve's argv rules: not for a plugin's import
+
+        return dispatch.normalize(dispatch.parse_host_options(argv).argv)
 
 
 ServeBackendRunner = Callable[[ServeRequest], None]

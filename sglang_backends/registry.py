@@ -57,9 +57,14 @@ BuiltinBackend = ServeBackend | Callable[[], ServeBackend]
 class ServeBackendRegistry:
     """Built-in and installed serve backends, loaded on demand.
 
+    Used as stevedore's managers are: ``ServeBackendRegistry()`` sees SGLang's
+    built-ins and every installed plugin; :meth:`names` lists what may be
+    asked for, importing nothing; ``registry[name]`` (:meth:`get`) loads one.
+
     :param builtins: built-in backends by name, in listing order: each a
         :class:`ServeBackend`, or a zero-argument factory returning one (a
-        *lazy* built-in, loaded on first use like a plugin).
+        *lazy* built-in, loaded on first use like a plugin). By default
+        SGLang's: ``llm`` and ``diffusion``, which need SGLang only to run.
     :param enabled: plugin names that may be used; ``None`` allows all.
     :param disabled: plugin names that may not be used. A plugin outside the
         selection is never imported and is not listed.
@@ -83,7 +88,7 @@ class ServeBackendRegistry:
 
     def __init__(
         self,
-        builtins: Mapping[str, BuiltinBackend],
+        builtins: Mapping[str, BuiltinBackend] | None = None,
         *,
         enabled: Iterable[str] | None = None,
         disabled: Iterable[str] = (),
@@ -92,6 +97,8 @@ class ServeBackendRegistry:
         selection_origins: Mapping[str, str] | None = None,
         preferred: Iterable[str] = (),
     ) -> None:
+        if builtins is None:
+            builtins = default_builtins()
         selection.check_lists(builtins, enabled, disabled)
         for label, value in (("detect_timeout", detect_timeout), ("load_timeout", load_timeout)):
             if not 0 < value <= MAX_TIMEOUT:
@@ -124,10 +131,8 @@ class ServeBackendRegistry:
     ) -> ServeBackendRegistry:
         """The registry *settings* describe; every entry point builds its registry here.
 
-        :param builtins: defaults to :func:`sglang_backends.host.default_builtins`.
+        :param builtins: SGLang's by default, as for the constructor.
         """
-        if builtins is None:
-            builtins = default_builtins()
         return cls(
             builtins,
             enabled=settings.enabled,
@@ -142,6 +147,18 @@ class ServeBackendRegistry:
     def available_names(self) -> tuple[str, ...]:
         """Built-in names in their given order, then usable plugin names sorted; imports nothing."""
         return self.survey.available_names
+
+    def names(self) -> list[str]:
+        """The names :meth:`get` may be given (:attr:`available_names`); imports nothing."""
+        return list(self.available_names)
+
+    def __getitem__(self, name: str) -> RegisteredServeBackend:
+        """``registry[name]`` is :meth:`get`: the backend *name*, loaded on first use."""
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        """Whether *name* is one of :meth:`names`; imports nothing."""
+        return name in self.available_names
 
     @property
     def builtin_names(self) -> tuple[str, ...]:

@@ -66,10 +66,34 @@ class PluginStatus(str, enum.Enum):
 
 
 class PluginRecord(NamedTuple):
-    """An installed plugin entry point and its status under a selection."""
+    """An installed plugin entry point and its status under a selection.
+
+    Read flat: :attr:`name`, :attr:`distribution`, :attr:`version`, :attr:`target` and
+    :attr:`status`; :attr:`plugin` is the entry point they come from.
+    """
 
     plugin: PluginEntryPoint
     status: PluginStatus
+
+    @property
+    def name(self) -> str:
+        """The backend name: what ``--model-type`` is given."""
+        return self.plugin.name
+
+    @property
+    def distribution(self) -> str | None:
+        """The providing distribution's name, if known."""
+        return self.plugin.distribution
+
+    @property
+    def version(self) -> str | None:
+        """The providing distribution's version, if known."""
+        return self.plugin.version
+
+    @property
+    def target(self) -> str:
+        """The factory, as ``module:attribute``."""
+        return self.plugin.target
 
 
 def usable_names(records: Iterable[PluginRecord]) -> list[str]:

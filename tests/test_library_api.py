@@ -1,0 +1,83 @@
+"""The registry as a host program uses it, the way stevedore's managers are used.
+
+No private module is imported here: what a library user needs is on the package.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from sglang_backends import (
+    ServeBackend,
+    ServeBackendRegistry,
+    ServeRequest,
+    UnknownBackendError,
+)
+
+
+def test_a_registry_without_arguments_has_sglangs_builtins_then_the_plugins(
+    install_backend, preinstalled
+):
+    module = install_backend("acme-rt", "acme")
+    registry = ServeBackendRegistry()
+    assert registry.names() == ["llm", "diffusion", *sorted({"acme", *preinstalled})]
+    assert "acme" in registry and "nope" not in registry
+    assert module not in sys.modules  # listing imports no plugin
+
+
+def test_the_builtins_argument_keeps_upstreams_positional_signature(install_backend):
+    install_backend("acme-rt", "acme")
+    own = ServeBackend(api_version=1, run=print)
+    registry = ServeBackendRegistry({"mine": own})
+    assert registry.names()[0] == "mine"
+    assert "llm" not in registry
+    assert registry["mine"].backend is own
+
+
+def test_indexing_loads_the_named_backend_once(install_backend):
+    module = install_backend("acme-rt", "acme")
+    registry = ServeBackendRegistry()
+    loaded = registry["acme"]
+    assert (loaded.name, loaded.distribution) == ("acme", "acme-rt")
+    assert module in sys.modules
+    assert registry["acme"] is loaded
+    with pytest.raises(UnknownBackendError):
+        registry["acme-typo"]
+
+
+def test_records_are_flat(install_backend):
+    install_backend("acme-rt", "acme", version="2.5")
+    [record] = [r for r in ServeBackendRegistry().plugins if r.name == "acme"]
+    assert (record.name, record.distribution, record.version, record.status.value) == (
+        "acme",
+        "acme-rt",
+        "2.5",
+        "enabled",
+    )
+    assert record.target.endswith(":factory")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["org/model", "--model-type", "acme", "--tp", "2"],
+            ServeRequest(("--model-path", "org/model", "--tp", "2"), "org/model", True),
+        ),
+        (
+            ["--model-type=acme", "--model", "m", "--port", "1"],
+            ServeRequest(("--model", "m", "--port", "1"), "m"),
+        ),
+        (["--help"], ServeRequest(("--help",), None)),
+        ([], ServeRequest((), None)),
+    ],
+)
+def test_a_request_is_built_from_a_command_line_as_serve_builds_it(argv, expected):
+    assert ServeRequest.from_argv(argv) == expected
+
+
+def test_a_dangling_model_type_is_a_value_error():
+    with pytest.raises(ValueError, match="--model-type"):
+        ServeRequest.from_argv(["org/model", "--model-type"])
