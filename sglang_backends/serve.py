@@ -110,12 +110,18 @@ def _settings(host: HostOptions) -> Settings:
 
 
 def _get(
-    registry: ServeBackendRegistry, model_type: str, host: HostOptions, settings: Settings
+    registry: ServeBackendRegistry,
+    model_type: str,
+    host: HostOptions,
+    settings: Settings,
+    channel: Channel | None = None,
 ) -> RegisteredServeBackend:
-    """``registry.get(model_type)``; a name nothing provides says where configuration set it."""
+    """``registry.get(model_type)``, its load told on *channel*; a name nothing provides
+    says where configuration set it.
+    """
     origin = None if host.model_type is not None else settings.set_in("model_type")
     try:
-        return registry.get(model_type)
+        return registry.get(model_type, progress=channel.progress if channel else None)
     except (UnknownBackendError, DisabledBackendError) as exc:
         if origin is None:
             raise
@@ -146,9 +152,7 @@ def _failed(description: str, exc: BaseException) -> _Failure:
     return _Failure(f"serve backend {description} failed: {cause}", EXIT_FAILURE)
 
 
-def _run(
-    description: str, registered: RegisteredServeBackend, request: ServeRequest
-) -> int | None:
+def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
     """Call ``run()``: ``None`` once it returns, or the exit status its ``SystemExit``
     or a stop signal asks for; anything else it raises is its failure.
     """
@@ -239,7 +243,7 @@ def _backend(
         if detection.preferred:
             why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
-        registered = _get(registry, model_type, host, settings)
+        registered = _get(registry, model_type, host, settings, channel)
         chosen = "Using serve backend %s%s"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
