@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from clitools import run_cli
@@ -21,6 +22,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
 from sglang_backends import ServeBackend, ServeBackendDetection
 
@@ -209,3 +211,13 @@ def test_serve_names_the_backend_whose_load_ended_the_process_under_model_type(c
     line = one_error_line(result, 7)
     assert "while loading 'culprit' (culprit-rt); serve stopped the processes it left" in line
     assert "choose a backend with --model-type" not in line  # it was chosen so
+
+
+def test_the_operator_guide_quotes_serves_line_for_a_detector_ending_the_process(culprit):
+    guide = Path(__file__).resolve().parents[1] / "doc/source/user/operators.rst"
+    [quoted] = [
+        line.strip()
+        for line in guide.read_text(encoding="utf-8").splitlines()
+        if "ended with os._exit(7) before a backend was chosen" in line
+    ]
+    assert one_error_line(run_serve(["m"], environ(culprit, "detect:os-exit")), 7) == quoted
