@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from clitools import run_cli
-from servetools import run_serve
+from servetools import run_serve, single_error
 
 CULPRIT = """
 import asyncio
@@ -81,14 +81,6 @@ def environ(site, what: str, code: str | None = None) -> dict[str, str]:
     return {**site.environ(), "WHAT": what, **({"CODE": code} if code is not None else {})}
 
 
-def one_error_line(result, status: int) -> str:
-    """Assert a clean failure: *status*, one error line, no traceback; return the line."""
-    assert result.returncode == status, result.stderr
-    assert len(result.error_lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    return result.error_lines[0]
-
-
 # -- BaseExceptions -----------------------------------------------------------------
 
 RAISED = [
@@ -101,14 +93,14 @@ RAISED = [
 @pytest.mark.parametrize(("kind", "cause"), RAISED)
 def test_a_base_exception_from_run_is_the_backends_failure(culprit, kind, cause):
     result = run_serve(["m", "--model-type", "culprit"], environ(culprit, f"run:{kind}"))
-    line = one_error_line(result, 1)
+    line = single_error(result, 1)
     assert line.endswith(f"serve backend 'culprit' (from culprit-rt) failed: {cause}"), line
 
 
 @pytest.mark.parametrize(("kind", "cause"), RAISED)
 def test_a_base_exception_from_run_under_help_is_the_backends_failure(culprit, kind, cause):
     result = run_serve(["--model-type", "culprit", "--help"], environ(culprit, f"run:{kind}"))
-    line = one_error_line(result, 1)
+    line = single_error(result, 1)
     assert line.endswith(f"serve backend 'culprit' (from culprit-rt) failed: {cause}"), line
 
 
@@ -121,7 +113,7 @@ def test_debug_shows_the_traceback_of_a_base_exception_from_run(culprit):
 @pytest.mark.parametrize("place", ["import", "factory"])
 def test_a_keyboard_interrupt_no_signal_caused_is_a_failed_load_in_serve(culprit, place):
     result = run_serve(["m", "--model-type", "culprit"], environ(culprit, f"{place}:interrupt"))
-    line = one_error_line(result, 1)
+    line = single_error(result, 1)
     assert "Failed to load serve backend 'culprit' from culprit-rt" in line, line
     assert line.endswith("plugin code raised KeyboardInterrupt"), line
 
@@ -186,7 +178,7 @@ def test_sys_exit_with_a_message_from_run_prints_it_and_ends_with_1(culprit):
 )
 def test_serve_and_detect_name_the_detector_that_ended_the_process(culprit, what, status, how):
     env = environ(culprit, what)
-    line = one_error_line(run_serve(["m"], env), status)
+    line = single_error(run_serve(["m"], env), status)
     assert f"the serve backend process {how} before a backend was chosen" in line, line
     assert "while detecting 'culprit' (culprit-rt)" in line, line
     assert "Disable the plugin at fault (disabled_backends)" in line, line
@@ -198,7 +190,7 @@ def test_serve_and_detect_name_the_detector_that_ended_the_process(culprit, what
 @pytest.mark.parametrize("what", ["import:os-exit", "factory:os-exit", "import:sigkill"])
 def test_serve_names_the_plugin_whose_load_ended_the_process(culprit, what):
     status = 137 if what.endswith("sigkill") else 7
-    line = one_error_line(run_serve(["m"], environ(culprit, what)), status)
+    line = single_error(run_serve(["m"], environ(culprit, what)), status)
     assert "before a backend was chosen, while loading " in line, line
     assert "'culprit' (culprit-rt)" in line, line
     detect = run_cli(culprit, "detect", "m", env={"WHAT": what})
@@ -208,7 +200,7 @@ def test_serve_names_the_plugin_whose_load_ended_the_process(culprit, what):
 
 def test_serve_names_the_backend_whose_load_ended_the_process_under_model_type(culprit):
     result = run_serve(["m", "--model-type", "culprit"], environ(culprit, "factory:os-exit"))
-    line = one_error_line(result, 7)
+    line = single_error(result, 7)
     assert "while loading 'culprit' (culprit-rt); serve stopped the processes it left" in line
     assert "choose a backend with --model-type" not in line  # it was chosen so
 
@@ -220,4 +212,4 @@ def test_the_operator_guide_quotes_serves_line_for_a_detector_ending_the_process
         for line in guide.read_text(encoding="utf-8").splitlines()
         if "ended with os._exit(7) before a backend was chosen" in line
     ]
-    assert one_error_line(run_serve(["m"], environ(culprit, "detect:os-exit")), 7) == quoted
+    assert single_error(run_serve(["m"], environ(culprit, "detect:os-exit")), 7) == quoted
