@@ -117,6 +117,20 @@ class Underway:
             f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
         )
 
+    def ended(self) -> str:
+        """What was under way when the process running it ended (``while detecting 'b'
+        (dist-b)``; a plugin under way ended it, unless something outside did), or empty:
+        the one wording of ``serve``'s backend process and ``detect``'s worker.
+        """
+        busy = " and ".join(
+            f"{phase} {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
+        return f"while {busy}" if busy else ""
+
+    def plugins(self) -> int:
+        """How many loads and detectors are under way."""
+        return sum(len(labels) for labels in self.busy.values())
+
 
 class Hearing:
     """The supervisor's end of the :class:`Channel`: what the backend process has said."""
@@ -127,6 +141,7 @@ class Hearing:
         self.unread = b""
         self.said: dict[str, str] = {}  # "backend" and "status", once said
         self.choosing: tuple[float, str] | None = None  # detection's deadline, and why
+        self.detecting = False  # whether automatic detection began
         self.underway = Underway()
 
     def read(self) -> None:
@@ -147,6 +162,7 @@ class Hearing:
                 self.underway(key, value)
             elif key == "deadline":
                 when, _, why = value.partition(" ")
+                self.detecting = True
                 with contextlib.suppress(ValueError):
                     self.choosing = (float(when), why)
             else:
@@ -173,16 +189,23 @@ class Hearing:
         code = os.waitstatus_to_exitcode(wait_status)
         backend = self.said.get("backend")
         who = f"serve backend {backend}" if backend else "the serve backend process"
+        while_ = self.underway.ended()
+        where = "" if backend else f" before a backend was chosen{', ' + while_ if while_ else ''}"
+        advice = ""
+        if while_ and not backend and self.detecting:  # --model-type chose it already
+            advice = (
+                ". Disable the plugin at fault (disabled_backends) or choose a backend with "
+                "--model-type"
+            )
         if code < 0:  # killed by signal -code
-            where = "" if backend else " before a backend was chosen"
-            return f"{who} was killed by {signals.signal_name(-code)}{where}", 128 - code
+            return f"{who} was killed by {signals.signal_name(-code)}{where}{advice}", 128 - code
         if "status" in self.said:
             return None, code
         if backend:
             what = f"ended its process with os._exit({code}) without returning from run()"
         else:
-            what = f"ended with os._exit({code}) before a backend was chosen"
-        return f"{who} {what}; serve stopped the processes it left", code or 1
+            what = f"ended with os._exit({code}){where}"
+        return f"{who} {what}; serve stopped the processes it left{advice}", code or 1
 
 
 #: The backend process's work: given the :class:`Channel`, returns the exit status.

@@ -45,7 +45,7 @@ from sglang_backends.errors import (
     describe_typed,
 )
 from sglang_backends.names import SERVE_BACKENDS_GROUP
-from sglang_backends.processes import StopRequested
+from sglang_backends.processes import from_signal
 
 __all__ = [
     "BackendLoader",
@@ -73,28 +73,25 @@ Candidate = tuple[Hashable, PluginEntryPoint | None, Callable[[], RegisteredServ
 def call_plugin_code(function: Callable[[], _T]) -> _T:
     """Call plugin code; whatever it raises is an ``Exception`` afterwards.
 
-    In the main thread, a ``KeyboardInterrupt`` or a stop signal's
-    :class:`~sglang_backends.processes.StopRequested` is the user's and propagates.
+    Only a stop signal's unwinding (:func:`~sglang_backends.processes.from_signal`:
+    a ``KeyboardInterrupt`` or :class:`~sglang_backends.processes.StopRequested` a
+    signal caused) is the user's and propagates; a plugin's own raise of either is
+    its failure, as any other ``BaseException`` is.
 
     :raises PluginCodeError: the plugin raised a ``BaseException`` that is
         not an ``Exception``, or an ``AssertionError``.
     """
-    in_main = threading.current_thread() is threading.main_thread()
     try:
         return function()
-    except KeyboardInterrupt:
-        if in_main:
-            raise
-        raise PluginCodeError("plugin code raised KeyboardInterrupt") from None
-    except SystemExit as exc:
-        if isinstance(exc, StopRequested) and in_main:
-            raise
-        raise PluginCodeError(f"plugin called sys.exit({exc.code!r}) while loading") from exc
     except AssertionError as exc:
         raise PluginCodeError(describe_typed(exc)) from exc
     except Exception:
         raise
     except BaseException as exc:
+        if from_signal(exc):
+            raise
+        if isinstance(exc, SystemExit):
+            raise PluginCodeError(f"plugin called sys.exit({exc.code!r}) while loading") from exc
         raise PluginCodeError(f"plugin code raised {describe_typed(exc)}") from exc
 
 

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import struct
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ __all__ = [
     "die_with_parent",
     "exit_status",
     "freeze_and_kill",
+    "from_signal",
     "kill_trees",
     "log_overdue",
     "log_received",
@@ -81,12 +83,19 @@ def log_overdue(timeout: float) -> None:
 
 
 def exit_status(exc: SystemExit) -> int:
-    """The exit status *exc* asks for; a message code is printed to stderr and means 1."""
-    if exc.code is None:
+    """The exit status *exc* asks for, as Python's own process would end with it.
+
+    An int keeps its low 8 bits (CPython passes ``(int)(long)code`` to ``exit()``), one
+    beyond a C long means 255; ``None`` means 0; any other code is printed to stderr and
+    means 1.
+    """
+    code = exc.code
+    if code is None:
         return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    print(exc.code, file=sys.stderr)
+    if isinstance(code, int):
+        bound = 1 << (8 * struct.calcsize("l") - 1)  # PyLong_AsLong's range
+        return code & 0xFF if -bound <= code < bound else 0xFF
+    print(code, file=sys.stderr)
     return 1
 
 
@@ -157,6 +166,7 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             self._previous = {n: signal.signal(n, self._handle) for n in stop_signals()}
+            _WATCHING.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -165,6 +175,8 @@ class StopSignals:
             self._watchdog.cancel()
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
+        if self in _WATCHING:
+            _WATCHING.remove(self)
 
     def arm(self) -> None:
         """Raise on the first signal from now on, or now if one already came."""
@@ -207,6 +219,27 @@ class StopSignals:
                 self._on_force()
         finally:
             os._exit(128 + self.signum if self.signum else 1)
+
+
+#: The :class:`StopSignals` entered in the main thread, innermost last.
+_WATCHING: list[StopSignals] = []
+
+
+def from_signal(exc: BaseException) -> bool:
+    """Whether *exc* is a stop signal's unwinding (a ``KeyboardInterrupt`` or
+    :class:`StopRequested` in the main thread after one came), not plugin code's own raise.
+
+    Where no :class:`StopSignals` watches this process nothing tells them apart, so a
+    ``KeyboardInterrupt`` in the main thread is taken as the user's, as Python takes it.
+    """
+    if not isinstance(exc, (KeyboardInterrupt, StopRequested)):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False  # signals unwind the main thread alone
+    watching = [stops for stops in _WATCHING if stops._pid == os.getpid()]
+    if not watching:
+        return isinstance(exc, KeyboardInterrupt)
+    return any(stops.signum is not None for stops in watching)
 
 
 # -- process trees ----------------------------------------------------------------

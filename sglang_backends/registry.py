@@ -191,7 +191,7 @@ class ServeBackendRegistry:
         plugin = self.survey.choose(name, origins=self._origins)  # outlives every load
         return ("plugin", id(plugin)), plugin, partial(self._produce, plugin, plugin.name)
 
-    def get(self, name: str) -> RegisteredServeBackend:
+    def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
 
         *name* may be ``DIST:NAME`` to pick one provider of a name several
@@ -208,10 +208,11 @@ class ServeBackendRegistry:
             for its own backend.
         :raises BackendTypeError: the factory did not return a ``ServeBackend``.
         :raises BackendAPIVersionError: the backend declares another version.
+        :param progress: told as its load starts and ends, if it is loaded.
         """
         registered = self._by_name.get(name)
         if registered is None:
-            registered = self._loader.load(name, self._resolve(name))
+            registered = self._loader.load(name, _told_load(name, self._resolve(name), progress))
             self._by_name[name] = registered
         return registered
 
@@ -259,11 +260,7 @@ class ServeBackendRegistry:
         """
 
         def candidate(name: str) -> Candidate:
-            key, plugin, produce = self._resolve(name)
-            if progress is not None:
-                label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-                produce = partial(_told, produce, progress, ("loading", "loaded"), label)
-            return key, plugin, produce
+            return _told_load(name, self._resolve(name), progress)
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         loaded = self._loader.load_each_within(names, candidate, timeout=self.load_timeout)
@@ -299,6 +296,15 @@ def _told(
         return function(*args)
     finally:
         progress(events[1], label)
+
+
+def _told_load(name: str, candidate: Candidate, progress: Progress | None) -> Candidate:
+    """*candidate*, whose load tells *progress* (if any) when it starts and ends."""
+    key, plugin, produce = candidate
+    if progress is None:
+        return candidate
+    label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
+    return key, plugin, partial(_told, produce, progress, ("loading", "loaded"), label)
 
 
 def _watched_detector(

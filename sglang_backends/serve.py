@@ -38,6 +38,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     UsageError,
     describe,
+    describe_typed,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import not_asked
@@ -109,12 +110,18 @@ def _settings(host: HostOptions) -> Settings:
 
 
 def _get(
-    registry: ServeBackendRegistry, model_type: str, host: HostOptions, settings: Settings
+    registry: ServeBackendRegistry,
+    model_type: str,
+    host: HostOptions,
+    settings: Settings,
+    channel: Channel | None = None,
 ) -> RegisteredServeBackend:
-    """``registry.get(model_type)``; a name nothing provides says where configuration set it."""
+    """``registry.get(model_type)``, its load told on *channel*; a name nothing provides
+    says where configuration set it.
+    """
     origin = None if host.model_type is not None else settings.set_in("model_type")
     try:
-        return registry.get(model_type)
+        return registry.get(model_type, progress=channel.progress if channel else None)
     except (UnknownBackendError, DisabledBackendError) as exc:
         if origin is None:
             raise
@@ -138,21 +145,26 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
 
 
 def _failed(description: str, exc: BaseException) -> _Failure:
-    """The one-line failure of *description*'s ``run()``: its message, or its type."""
-    return _Failure(f"serve backend {description} failed: {describe(exc)}", EXIT_FAILURE)
+    """The one-line failure of *description*'s ``run()``: its message or type; for a
+    ``BaseException`` that is not an ``Exception`` (``CancelledError``, say), its type.
+    """
+    cause = describe(exc) if isinstance(exc, Exception) else f"run() raised {describe_typed(exc)}"
+    return _Failure(f"serve backend {description} failed: {cause}", EXIT_FAILURE)
 
 
-def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int:
-    """Call ``run()``; its return, ``SystemExit`` or exception as an exit status."""
+def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
+    """Call ``run()``: ``None`` once it returns, or the exit status its ``SystemExit``
+    or a stop signal asks for; anything else it raises is its failure.
+    """
     try:
         registered.backend.run(request)
-    except KeyboardInterrupt:
-        return 128 + signal.SIGINT
     except SystemExit as exc:
         return processes.exit_status(exc)
-    except Exception as exc:  # any failure of run() is reported
+    except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
+        if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
+            return 128 + signal.SIGINT
         raise _failed(description, exc) from exc
-    return 0
+    return None
 
 
 def _launch_here(
@@ -172,7 +184,7 @@ def _launch_here(
         try:
             try:
                 guard.arm()
-                status = _run(description, registered, request)
+                status = _run(description, registered, request) or 0
             finally:
                 # From here a first signal is only recorded; a second one, or
                 # a first one caught in this very window, still ends in cleanup.
@@ -231,7 +243,7 @@ def _backend(
         if detection.preferred:
             why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
-        registered = _get(registry, model_type, host, settings)
+        registered = _get(registry, model_type, host, settings, channel)
         chosen = "Using serve backend %s%s"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
@@ -304,14 +316,15 @@ def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
         from sglang_backends.registry import ServeBackendRegistry
 
         request = _request(host)
-        registry = ServeBackendRegistry.from_settings(settings)
-        registered = _get(registry, model_type, host, settings)
-        try:  # the backend prints its own help: no model path check, no cleanup
-            registered.backend.run(request)
-        except SystemExit as exc:
-            return processes.exit_status(exc)  # the backend exited: SGLang adds no note either
-        except Exception as exc:
-            raise _failed(_describe(registry, registered), exc) from exc
+        # Watched, so that a plugin's own KeyboardInterrupt is told from the user's Ctrl+C.
+        with processes.StopSignals() as stops:
+            stops.arm()
+            registry = ServeBackendRegistry.from_settings(settings)
+            registered = _get(registry, model_type, host, settings)
+            # The backend prints its own help: no model path check, no cleanup.
+            status = _run(_describe(registry, registered), registered, request)
+        if status is not None:
+            return status  # the backend exited: SGLang adds no note either
     note = sglang_host.help_note()  # only with SGLang
     if note:
         print(f"\n{note}")
@@ -338,7 +351,7 @@ def _serve(host: HostOptions) -> int:
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             channel.backend(description)
             backend_process.take_role(f"backend {registered.name}")
-            return _run(description, registered, request)
+            return _run(description, registered, request) or 0
 
         return _guarded(
             lambda: _backend(host, settings, model_type, request, launch, channel),

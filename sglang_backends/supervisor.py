@@ -47,6 +47,7 @@ from typing import Any, NamedTuple, NoReturn
 from sglang_backends import backend_process, processes, signals
 from sglang_backends.backend_process import BackendWork, flush, take_role
 from sglang_backends.terminal import JobControl, Terminal
+from sglang_backends.usage import printable
 
 __all__ = ["SUPPORTED", "supervise"]
 
@@ -81,9 +82,11 @@ class _Setup(NamedTuple):
 
 
 def _error(prog: str, text: str) -> None:
-    """Write ``prog: error: text`` to stderr, if it is open."""
+    """Write ``prog: error: text`` to stderr, if it is open, escaped as every line serve
+    writes is: *text* may quote package metadata the backend process told.
+    """
     with contextlib.suppress(OSError, ValueError):
-        print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+        print(f"{prog}: error: {printable(text)}", file=sys.stderr, flush=True)
 
 
 class _ForkFailed(Exception):

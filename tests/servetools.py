@@ -121,6 +121,14 @@ def wait_for(
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def single_error(result: Result, status: int) -> str:
+    """Assert a clean failure: *status*, one error line, no traceback; return the line."""
+    assert result.returncode == status, result.stderr
+    assert len(result.error_lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.error_lines[0]
+
+
 def read_json(path: Path) -> object:
     """The JSON in *path*, or ``None`` while it is missing or incomplete."""
     try:

@@ -89,3 +89,55 @@ def test_the_commands_escape_plugin_metadata(evil, command):
     assert result.returncode in (0, 1), result.stderr
     assert_escaped(result.stdout)
     assert not [c for c in RAW if c in result.stdout + result.stderr]
+
+
+#: A distribution name with an escape sequence, a bell and a right-to-left override.
+RINGING = "ring\x1b]0;x\x07\u202e-rt"
+RINGING_ESCAPED = "ring\\x1b]0;x\\x07\\u202e-rt"
+
+#: A detector that holds the GIL ("hog") or ends its process ("end"), as the model says.
+SUPERVISED = """
+import ctypes
+import os
+
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+
+def detect(request):
+    if request.model_path == "hog":
+        ctypes.PyDLL(None).sleep(3600)
+    if request.model_path == "end":
+        os._exit(7)
+    return ServeBackendDetection.UNKNOWN
+
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None, detect=detect)
+"""
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "phrase"),
+    [
+        ("hog", 1, "automatic detection did not finish"),
+        ("end", 7, "ended with os._exit(7) before a backend was chosen"),
+    ],
+)
+def test_the_supervisors_lines_escape_what_the_backend_process_told(
+    site, tmp_path, model, status, phrase
+):
+    site.install(
+        RINGING,
+        entry_points={"ringing": "ringing_plugin:factory"},
+        modules={"ringing_plugin.py": SUPERVISED},
+    )
+    conf = tmp_path / "serve.conf"
+    conf.write_text(
+        "[serve_backends]\nload_timeout = 0.2\ndetect_timeout = 0.2\nstop_timeout = 0.5\n"
+    )
+    result = run_serve(["--config-file", str(conf), model], site.environ(), timeout=60)
+    assert result.returncode == status, result.stderr
+    [line] = result.error_lines
+    assert phrase in line, line
+    assert f"'ringing' ({RINGING_ESCAPED})" in line, line
+    assert not [c for c in ("\x1b", "\x07", "\u202e") if c in result.stderr], result.stderr

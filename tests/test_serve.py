@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from servetools import RECORDER, read_json, run_serve
+from servetools import RECORDER, read_json, run_serve, single_error
 
 
 @pytest.fixture
@@ -21,14 +21,6 @@ def recorder(site, tmp_path):
     env = site.environ()
     env["SERVE_RECORD"] = str(record)
     return env, record
-
-
-def _single_error(result, status):
-    """Assert a clean failure: *status*, one error line, no traceback; return the line."""
-    assert result.returncode == status, result.stderr
-    assert len(result.error_lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return result.error_lines[0]
 
 
 @pytest.mark.parametrize(
@@ -154,14 +146,14 @@ def test_debug_raises_the_log_level(recorder):
 )
 def test_bad_model_type_is_a_usage_error(recorder, args, phrase):
     env, record = recorder
-    line = _single_error(run_serve(args, env), 2)
+    line = single_error(run_serve(args, env), 2)
     assert line.startswith("sglang-backends serve: error:") and phrase in line
     assert not record.exists()
 
 
 def test_unknown_backend(recorder):
     env, _ = recorder
-    line = _single_error(run_serve(["m", "--model-type", "nope"], env), 2)
+    line = single_error(run_serve(["m", "--model-type", "nope"], env), 2)
     assert "Unknown serve backend 'nope'" in line
     assert "Available values: auto, llm, diffusion, " in line
     assert "configonly" in line and "recorder" in line
@@ -169,7 +161,7 @@ def test_unknown_backend(recorder):
 
 def test_missing_model_path_never_runs(recorder):
     env, record = recorder
-    line = _single_error(run_serve(["--model-type", "recorder", "--port", "1"], env), 2)
+    line = single_error(run_serve(["--model-type", "recorder", "--port", "1"], env), 2)
     assert "'recorder' (from recorder-dist) needs a model" in line
     assert "Usage: sglang-backends serve <model-name-or-path>" in line
     assert "--model-path <model-name-or-path>" in line
@@ -178,7 +170,7 @@ def test_missing_model_path_never_runs(recorder):
 
 def test_missing_model_path_with_auto_falls_back_to_llm(recorder):
     env, _ = recorder
-    line = _single_error(run_serve(["--port", "1"], env), 2)
+    line = single_error(run_serve(["--port", "1"], env), 2)
     assert "'llm' (built-in) needs a model" in line
 
 
@@ -192,7 +184,7 @@ def test_plugin_that_fails_to_load(site):
         modules={"broken_plugin.py": BROKEN},
     )
     env = site.environ()
-    line = _single_error(run_serve(["m", "--model-type", "broken"], env), 1)
+    line = single_error(run_serve(["m", "--model-type", "broken"], env), 1)
     assert "'broken' from broken-dist" in line and "fast_kernels" in line
     debug = run_serve(["--debug", "m", "--model-type", "broken"], env)
     assert debug.returncode == 1
@@ -208,7 +200,7 @@ def test_duplicate_providers_and_dist_qualified_choice(site, tmp_path):
         )
     env = site.environ()
     env["SERVE_RECORD"] = str(tmp_path / "record.json")
-    line = _single_error(run_serve(["m", "--model-type", "twin"], env), 1)
+    line = single_error(run_serve(["m", "--model-type", "twin"], env), 1)
     assert "one-dist" in line and "two-dist" in line
     chosen = run_serve(["m", "--model-type", "two-dist:twin"], env)
     assert chosen.returncode == 0, chosen.stderr
@@ -224,7 +216,7 @@ def test_ambiguous_auto_detection(site, tmp_path):
         )
     env = site.environ()
     env["SERVE_RECORD"] = str(tmp_path / "record.json")
-    line = _single_error(run_serve([str(tmp_path / "recordable")], env), 1)
+    line = single_error(run_serve([str(tmp_path / "recordable")], env), 1)
     assert "Multiple serve backends matched this request: alpha, beta" in line
     assert not (tmp_path / "record.json").exists()
 
@@ -249,7 +241,7 @@ def test_exception_from_run(site):
         entry_points={"failing": "failing_plugin:factory"},
         modules={"failing_plugin.py": FAILING},
     )
-    line = _single_error(run_serve(["m", "--model-type", "failing"], site.environ()), 1)
+    line = single_error(run_serve(["m", "--model-type", "failing"], site.environ()), 1)
     assert "'failing' (from failing-dist) failed: the accelerator is on fire" in line
 
 
@@ -349,9 +341,9 @@ def test_failure_without_a_message_names_its_type(site):
         entry_points={"quiet": "quiet_plugin:factory"},
         modules={"quiet_plugin.py": QUIET},
     )
-    line = _single_error(run_serve(["m", "--model-type", "quiet"], site.environ()), 1)
+    line = single_error(run_serve(["m", "--model-type", "quiet"], site.environ()), 1)
     assert line.endswith("serve backend 'quiet' (from quiet-dist) failed: EngineGone")
-    line = _single_error(run_serve(["m", "--model-type", "quiet", "--lines"], site.environ()), 1)
+    line = single_error(run_serve(["m", "--model-type", "quiet", "--lines"], site.environ()), 1)
     assert line.endswith("failed: first line second line")
 
 
@@ -364,7 +356,7 @@ def test_plugin_whose_distribution_has_no_name_is_never_called_built_in(site):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
     result = run_serve(["m", "--model-type", "anon"], site.environ())
     # Served (its run() raises), as upstream serves it, and named after its dist-info directory.
-    line = _single_error(result, 1)
+    line = single_error(result, 1)
     assert f"'anon' (from anonymous (metadata unreadable: {info})) failed: EngineGone" in line
     assert "built-in" not in result.stderr
     warnings = [line for line in result.stderr.splitlines() if "its METADATA is" in line]

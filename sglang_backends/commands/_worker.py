@@ -308,10 +308,14 @@ def main() -> None:
     become_subreaper()
     data = json.load(sys.stdin)
     job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
-    try:
-        result = _explain(job) if job.action == "explain" else _load(job)
-    except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
-        result = Result(error=str(exc) or type(exc).__name__)
+    # As in serve's backend process: a stop signal unwinds the worker (it dies of it),
+    # and a KeyboardInterrupt or SystemExit no signal caused is the plugin's failure.
+    with StopSignals() as stops:
+        stops.arm()
+        try:
+            result = _explain(job) if job.action == "explain" else _load(job)
+        except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
+            result = Result(error=str(exc) or type(exc).__name__)
     stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(result), out)

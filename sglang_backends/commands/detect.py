@@ -39,8 +39,11 @@ WORKER_MARGIN = 10.0
 CULPRIT_TIMEOUT = 10.0
 
 
-def _why(underway: Any, settings: Settings, records: Iterable[Any], timeout: float) -> str:
-    """Why detection did not finish: the detectors still running, else the loads' culprits.
+def _why(
+    underway: Any, settings: Settings, records: Iterable[Any], timeout: float, *, crashed: bool
+) -> str:
+    """Why detection did not finish: the plugin under way when the worker *crashed*, or
+    the detectors still running, else the loads' culprits.
 
     Once every plugin had loaded, loading them again would find nothing wrong;
     while loads were under way, one holding the interpreter makes them all look
@@ -49,22 +52,31 @@ def _why(underway: Any, settings: Settings, records: Iterable[Any], timeout: flo
     """
     from sglang_backends.commands._worker import Job, default_jobs, run_loads
 
+    loading = underway.busy["loading"]
+    # One plugin under way, or detectors alone (every load over): the one serve names too.
+    if crashed and (underway.plugins() == 1 or (underway.plugins() and not loading)):
+        return (
+            f"It ended {underway.ended()}. Disable the plugin at fault to detect without it, "
+            "and report it to its authors."
+        )
     busy = underway.describe()
-    if busy and not underway.busy["loading"]:
+    if busy and not loading:
         return (
             f"It was {busy}: a detector that does not return (one holding the GIL defeats "
             "detect_timeout). Disable it to detect without it, and report it to its authors."
         )
-    names = sorted({r.plugin.name for r in records if r.status is PluginStatus.ENABLED})
+    enabled = [r.plugin for r in records if r.status is PluginStatus.ENABLED]
+    labels = {plugin.name: f"{plugin.name!r} ({plugin.provider})" for plugin in enabled}
+    names = sorted(labels)
     bound = max(timeout, CULPRIT_TIMEOUT)
     load = Job(action="load", settings=settings)
     results = run_loads(load, names, timeout=bound, concurrency=default_jobs())
     broken, slow = [], []
     for name, result in results.items():
         if result.failure == "timeout":
-            broken.append(f"{name!r} does not load within {bound:g} s (it hangs)")
+            broken.append(f"{labels[name]} does not load within {bound:g} s (it hangs)")
         elif result.failure is not None:
-            broken.append(f"{name!r} crashes its interpreter ({result.detail})")
+            broken.append(f"{labels[name]} crashes its interpreter ({result.detail})")
         elif result.seconds > timeout / 2:
             slow.append(f"{name!r} {result.seconds:.1f} s")
     if broken:
@@ -265,9 +277,10 @@ class DetectBackend(SelectionOptions, Lister):
             underway = Underway().replay(trace.read().decode("utf-8", "replace"))
         result = worker.result
         if result is None:
+            crashed = worker.failure == "crashed"
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
-                f"{_why(underway, settings, survey.records, timeout)}"
+                f"{_why(underway, settings, survey.records, timeout, crashed=crashed)}"
             )
         if result.error is not None:
             raise ServeBackendError(result.error)

@@ -1,0 +1,215 @@
+"""Whatever a plugin raises, or does to its process, is that plugin's fault, named as such.
+
+A real installed distribution, ``culprit-rt``, misbehaves where ``$WHAT`` says
+(``PLACE:KIND``: at import, in its factory, its detector or ``run()``); the real
+CLI runs in subprocesses. No signal is ever sent: a ``KeyboardInterrupt`` or
+``SystemExit`` the plugin raises itself is its failure, not the user's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clitools import run_cli
+from servetools import run_serve, single_error
+
+CULPRIT = """
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+WHAT = os.environ.get("WHAT", "")
+
+
+def misbehave(place):
+    if not WHAT.startswith(place + ":"):
+        return
+    kind = WHAT.split(":", 1)[1]
+    if kind == "cancel":
+        raise asyncio.CancelledError()
+    if kind == "interrupt":
+        raise KeyboardInterrupt()
+    if kind == "generator-exit":
+        raise GeneratorExit("closed")
+    if kind == "exit":
+        sys.exit(eval(os.environ["CODE"]))
+    if kind == "os-exit":
+        os._exit(7)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+misbehave("import")
+
+
+def run(request):
+    misbehave("run")
+
+
+def detect(request):
+    misbehave("detect")
+    return ServeBackendDetection.UNKNOWN
+
+
+def factory():
+    misbehave("factory")
+    return ServeBackend(api_version=1, run=run, detect=detect)
+"""
+
+
+@pytest.fixture
+def culprit(site):
+    """``culprit-rt`` installed, beside nothing else but what the environment holds."""
+    site.install(
+        "culprit-rt",
+        entry_points={"culprit": "culprit_plugin:factory"},
+        modules={"culprit_plugin.py": CULPRIT},
+    )
+    return site
+
+
+def environ(site, what: str, code: str | None = None) -> dict[str, str]:
+    """*site*'s environment, the plugin misbehaving as *what* says (``sys.exit(CODE)``)."""
+    return {**site.environ(), "WHAT": what, **({"CODE": code} if code is not None else {})}
+
+
+# -- BaseExceptions -----------------------------------------------------------------
+
+RAISED = [
+    ("cancel", "run() raised CancelledError"),
+    ("interrupt", "run() raised KeyboardInterrupt"),
+    ("generator-exit", "run() raised GeneratorExit: closed"),
+]
+
+
+@pytest.mark.parametrize(("kind", "cause"), RAISED)
+def test_a_base_exception_from_run_is_the_backends_failure(culprit, kind, cause):
+    result = run_serve(["m", "--model-type", "culprit"], environ(culprit, f"run:{kind}"))
+    line = single_error(result, 1)
+    assert line.endswith(f"serve backend 'culprit' (from culprit-rt) failed: {cause}"), line
+
+
+@pytest.mark.parametrize(("kind", "cause"), RAISED)
+def test_a_base_exception_from_run_under_help_is_the_backends_failure(culprit, kind, cause):
+    result = run_serve(["--model-type", "culprit", "--help"], environ(culprit, f"run:{kind}"))
+    line = single_error(result, 1)
+    assert line.endswith(f"serve backend 'culprit' (from culprit-rt) failed: {cause}"), line
+
+
+def test_debug_shows_the_traceback_of_a_base_exception_from_run(culprit):
+    result = run_serve(["--debug", "m", "--model-type", "culprit"], environ(culprit, "run:cancel"))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" in result.stderr and "CancelledError" in result.stderr
+
+
+@pytest.mark.parametrize("place", ["import", "factory"])
+def test_a_keyboard_interrupt_no_signal_caused_is_a_failed_load_in_serve(culprit, place):
+    result = run_serve(["m", "--model-type", "culprit"], environ(culprit, f"{place}:interrupt"))
+    line = single_error(result, 1)
+    assert "Failed to load serve backend 'culprit' from culprit-rt" in line, line
+    assert line.endswith("plugin code raised KeyboardInterrupt"), line
+
+
+@pytest.mark.parametrize(
+    ("what", "cause"),
+    [
+        ("import:interrupt", "plugin code raised KeyboardInterrupt"),
+        ("factory:interrupt", "plugin code raised KeyboardInterrupt"),
+        ("factory:generator-exit", "plugin code raised GeneratorExit: closed"),
+        ("factory:cancel", "plugin code raised CancelledError"),
+    ],
+)
+def test_check_reports_a_base_exception_as_the_plugins_error_not_a_signal(culprit, what, cause):
+    result = run_cli(culprit, "check", "-f", "json", env={"WHAT": what})
+    assert result.returncode == 1, result.stderr
+    [row] = [row for row in json.loads(result.stdout) if row["Name"] == "culprit"]
+    assert row["Result"] == "error", row
+    assert row["Detail"].startswith("Failed to load serve backend 'culprit' from culprit-rt")
+    assert row["Detail"].endswith(cause), row
+    assert "SIGINT" not in row["Detail"]
+
+
+# -- exit statuses ------------------------------------------------------------------
+
+
+def python_exit_status(code: str) -> int:
+    """What Python's own process exits with after ``sys.exit(CODE)``: the oracle."""
+    return subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.exit({code})"],
+        capture_output=True,
+        check=False,
+    ).returncode
+
+
+@pytest.mark.parametrize(
+    "code", ["2**32 + 3", "2**31", "256", "-1", "-2**31 - 1", "2**63", "-2**64", "True"]
+)
+def test_sys_exit_from_run_ends_serve_as_it_ends_python(culprit, code):
+    result = run_serve(["m", "--model-type", "culprit"], environ(culprit, "run:exit", code))
+    assert result.returncode == python_exit_status(code), result.stderr
+    assert result.error_lines == [] and "Traceback" not in result.stderr, result.stderr
+
+
+def test_sys_exit_with_a_message_from_run_prints_it_and_ends_with_1(culprit):
+    result = run_serve(
+        ["m", "--model-type", "culprit"], environ(culprit, "run:exit", "'out of memory'")
+    )
+    assert result.returncode == python_exit_status("'out of memory'") == 1
+    assert "out of memory" in result.stderr.splitlines()
+
+
+# -- the culprit --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("what", "status", "how"),
+    [
+        ("detect:os-exit", 7, "ended with os._exit(7)"),
+        ("detect:sigkill", 137, "was killed by SIGKILL"),
+    ],
+)
+def test_serve_and_detect_name_the_detector_that_ended_the_process(culprit, what, status, how):
+    env = environ(culprit, what)
+    line = single_error(run_serve(["m"], env), status)
+    assert f"the serve backend process {how} before a backend was chosen" in line, line
+    assert "while detecting 'culprit' (culprit-rt)" in line, line
+    assert "Disable the plugin at fault (disabled_backends)" in line, line
+    detect = run_cli(culprit, "detect", "m", env={"WHAT": what})
+    assert detect.returncode == 1, detect.stderr
+    assert "It ended while detecting 'culprit' (culprit-rt)." in detect.stderr, detect.stderr
+
+
+@pytest.mark.parametrize("what", ["import:os-exit", "factory:os-exit", "import:sigkill"])
+def test_serve_names_the_plugin_whose_load_ended_the_process(culprit, what):
+    status = 137 if what.endswith("sigkill") else 7
+    line = single_error(run_serve(["m"], environ(culprit, what)), status)
+    assert "before a backend was chosen, while loading " in line, line
+    assert "'culprit' (culprit-rt)" in line, line
+    detect = run_cli(culprit, "detect", "m", env={"WHAT": what})
+    assert detect.returncode == 1, detect.stderr
+    assert "'culprit' (culprit-rt)" in detect.stderr, detect.stderr
+
+
+def test_serve_names_the_backend_whose_load_ended_the_process_under_model_type(culprit):
+    result = run_serve(["m", "--model-type", "culprit"], environ(culprit, "factory:os-exit"))
+    line = single_error(result, 7)
+    assert "while loading 'culprit' (culprit-rt); serve stopped the processes it left" in line
+    assert "choose a backend with --model-type" not in line  # it was chosen so
+
+
+def test_the_operator_guide_quotes_serves_line_for_a_detector_ending_the_process(culprit):
+    guide = Path(__file__).resolve().parents[1] / "doc/source/user/operators.rst"
+    [quoted] = [
+        line.strip()
+        for line in guide.read_text(encoding="utf-8").splitlines()
+        if "ended with os._exit(7) before a backend was chosen" in line
+    ]
+    assert single_error(run_serve(["m"], environ(culprit, "detect:os-exit")), 7) == quoted
