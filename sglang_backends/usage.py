@@ -40,8 +40,13 @@ __all__ = [
 #: whichever command gave it. Each message says what it is about by itself.
 LOG_FORMAT = "%(message)s"
 
-# C0 and C1 controls, DEL, and the bidirectional overrides that reorder a terminal line.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, and every character with Unicode's Bidi_Control property,
+# which reorder a terminal line: the Arabic letter mark (U+061C), the left-to-right
+# and right-to-left marks, embeddings, overrides and isolates (tests/test_escaping.py
+# derives the set from unicodedata).
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def printable(value: Any) -> Any:
