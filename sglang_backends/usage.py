@@ -142,13 +142,18 @@ def metadata_help(settings: Settings) -> tuple[str, list[str]]:
 
 
 def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
-    """The help text: usage, serve's own options, then every backend and its provider."""
+    """The help text: usage, serve's own options, then every backend and its provider.
+
+    Names are printed as they come: argparse %-formats the usage line (and an
+    epilog holding ``%(prog)``), so the usage's ``%`` are doubled and the
+    backends list is added after argparse's text rather than given to it.
+    """
     choices = printable(",".join((AUTO, *available)))
     parser = argparse.ArgumentParser(
         prog=PROG,
         usage=(
             f"{PROG} [--config-file PATH] [--config-dir DIR] [--debug] [MODEL] "
-            f"[--model-type {{{choices}}}] [BACKEND ARGS...]"
+            f"[--model-type {{{choices.replace('%', '%%')}}}] [BACKEND ARGS...]"
         ),
         description=textwrap.fill(
             "Serve a model with the backend chosen by --model-type, which may come "
@@ -158,15 +163,6 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
             "first is passed as --model-path MODEL.",
             width=78,
             break_on_hyphens=False,  # never "--model-" then "path"
-        ),
-        epilog="\n".join(
-            [
-                "backends:",
-                *_backend_lines(records),
-                "",
-                "Each backend has its own options; show them with:",
-                f"  {PROG} --model-type NAME --help",
-            ]
         ),
         formatter_class=_UnbrokenOptionsFormatter,
         add_help=False,
@@ -194,4 +190,11 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
     parser.add_argument(
         "--debug", action="store_true", help="log at DEBUG level and show tracebacks"
     )
-    return parser.format_help()
+    epilog = [
+        "backends:",
+        *_backend_lines(records),
+        "",
+        "Each backend has its own options; show them with:",
+        f"  {PROG} --model-type NAME --help",
+    ]
+    return "\n".join([parser.format_help(), *epilog, ""])
