@@ -44,9 +44,7 @@ LOG_FORMAT = "%(message)s"
 # which reorder a terminal line: the Arabic letter mark (U+061C), the left-to-right
 # and right-to-left marks, embeddings, overrides and isolates (tests/test_escaping.py
 # derives the set from unicodedata).
-_UNPRINTABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(value: Any) -> Any:
@@ -116,12 +114,14 @@ def usage_line() -> str:
 
 
 def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
+    """One line per backend; a duplicate's labelled with the ``DIST:NAME`` that picks it."""
     rows = list(BUILTIN_NOTES.items())
+    discovered = selection.by_name(record.plugin for record in records)
     for record in records:
         plugin = record.plugin
         label = plugin.name
-        if record.status is PluginStatus.DUPLICATE and plugin.distribution:
-            label = f"{plugin.distribution}:{plugin.name}"
+        if record.status is PluginStatus.DUPLICATE:
+            label = selection.qualified(plugin, discovered) or label
         version = f" {plugin.version}" if plugin.version else ""
         note = f"from {plugin.provider}{version}"
         if record.status is not PluginStatus.ENABLED:
