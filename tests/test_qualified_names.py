@@ -150,3 +150,6 @@ def test_a_wrong_distribution_suggests_the_right_one(site, given):
     checked = run_cli(site, "check", given)
     assert checked.returncode == 2
     assert advice_in(checked.stderr) == ["sglang-echo-backend:echo"], checked.stderr
+    listed = run_cli(site, "list", env={"OS_SERVE_BACKENDS__MODEL_TYPE": given})
+    assert listed.returncode == 0, listed.stderr
+    assert advice_in(listed.stderr) == ["sglang-echo-backend:echo"], listed.stderr
