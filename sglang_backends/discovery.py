@@ -319,8 +319,12 @@ def normalize_distribution(name: str) -> str:
 
 
 def split_qualified_name(name: str) -> tuple[str | None, str]:
-    """Split ``DIST:NAME`` into ``(DIST, NAME)``; a plain name gives ``(None, NAME)``."""
-    dist, _, backend = name.rpartition(":")
-    if not dist:  # no colon, or nothing before it
+    """Split ``DIST:NAME`` into ``(DIST, NAME)``; a plain name gives ``(None, NAME)``.
+
+    At the first colon: a distribution name cannot hold one (PEP 508), an entry
+    point's name can (``dist-a:ns:omni`` is ``ns:omni`` from ``dist-a``).
+    """
+    dist, colon, backend = name.partition(":")
+    if not colon or not dist:  # no colon, or nothing before it
         return None, name
     return dist, backend

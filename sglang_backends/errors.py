@@ -6,7 +6,7 @@ against SGLang keeps catching it. Errors carry the backend ``name`` and
 ``distribution`` and pickle with them (every argument after the message has
 a default) to cross processes. ``__all__`` is the exceptions, which the
 package exports as they are; :func:`describe`, :func:`describe_typed`,
-:func:`did_you_mean` and :func:`closest`, the one wording of a cause, and
+:func:`did_you_mean`, :func:`meant` and :func:`closest`, the one wording of a cause, and
 :func:`backend_named`, of the backend concerned, are internal.
 """
 
@@ -159,7 +159,11 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
     Ends a clause, alike for every slip of a name: ``f"Unknown {name!r}{did_you_mean(...)}"``.
     """
-    close = closest(name, known)
+    return meant(closest(name, known))
+
+
+def meant(close: str | None) -> str:
+    """``; did you mean 'x'?`` for the name *close* offered, else a full stop."""
     return f"; did you mean {close!r}?" if close else "."
 
 

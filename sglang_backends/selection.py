@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from sglang_backends.discovery import (
@@ -30,18 +30,24 @@ from sglang_backends.errors import (
     backend_named,
     closest,
     did_you_mean,
+    meant,
 )
 from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES
 
 __all__ = [
     "PluginRecord",
     "PluginStatus",
+    "by_name",
     "check_lists",
     "choose",
+    "closest_name",
     "conflict_warning",
+    "designated",
     "designates",
+    "duplicate_text",
     "inventory",
     "not_asked",
+    "qualified",
     "refuse_conflicts",
     "unavailable_because",
     "usable_names",
@@ -115,6 +121,88 @@ def designates(name: str, plugin: PluginEntryPoint) -> bool:
         and plain == plugin.name
         and normalize_distribution(dist) == normalize_distribution(plugin.distribution or "")
     )
+
+
+def designated(
+    name: str, discovered: Mapping[str, Sequence[PluginEntryPoint]]
+) -> tuple[PluginEntryPoint, ...]:
+    """The entry points *name* designates: those named exactly *name*, else those
+    ``DIST:NAME`` names (:func:`designates`), as :func:`choose` picks among them."""
+    exact = discovered.get(name)
+    if exact:
+        return tuple(exact)
+    plain = split_qualified_name(name)[1]
+    return tuple(c for c in discovered.get(plain, ()) if designates(name, c))
+
+
+def by_name(plugins: Iterable[PluginEntryPoint]) -> dict[str, tuple[PluginEntryPoint, ...]]:
+    """*plugins* by backend name, as :func:`~sglang_backends.discovery.discover` gives them."""
+    found: dict[str, list[PluginEntryPoint]] = {}
+    for plugin in plugins:
+        found.setdefault(plugin.name, []).append(plugin)
+    return {name: tuple(entries) for name, entries in found.items()}
+
+
+def qualified(
+    plugin: PluginEntryPoint, discovered: Mapping[str, Sequence[PluginEntryPoint]]
+) -> str | None:
+    """The ``DIST:NAME`` that picks *plugin* alone, or ``None`` when none does.
+
+    Advice is given only where following it works: not for a plugin whose
+    distribution is unknown, or registers the name more than once, or when
+    an entry point is named exactly ``DIST:NAME``.
+    """
+    if not plugin.distribution:
+        return None
+    name = f"{plugin.distribution}:{plugin.name}"
+    found = designated(name, discovered)
+    return name if len(found) == 1 and found[0] is plugin else None
+
+
+def _example(
+    providers: Iterable[PluginEntryPoint], discovered: Mapping[str, Sequence[PluginEntryPoint]]
+) -> str | None:
+    """The first ``DIST:NAME`` that picks one of *providers* (:func:`qualified`), if any."""
+    return next((q for p in providers if (q := qualified(p, discovered))), None)
+
+
+def duplicate_text(
+    name: str,
+    providers: Sequence[PluginEntryPoint],
+    discovered: Mapping[str, Sequence[PluginEntryPoint]],
+) -> str:
+    """Why serve backend *name* has several *providers* and how to pick one: the one
+    wording of a duplicate, with ``DIST:NAME`` advice only where it picks one.
+    """
+    groups: dict[object, list[PluginEntryPoint]] = {}
+    for plugin in providers:
+        key = normalize_distribution(plugin.distribution) if plugin.distribution else id(plugin)
+        groups.setdefault(key, []).append(plugin)
+    repeated = [
+        f"{group[0].provider} registers serve backend {name!r} {len(group)} times: "
+        f"{', '.join(p.target for p in group)}."
+        for group in groups.values()
+        if len(group) > 1
+    ]
+    if len(groups) > 1:
+        listed = ", ".join(p.provider for p in providers)
+        repeated.insert(0, f"Multiple distributions register serve backend {name!r}: {listed}.")
+    else:
+        repeated[0] = f"Distribution {repeated[0]}"
+    example = _example(providers, discovered)
+    if example is not None:
+        advice = (
+            "Uninstall one provider or choose another backend name, or select one provider "
+            f"as DIST:NAME (e.g. {example!r})."
+        )
+    elif len(groups) > 1:
+        advice = "Uninstall one provider or choose another backend name; no DIST:NAME picks one."
+    else:
+        advice = (
+            "No DIST:NAME picks one entry point of a distribution: uninstall it or choose "
+            "another backend name, and ask its authors to register the name once."
+        )
+    return " ".join([*repeated, advice])
 
 
 def check_lists(builtin_names: Collection[str], enabled: object, disabled: object) -> None:
@@ -241,14 +329,12 @@ def choose(
     :raises DuplicateBackendError: several distributions provide it.
     """
     plain = name if name in discovered else split_qualified_name(name)[1]
-    candidates = discovered.get(name) or tuple(
-        c for c in discovered.get(plain, ()) if designates(name, c)
-    )
+    candidates = designated(name, discovered)
     if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
         values = ("auto", *available)
         raise UnknownBackendError(
             f"Unknown serve backend {name!r}"
-            f"{_suggestion(name, values, discovered, enabled, disabled, origins)} "
+            f"{_suggestion(name, values, discovered, builtin_names, enabled, disabled, origins)} "
             f"Available values: {', '.join(values)}.",
             name=name,
         )
@@ -262,14 +348,10 @@ def choose(
             distribution=candidates[0].distribution,
         )
     if len(candidates) > 1:
-        providers = tuple(c.provider for c in candidates)
         raise DuplicateBackendError(
-            f"Multiple distributions register serve backend {plain!r}: "
-            f"{', '.join(providers)}. Uninstall one provider or choose another "
-            f"backend name, or select one provider as DIST:NAME "
-            f"(e.g. {providers[0] + ':' + plain!r}).",
+            duplicate_text(plain, candidates, discovered),
             name=plain,
-            providers=providers,
+            providers=tuple(c.provider for c in candidates),
         )
     return candidates[0]
 
@@ -278,31 +360,55 @@ def _suggestion(
     name: str,
     values: Collection[str],
     discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    builtin_names: Collection[str],
     enabled: Collection[str] | None,
     disabled: Collection[str],
     origins: Mapping[str, str] | None,
 ) -> str:
-    """``; did you mean 'x'?`` among every installed name; a left-out one is said to be.
-
-    A name with a colon is also compared with each plugin's ``DIST:NAME``.
+    """``; did you mean 'x'?`` among every installed name (:func:`closest_name`); a
+    left-out one is said to be.
     """
-    plugins = [p for found in discovered.values() for p in found]
-    known: dict[str, PluginEntryPoint | None] = dict.fromkeys(values)
-    for plugin in plugins:
-        known.setdefault(plugin.name, plugin)
-        if ":" in name and plugin.distribution:
-            known.setdefault(f"{plugin.distribution}:{plugin.name}", plugin)
-    close = closest(name, known)
-    if close is None:
-        return "."
-    found = known[close]
-    if found is None or is_allowed(found.name, enabled, disabled):
-        return f"; did you mean {close!r}?"
+    close, found = closest_name(name, values, discovered, builtin_names)
+    if close is None or found is None or is_allowed(found.name, enabled, disabled):
+        return meant(close)
     why = unavailable_because(found.name, disabled=disabled, origins=origins)
     return (
         f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
         "so it is not available."
     )
+
+
+def closest_name(
+    name: str,
+    values: Iterable[str],
+    discovered: Mapping[str, Sequence[PluginEntryPoint]],
+    builtin_names: Collection[str],
+) -> tuple[str | None, PluginEntryPoint | None]:
+    """The name to offer for *name*, which designates nothing usable, and its plugin
+    (``None`` for a built-in of *values*); ``(None, None)`` when none is close.
+
+    ``DIST:NAME`` with a wrong ``DIST`` and an installed ``NAME`` gets that
+    name's ``DIST:NAME`` (:func:`qualified`), the closest distribution first;
+    otherwise the closest of *values*, the installed names, and, for a name
+    with a colon, each plugin's ``DIST:NAME`` that picks it.
+    """
+    dist, plain = split_qualified_name(name)
+    offers: dict[str, PluginEntryPoint] = {}
+    if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
+        for plugin in discovered.get(plain, ()):
+            if q := qualified(plugin, discovered):
+                offers[q] = plugin
+    if offers:
+        pick = closest(name, offers) or next(iter(offers))
+        return pick, offers[pick]
+    known: dict[str, PluginEntryPoint | None] = dict.fromkeys(values)
+    for found in discovered.values():
+        for plugin in found:
+            known.setdefault(plugin.name, plugin)
+            if dist is not None and (q := qualified(plugin, discovered)):
+                known.setdefault(q, plugin)
+    close = closest(name, known)
+    return (None, None) if close is None else (close, known[close])
 
 
 def warn_unknown_selection(
@@ -370,12 +476,14 @@ def not_asked(
     provide, with how to pick one.
     """
     reasons: list[str] = []
-    duplicates: dict[str, list[str]] = {}
+    records = tuple(records)
+    discovered = by_name(r.plugin for r in records)
+    duplicates: dict[str, list[PluginEntryPoint]] = {}
     names: set[str] = set()
     for record in records:
         plugin = record.plugin
         if record.status is PluginStatus.DUPLICATE:
-            duplicates.setdefault(plugin.name, []).append(plugin.provider)
+            duplicates.setdefault(plugin.name, []).append(plugin)
         if record.status is not PluginStatus.DISABLED:
             continue
         names.add(plugin.name)
@@ -383,8 +491,14 @@ def not_asked(
         reasons.append(f"plugin {plugin.name!r} from {plugin.provider} {why}, so it was not asked")
     for name, providers in sorted(duplicates.items()):
         names.add(name)
+        listed = ", ".join(p.provider for p in providers)
+        example = _example(providers, discovered)
+        advice = (
+            f"select one as DIST:NAME (e.g. {example!r})"
+            if example
+            else "no DIST:NAME picks one of them"
+        )
         reasons.append(
-            f"plugin {name!r} has duplicate providers ({', '.join(providers)}), so none was "
-            f"asked; select one as DIST:NAME (e.g. {providers[0] + ':' + name!r})"
+            f"plugin {name!r} has duplicate providers ({listed}), so none was asked; {advice}"
         )
     return reasons, names

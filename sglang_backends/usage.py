@@ -40,8 +40,11 @@ __all__ = [
 #: whichever command gave it. Each message says what it is about by itself.
 LOG_FORMAT = "%(message)s"
 
-# C0 and C1 controls, DEL, and the bidirectional overrides that reorder a terminal line.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, and every character with Unicode's Bidi_Control property,
+# which reorder a terminal line: the Arabic letter mark (U+061C), the left-to-right
+# and right-to-left marks, embeddings, overrides and isolates (tests/test_escaping.py
+# derives the set from unicodedata).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(value: Any) -> Any:
@@ -111,12 +114,14 @@ def usage_line() -> str:
 
 
 def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
+    """One line per backend; a duplicate's labelled with the ``DIST:NAME`` that picks it."""
     rows = list(BUILTIN_NOTES.items())
+    discovered = selection.by_name(record.plugin for record in records)
     for record in records:
         plugin = record.plugin
         label = plugin.name
-        if record.status is PluginStatus.DUPLICATE and plugin.distribution:
-            label = f"{plugin.distribution}:{plugin.name}"
+        if record.status is PluginStatus.DUPLICATE:
+            label = selection.qualified(plugin, discovered) or label
         version = f" {plugin.version}" if plugin.version else ""
         note = f"from {plugin.provider}{version}"
         if record.status is not PluginStatus.ENABLED:
@@ -137,13 +142,18 @@ def metadata_help(settings: Settings) -> tuple[str, list[str]]:
 
 
 def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
-    """The help text: usage, serve's own options, then every backend and its provider."""
+    """The help text: usage, serve's own options, then every backend and its provider.
+
+    Names are printed as they come: argparse %-formats the usage line (and an
+    epilog holding ``%(prog)``), so the usage's ``%`` are doubled and the
+    backends list is added after argparse's text rather than given to it.
+    """
     choices = printable(",".join((AUTO, *available)))
     parser = argparse.ArgumentParser(
         prog=PROG,
         usage=(
             f"{PROG} [--config-file PATH] [--config-dir DIR] [--debug] [MODEL] "
-            f"[--model-type {{{choices}}}] [BACKEND ARGS...]"
+            f"[--model-type {{{choices.replace('%', '%%')}}}] [BACKEND ARGS...]"
         ),
         description=textwrap.fill(
             "Serve a model with the backend chosen by --model-type, which may come "
@@ -153,15 +163,6 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
             "first is passed as --model-path MODEL.",
             width=78,
             break_on_hyphens=False,  # never "--model-" then "path"
-        ),
-        epilog="\n".join(
-            [
-                "backends:",
-                *_backend_lines(records),
-                "",
-                "Each backend has its own options; show them with:",
-                f"  {PROG} --model-type NAME --help",
-            ]
         ),
         formatter_class=_UnbrokenOptionsFormatter,
         add_help=False,
@@ -189,4 +190,11 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
     parser.add_argument(
         "--debug", action="store_true", help="log at DEBUG level and show tracebacks"
     )
-    return parser.format_help()
+    epilog = [
+        "backends:",
+        *_backend_lines(records),
+        "",
+        "Each backend has its own options; show them with:",
+        f"  {PROG} --model-type NAME --help",
+    ]
+    return "\n".join([parser.format_help(), *epilog, ""])

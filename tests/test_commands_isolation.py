@@ -6,7 +6,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -294,3 +296,106 @@ def test_detect_names_a_detector_that_never_releases_the_gil(site):
     [line] = [line for line in result.stderr.splitlines() if "did not complete" in line]
     # Named with any other detector under way when it took the GIL.
     assert "still detecting: " in line and "'hog' (hog-runtime)" in line
+
+
+#: A sitecustomize that leaves a marker for each interpreter that runs it.
+SITECUSTOMIZE = """
+import os, pathlib
+pathlib.Path(os.environ["SITECUSTOMIZE_MARKERS"], str(os.getpid())).touch()
+"""
+
+
+@pytest.mark.parametrize("flag", ["-I", "-E"])
+@pytest.mark.parametrize(
+    "command", [["check", "echo"], ["detect", "/models/x"]], ids=["check", "detect"]
+)
+def test_workers_start_with_the_interpreters_isolation_flags(site, tmp_path, flag, command):
+    """Under ``python -I`` or ``-E`` a sitecustomize on PYTHONPATH runs in no worker, as in
+    no serve; the workers still import the package and the plugins (echo, installed with
+    the environment) from the command's own module search path."""
+    (site.path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    environ = {**clean_environ(site.environ()), "SITECUSTOMIZE_MARKERS": str(markers)}
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, *flags, "-m", "sglang_backends", command[0], "-f", "json"]
+        return subprocess.run(
+            [*argv, *command[1:]],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    unflagged = run()  # the sitecustomize runs where nothing isolates the interpreter
+    assert unflagged.returncode == 0, unflagged.stderr
+    assert len(list(markers.iterdir())) >= 2  # the command's and its worker's
+    for marker in markers.iterdir():
+        marker.unlink()
+    result = run(flag)
+    assert result.returncode == 0, result.stderr
+    assert list(markers.iterdir()) == []
+    if command[0] == "check":
+        assert rows(result)["echo"]["Result"] == "ok"
+    else:
+        verdicts = {r["Backend"]: r["Verdict"] for r in json.loads(result.stdout)}
+        assert "echo" in verdicts
+
+
+#: What a worker's own flags are, as it reports them.
+REPORT_FLAGS = """
+import json, subprocess, sys
+from sglang_backends.commands._worker import interpreter_flags
+
+def flags():
+    names = ("isolated", "ignore_environment", "no_user_site", "no_site",
+             "dont_write_bytecode", "optimize", "safe_path")
+    found = {name: getattr(sys.flags, name, None) for name in names}
+    found["frozen_modules"] = sys._xoptions.get("frozen_modules")
+    found["pycache_prefix"] = sys.pycache_prefix
+    return found
+
+if sys.argv[1:] == ["child"]:
+    print(json.dumps(flags()))
+else:
+    child = subprocess.run(
+        [sys.executable, *interpreter_flags(), sys.argv[0], "child"],
+        capture_output=True, text=True, check=True,
+    )
+    print(json.dumps([flags(), json.loads(child.stdout)]))
+"""
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["-I"],
+        ["-E", "-s"],
+        ["-S", "-B", "-O"],
+        ["-OO", "-X", "frozen_modules=off", "-X", "pycache_prefix=PREFIX"],
+    ],
+    ids=["none", "isolated", "environment-user-site", "site-bytecode-optimize", "x-options"],
+)
+def test_a_worker_gets_the_flags_that_change_what_it_imports(tmp_path, flags):
+    """The worker's interpreter flags are the command's, read from ``sys.flags``: each one
+    that changes what is imported, or how, reaches the worker (sys.path is given apart)."""
+    import sglang_backends
+
+    script = tmp_path / "report.py"
+    script.write_text(REPORT_FLAGS)
+    flags = [flag.replace("PREFIX", str(tmp_path / "pycache")) for flag in flags]
+    package = str(Path(sglang_backends.__file__).parents[1])  # -S: no site-packages
+    result = subprocess.run(
+        [sys.executable, *flags, str(script)],
+        env={**os.environ, "PYTHONPATH": package},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    parent, child = json.loads(result.stdout)
+    assert child == parent

@@ -52,7 +52,7 @@ def test_discover_records_distribution_version_and_target_of_its_group_alone(sit
         ("omni", (None, "omni")),
         ("omni-runtime:omni", ("omni-runtime", "omni")),
         (":omni", (None, ":omni")),
-        ("a:b:omni", ("a:b", "omni")),
+        ("a:b:omni", ("a", "b:omni")),  # a distribution name holds no colon; a name may
     ],
 )
 def test_split_qualified_name(text, expected):

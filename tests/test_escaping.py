@@ -1,20 +1,60 @@
-"""Terminal escapes and bidi overrides in plugin metadata never reach a terminal raw.
+"""Terminal escapes and bidi controls in plugin metadata never reach a terminal raw.
 
 A real installed distribution whose name, version and entry point names carry
-an escape sequence and a right-to-left override; every line serve, the
-supervisor and the operator commands write about it must show them escaped.
+an escape sequence, a right-to-left override and the Arabic letter mark; every
+line serve, the supervisor and the operator commands write about it must show
+them escaped. Which characters are bidi controls is read from :mod:`unicodedata`.
 """
 
 from __future__ import annotations
+
+import sys
+import unicodedata
 
 import pytest
 from clitools import run_cli
 from servetools import run_serve
 
+from sglang_backends.usage import printable
+
 #: A distribution name that recolours the terminal and reverses what follows.
-EVIL = "evil\x1b[31m\u202eexe.txt"
-ESCAPED = "evil\\x1b[31m\\u202eexe.txt"
-RAW = ("\x1b", "\u202e")
+EVIL = "evil\x1b[31m\u202e\u061cexe.txt"
+ESCAPED = "evil\\x1b[31m\\u202e\\u061cexe.txt"
+RAW = ("\x1b", "\u202e", "\u061c")
+
+#: The bidirectional classes of the explicit formatting characters (UAX #9, table 4).
+EXPLICIT = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"}
+#: The strong classes by their long names (PropertyValueAliases.txt): an implicit
+#: directional mark is the format character named after its class, ``<class> MARK``.
+STRONG = {"L": "LEFT-TO-RIGHT", "R": "RIGHT-TO-LEFT", "AL": "ARABIC LETTER"}
+
+
+def bidi_controls() -> set[str]:
+    """Unicode's Bidi_Control characters, read from :mod:`unicodedata`, which has no such
+    property: the explicit formatting characters and the implicit directional marks."""
+    found = set()
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        if unicodedata.category(char) != "Cf":
+            continue
+        kind = unicodedata.bidirectional(char)
+        mark = kind in STRONG and unicodedata.name(char, "") == f"{STRONG[kind]} MARK"
+        if kind in EXPLICIT or mark:
+            found.add(char)
+    return found
+
+
+def test_every_bidi_control_character_is_escaped():
+    controls = bidi_controls()
+    # PropList.txt's Bidi_Control, the same 12 since Unicode 6.3: ALM, LRM, RLM,
+    # LRE, RLE, PDF, LRO, RLO, LRI, RLI, FSI, PDI.
+    assert sorted(map(ord, controls)) == [
+        0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
+        0x2066, 0x2067, 0x2068, 0x2069,
+    ]  # fmt: skip
+    for char in sorted(controls):
+        assert printable(f"a{char}b") == f"a\\u{ord(char):04x}b"
+
 
 PLUGIN = """
 import os
@@ -141,3 +181,16 @@ def test_the_supervisors_lines_escape_what_the_backend_process_told(
     assert phrase in line, line
     assert f"'ringing' ({RINGING_ESCAPED})" in line, line
     assert not [c for c in ("\x1b", "\x07", "\u202e") if c in result.stderr], result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("serve", "--help"), ("help", "serve")],
+    ids=["serve-help", "help-serve"],
+)
+def test_the_general_help_escapes_plugin_metadata(evil, args):
+    result = run_cli(evil, *args, timeout=60)
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("  evil ")]
+    assert_escaped(line)
+    assert not [c for c in RAW if c in result.stdout + result.stderr]

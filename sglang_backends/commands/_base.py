@@ -19,9 +19,9 @@ from sglang_backends.discovery import (
     distributions,
     split_qualified_name,
 )
-from sglang_backends.errors import ConfigurationError, UnknownBackendError, did_you_mean
+from sglang_backends.errors import ConfigurationError, UnknownBackendError, meant
 from sglang_backends.host import INSTALL_COMMANDS, default_builtins, sglang_installed
-from sglang_backends.selection import PluginStatus
+from sglang_backends.selection import PluginStatus, closest_name
 from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
 from sglang_backends.survey import Survey, survey
 from sglang_backends.usage import printable
@@ -270,9 +270,10 @@ def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
             "it until the enabled/disabled lists allow it"
         )
     values = ("auto", *installed.available_names)
+    closest, _ = closest_name(model_type, values, installed.discovered, installed.builtins)
     return (
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
-        f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
+        f"fail{meant(closest)} Available values: {', '.join(values)}"
     )
 
 

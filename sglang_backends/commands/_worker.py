@@ -40,7 +40,7 @@ from sglang_backends.processes import (
 from sglang_backends.settings import Settings
 from sglang_backends.signals import signal_name
 
-__all__ = ["Job", "default_jobs", "last_line", "run_isolated", "run_loads"]
+__all__ = ["Job", "default_jobs", "interpreter_flags", "last_line", "run_isolated", "run_loads"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,15 +158,46 @@ def last_line(text: str) -> str:
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
+def interpreter_flags() -> list[str]:
+    """This interpreter's options that change what is imported, or how, for a worker.
+
+    Read from :data:`sys.flags` and :data:`sys.pycache_prefix`: ``-I`` (or
+    ``-E``, ``-s`` and, from Python 3.11, ``-P`` apart), ``-S``, ``-B``,
+    ``-O``/``-OO`` and ``-X pycache_prefix``, so that a ``sitecustomize`` on
+    ``PYTHONPATH`` or a user site runs in no worker when it runs in no
+    ``serve``. ``-X frozen_modules`` has no public flag: it is read from
+    :data:`sys._xoptions`, the ``-X`` options as given (documented, though
+    CPython's own). ``-X importtime`` and other diagnostics are left out:
+    they change no import, and their output would be the worker's.
+    """
+    flags = sys.flags
+    found = ["-I"] if flags.isolated else []
+    if not flags.isolated:
+        found += ["-E"] if flags.ignore_environment else []
+        found += ["-s"] if flags.no_user_site else []
+        if sys.version_info >= (3, 11) and flags.safe_path:
+            found.append("-P")
+    found += ["-S"] if flags.no_site else []
+    found += ["-B"] if flags.dont_write_bytecode else []
+    found += ["-" + "O" * flags.optimize] if flags.optimize else []
+    if sys.pycache_prefix is not None:
+        found += ["-X", f"pycache_prefix={sys.pycache_prefix}"]
+    frozen = sys._xoptions.get("frozen_modules")  # str, or True for a bare -X frozen_modules
+    if frozen is not None:
+        found += ["-X", "frozen_modules" if frozen is True else f"frozen_modules={frozen}"]
+    return found
+
+
 def _command() -> list[str]:
-    """The worker's command line: this interpreter with this process's exact ``sys.path``,
-    not ``python -m``'s (the current directory first), so it imports what ``serve`` would.
+    """The worker's command line: this interpreter with its flags that change imports
+    (:func:`interpreter_flags`) and this process's exact ``sys.path``, not ``python -m``'s
+    (the current directory first), so it imports what ``serve`` would.
     """
     code = (
         f"import sys; sys.path[:] = {list(sys.path)!r}; "
         "from sglang_backends.commands._worker import main; main()"
     )
-    return [sys.executable, "-c", code]
+    return [sys.executable, *interpreter_flags(), "-c", code]
 
 
 def _read(stream: IO[bytes]) -> str:

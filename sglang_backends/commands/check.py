@@ -18,9 +18,14 @@ from sglang_backends.discovery import (
     PluginEntryPoint,
     split_qualified_name,
 )
-from sglang_backends.errors import UnknownBackendError, did_you_mean
+from sglang_backends.errors import UnknownBackendError, did_you_mean, meant
 from sglang_backends.foresight import distributions_of, shadowed_text, unmet_clause
-from sglang_backends.selection import PluginRecord, PluginStatus, conflict_warning
+from sglang_backends.selection import (
+    PluginRecord,
+    PluginStatus,
+    closest_name,
+    conflict_warning,
+)
 from sglang_backends.settings import Settings
 from sglang_backends.survey import Survey
 from sglang_backends.usage import printable
@@ -312,8 +317,9 @@ def _chosen(installed: Survey, names: Sequence[str]) -> list[tuple[PluginRecord,
         if not found and not (dist is None and plain in installed.builtins):
             plugins = sorted(installed.installed)
             known = sorted({*installed.builtins, *plugins})
+            close, _ = closest_name(name, known, installed.discovered, installed.builtins)
             raise UnknownBackendError(
-                f"No installed plugin provides serve backend {name!r}{did_you_mean(name, known)} "
+                f"No installed plugin provides serve backend {name!r}{meant(close)} "
                 f"Installed plugins: {', '.join(plugins) or 'none'}. "
                 "'sglang-backends list' shows every backend.",
                 name=name,
