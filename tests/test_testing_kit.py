@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import socket
 import sys
@@ -177,6 +178,64 @@ def test_fixture_registry_takes_the_settings_options(serve_backends):
     registry = serve_backends.registry(disabled=["good"], load_timeout=7, detect_timeout=2)
     assert (registry.load_timeout, registry.detect_timeout) == (7.0, 2.0)
     assert "good" not in registry.available_names
+
+
+@pytest.mark.parametrize("label", ["enabled", "disabled"])
+def test_fixture_registry_refuses_a_string_for_a_list_as_the_registry_does(serve_backends, label):
+    from sglang_backends import ServeBackendRegistry
+    from sglang_backends.errors import SelectionTypeError
+
+    install(serve_backends, "omni", GOOD)
+    install(serve_backends, "o", GOOD)
+    with pytest.raises(SelectionTypeError) as theirs:
+        ServeBackendRegistry({}, **{label: "omni"})
+    with pytest.raises(SelectionTypeError) as ours:
+        serve_backends.registry(**{label: "omni"})
+    assert str(ours.value) == str(theirs.value)
+
+
+VERSIONED = """
+from sglang_backends import ServeBackend
+
+VERSION = {version!r}
+
+def run(request):
+    print("served by", VERSION)
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+
+@pytest.mark.parametrize("versions", [("1.0", "2.0"), ("2.0", "1.0"), ("1.0", "1.0")])
+def test_installing_a_distribution_again_replaces_it_as_pip_does(serve_backends, versions):
+    old, new = versions
+    serve_backends.install(
+        "versioned-dist",
+        version=old,
+        entry_points={"versioned": "versioned_old:factory", "gone": "versioned_old:factory"},
+        modules={"versioned_old.py": VERSIONED.format(version=old), "vpkg/__init__.py": ""},
+    )
+    first = serve_backends.registry()
+    assert first.get("versioned").backend.run.__module__ == "versioned_old"
+    assert "versioned_old" in sys.modules
+    info = serve_backends.install(
+        "Versioned.Dist",  # the same distribution, as pip compares names
+        version=new,
+        entry_points={"versioned": "versioned_new:factory"},
+        modules={"versioned_new.py": VERSIONED.format(version=f"new {new}")},
+    )
+    assert sorted(p.name for p in serve_backends.path.glob("*.dist-info")) == [info.name]
+    assert sorted(p.name for p in serve_backends.path.iterdir()) == sorted(
+        [info.name, "versioned_new.py"]
+    )  # the old module, its bytecode and its package directory went with it
+    assert "versioned_old" not in sys.modules  # imported from the old copy: dropped
+    registry = serve_backends.registry()
+    plugin = registry.plugin_of(registry.get("versioned"))
+    assert (plugin.version, plugin.target) == (new, "versioned_new:factory")
+    assert "gone" not in registry.available_names
+    assert importlib.metadata.version("versioned-dist") == new
+    assert first.get("versioned").backend.run.__module__ == "versioned_old"  # kept what it had
 
 
 # -- the literal api_version, wherever the backend is built -----------------------
