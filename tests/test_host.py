@@ -19,6 +19,8 @@ from servetools import run_serve
 from sglang_standin import (
     NOTE,
     events,
+    FORK,
+    install_fork,
     install_general_plugin,
     install_light_plugin,
     install_sglang,
@@ -38,7 +40,9 @@ from sglang_backends.host import (
     run_diffusion,
     run_llm,
     sglang_installed,
+    sglang_unusable,
 )
+from sglang_backends.errors import HostError
 
 # What the host does first when it uses SGLang, as sglang serve does on import.
 QUIET = ["import sglang", "suppress_noisy_warnings"]
@@ -393,6 +397,77 @@ def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
     served = serve(["hub/org/stand-in-diffusion"], env)
     assert names(log)[-1] == "execute_serve_cmd"
     assert "apply_plugin_hooks" not in names(log) and "failed to import" not in served.stderr
+
+
+# -- beside a fork: an sglang package without the serve-backend API ----------
+
+
+@pytest.fixture
+def fork_env(site, tmp_path):
+    """A fork of SGLang (sglang-kt) first on the path, a light and a general plugin."""
+    install_fork(site)
+    install_light_plugin(site)
+    install_general_plugin(site)
+    log = tmp_path / "sglang-events.jsonl"
+    env = site.environ()
+    env["SGLANG_STANDIN_LOG"] = str(log)
+    env["SGLANG_PLUGINS"] = "hooks"
+    return env, log
+
+
+def test_a_fork_without_the_serve_backend_api_is_not_sglang(fork_env):
+    assert not sglang_installed()
+    assert "sglang" not in sys.modules
+    assert sglang_unusable() == (
+        f"the installed 'sglang' package (from {FORK} 0.3.2) lacks SGLang's serve-backend "
+        "API (sglang.cli.serve_backends, SGLang 0.5.18 or later)"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["--model-type", "light", "--help"], ["--model-type", "diffusion", "--help"]],
+)
+def test_help_beside_a_fork_imports_nothing_of_it(fork_env, args):
+    env, log = fork_env
+    result = serve(args, env)
+    assert names(log) == []  # not even `import sglang`
+    assert "cookbook" not in result.stdout.lower()
+
+
+def test_a_plugin_beside_a_fork_is_served_without_importing_it(fork_env):
+    env, log = fork_env
+    serve(["org/model", "--model-type", "light"], env)
+    assert names(log) == ["run light"]  # no general plugin: SGLang, which runs them, is absent
+
+
+@pytest.mark.parametrize("args", [["org/model", "--model-type", "llm"], ["org/model"]])
+def test_llm_beside_a_fork_names_it_and_advises_no_install_over_it(fork_env, args):
+    env, log = fork_env
+    result = run_serve(args, env, console_script=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = result.error_lines
+    assert (
+        "The 'llm' backend needs SGLang, but the installed 'sglang' package (from "
+        f"{FORK} 0.3.2) lacks SGLang's serve-backend API"
+    ) in line
+    assert line.endswith(
+        f"installing SGLang here would overwrite {FORK}'s 'sglang' package, so install it in "
+        "an environment of its own: python -m venv sglang-env && sglang-env/bin/pip install sglang"
+    )
+    assert names(log) == []
+
+
+def test_an_sglang_before_the_serve_backend_api_is_told_to_upgrade(site):
+    install_fork(site, "sglang", "0.5.17")
+    with pytest.raises(HostError) as refused:
+        run_llm(ServeRequest(argv=("org/model",), model_path="org/model"))
+    assert str(refused.value) == (
+        "The 'llm' backend needs SGLang, but the installed 'sglang' package (from sglang "
+        "0.5.17) lacks SGLang's serve-backend API (sglang.cli.serve_backends, SGLang 0.5.18 or "
+        "later); upgrade it with: pip install -U sglang"
+    )
+    assert "sglang" not in sys.modules
 
 
 # -- the help note, read without importing SGLang -----------------------------

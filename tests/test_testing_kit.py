@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import socket
+import subprocess
 import sys
 
 import psutil
 import pytest
+from clitools import clean_environ
 
 from sglang_backends import ServeBackendDetection
 from sglang_backends.testing import (
@@ -303,6 +306,22 @@ def test_without_sglang_the_kit_warns_and_reports_that_sglang_was_not_checked(se
     assert quiet.sglang_unchecked == "sglang=False was given"
 
 
+def test_beside_a_fork_the_kit_reports_sglang_unchecked_naming_the_fork(serve_backends):
+    from sglang_standin import FORK, install_fork
+
+    install_fork(serve_backends)
+    install(serve_backends, "good", GOOD)
+    with pytest.warns(SGLangNotCheckedWarning, match=f"from {FORK} 0.3.2"):
+        report = assert_backend_contract("good", registry=serve_backends.registry())
+    assert report.sglang_checked is False
+    assert f"'sglang' package (from {FORK} 0.3.2) lacks SGLang's serve-backend API" in (
+        report.sglang_unchecked or ""
+    )
+    assert "sglang" not in sys.modules  # nothing of the fork was imported
+    with pytest.raises(ContractViolation, match=f"from {FORK} 0.3.2"):
+        assert_backend_contract("good", registry=serve_backends.registry(), sglang=True)
+
+
 def test_check_contract_has_a_column_saying_whether_sglang_was_asked(serve_backends):
     from clitools import run_cli
     from sglang_standin import install_sglang
@@ -322,3 +341,65 @@ def test_check_contract_has_a_column_saying_whether_sglang_was_asked(serve_backe
     assert with_sglang.returncode == 0, with_sglang.stderr
     [row] = json.loads(with_sglang.stdout)
     assert row["SGLang"] == "accepted"
+
+
+# -- a failing check reads as the plugin's failure, not the kit's source ----------
+
+FAILING_PLUGIN_TESTS = '''
+from sglang_backends import ServeBackend, ServeBackendDetection
+from sglang_backends.testing import assert_backend_contract, assert_stops_cleanly
+
+def detect_wrong_type(request):
+    return "yes"
+
+def detect_raising(request):
+    raise ValueError("boom")
+
+def run(request):
+    pass
+
+def test_wrong_type():
+    assert_backend_contract(
+        lambda: ServeBackend(api_version=1, run=run, detect=detect_wrong_type), sglang=False
+    )
+
+def test_raising():
+    assert_backend_contract(
+        lambda: ServeBackend(api_version=1, run=run, detect=detect_raising), sglang=False
+    )
+
+ENDING = (
+    "from sglang_backends import ServeBackend\\n"
+    "def factory():\\n"
+    "    return ServeBackend(api_version=1, run=print)\\n"
+)
+
+def test_stopping(serve_backends):
+    serve_backends.install("ending-dist", entry_points={"ending": "ending_mod:factory"},
+                           modules={"ending_mod.py": ENDING})
+    assert_stops_cleanly("ending", ["model"], ready="serving", hosts=["sglang-backends serve"],
+                         env=serve_backends.environ())
+'''
+
+
+def test_a_failing_check_is_a_short_failure_without_the_kits_source(tmp_path):
+    (tmp_path / "test_plugin.py").write_text(FAILING_PLUGIN_TESTS, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"],
+        cwd=tmp_path,
+        env=clean_environ(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = result.stdout.split(" FAILURES ")[1].split(" short test summary info ")[0]
+    failures = report.split("_____ test_")[1:]
+    assert len(failures) == 3, report
+    for failure in failures:
+        lines = failure.strip().splitlines()
+        assert len(lines) <= 20, failure  # it was 50-60: the kit's frames with their source
+        assert "sglang_backends/" not in failure, failure  # no frame of the kit: no path,
+        assert "def assert_" not in failure and "def _" not in failure, failure  # no source
+        assert "ContractViolation: " in failure
