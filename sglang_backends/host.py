@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -360,7 +361,8 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
 
 
 def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None) -> bool:
-    """Run SGLang's general plugins once per process, unless none would load.
+    """Run SGLang's general plugins once per process, unless none would load; then log
+    one line naming them (``NAME (DIST)``), the seconds they took and how to skip them.
 
     :param installed: the distributions to look for them in (a survey's), by default all.
     :returns: whether SGLang's loader ran in this call.
@@ -373,16 +375,16 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
         _general_plugins_done = True
         from sglang_backends.discovery import discover
 
-        names = set(discover(GENERAL_PLUGINS_GROUP, installed))
+        found = discover(GENERAL_PLUGINS_GROUP, installed)
         allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
-        if allowed is not None:  # SGLang's own filter
-            names &= allowed
+        names = set(found) if allowed is None else set(found) & allowed  # SGLang's own filter
         if not names:
             LOG.debug("No SGLang general plugin to load")
             return False
         if not sglang_installed():
             LOG.debug("General plugins are installed, but SGLang, which loads them, is not")
             return False
+        started = time.perf_counter()
         # Before 0.5.12 the module does not exist; anything else is a fault.
         plugins = _import_sglang(
             "sglang.srt.plugins",
@@ -400,6 +402,15 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
         except Exception as exc:
             failed = f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load"
             raise HostError(f"{failed}: {describe(exc)}") from exc
+        # They can take seconds (smg-grpc-servicer's: 14 s): say whose, and how to skip them.
+        shown = ", ".join(
+            f"{name} ({plugin.provider})" for name in sorted(names) for plugin in found[name]
+        )
+        LOG.info(
+            "Ran SGLang's general plugins in %.2f s: %s; SGLANG_PLUGINS=none skips them",
+            time.perf_counter() - started,
+            shown,
+        )
         return True
 
 

@@ -402,7 +402,7 @@ def install_sglang(site: PluginSite, *, diffusion: bool = True, older: bool = Fa
 FORK = "sglang-kt"
 
 
-def install_fork(site: PluginSite, name: str = FORK, version: str = "0.3.2") -> None:
+def install_fork(site: PluginSite, name: str = FORK, version: str = "0.7.2") -> None:
     """Install a fork of SGLang on *site*: distribution *name* shipping the stand-in's
     ``sglang`` package without ``sglang/cli/serve_backends.py`` (SGLang's serve-backend API);
     importing any of it is recorded, as the stand-in's is."""

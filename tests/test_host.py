@@ -11,6 +11,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -203,6 +204,31 @@ def test_general_plugins_run_before_detection_and_the_llm_server(site, sglang_en
     assert recorded.index("get_is_diffusion_model") > recorded.index("general plugin")
     assert recorded[-2:] == ["prepare_server_args", "run_server"]
     assert events(log)[-1]["server_args"] == {"model_path": "org/model", "tp": 2}
+
+
+def test_serve_names_the_general_plugins_it_ran_their_time_and_how_to_skip_them(
+    site, sglang_env
+):
+    env, log = sglang_env
+    install_general_plugin(site)
+    site.install(  # a name with a terminal escape: the line goes through serve's logging
+        "odd-plugin",
+        entry_points={"od\x1bd": "hooks_general_plugin:register"},
+        group=GENERAL_PLUGINS_GROUP,
+    )
+    env = {**env, "SGLANG_PLUGINS": "hooks,od\x1bd"}
+    result = serve(["org/model", "--model-type", "light"], env)
+    [line] = [line for line in result.stderr.splitlines() if "general plugins" in line]
+    assert re.fullmatch(
+        r"Ran SGLang's general plugins in \d+\.\d\d s: hooks \(hooks-plugin\), "
+        r"od\\x1bd \(odd-plugin\); SGLANG_PLUGINS=none skips them",
+        line,
+    ), line
+    assert "\x1b" not in result.stderr
+    assert names(log).count("general plugin") == 2
+
+    skipped = serve(["org/model", "--model-type", "light"], {**env, "SGLANG_PLUGINS": "none"})
+    assert "general plugins" not in skipped.stderr
 
 
 def test_failing_general_plugins_are_one_line_and_nothing_runs(site, sglang_env):
@@ -419,7 +445,7 @@ def test_a_fork_without_the_serve_backend_api_is_not_sglang(fork_env):
     assert not sglang_installed()
     assert "sglang" not in sys.modules
     assert sglang_unusable() == (
-        f"the installed 'sglang' package (from {FORK} 0.3.2) lacks SGLang's serve-backend "
+        f"the installed 'sglang' package (from {FORK} 0.7.2) lacks SGLang's serve-backend "
         "API (sglang.cli.serve_backends, SGLang 0.5.18 or later)"
     )
 
@@ -449,7 +475,7 @@ def test_llm_beside_a_fork_names_it_and_advises_no_install_over_it(fork_env, arg
     [line] = result.error_lines
     assert (
         "The 'llm' backend needs SGLang, but the installed 'sglang' package (from "
-        f"{FORK} 0.3.2) lacks SGLang's serve-backend API"
+        f"{FORK} 0.7.2) lacks SGLang's serve-backend API"
     ) in line
     assert line.endswith(
         f"installing SGLang here would overwrite {FORK}'s 'sglang' package, so install it in "

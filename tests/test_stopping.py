@@ -110,7 +110,7 @@ def test_beside_a_fork_only_this_packages_host_is_checked_and_the_fork_is_named(
     )
     assert installed_hosts() == BOTH[:1]
     env = clean_environ(site.environ())
-    with pytest.warns(SGLangNotCheckedWarning, match=f"'sglang' package \\(from {FORK} 0.3.2\\)"):
+    with pytest.warns(SGLangNotCheckedWarning, match=f"'sglang' package \\(from {FORK} 0.7.2\\)"):
         statuses = assert_stops_cleanly("quiet", [], ready="serving on", env=env)
     assert list(statuses) == ["sglang-backends serve"]
     assert "sglang" not in sys.modules

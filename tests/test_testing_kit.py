@@ -311,14 +311,14 @@ def test_beside_a_fork_the_kit_reports_sglang_unchecked_naming_the_fork(serve_ba
 
     install_fork(serve_backends)
     install(serve_backends, "good", GOOD)
-    with pytest.warns(SGLangNotCheckedWarning, match=f"from {FORK} 0.3.2"):
+    with pytest.warns(SGLangNotCheckedWarning, match=f"from {FORK} 0.7.2"):
         report = assert_backend_contract("good", registry=serve_backends.registry())
     assert report.sglang_checked is False
-    assert f"'sglang' package (from {FORK} 0.3.2) lacks SGLang's serve-backend API" in (
+    assert f"'sglang' package (from {FORK} 0.7.2) lacks SGLang's serve-backend API" in (
         report.sglang_unchecked or ""
     )
     assert "sglang" not in sys.modules  # nothing of the fork was imported
-    with pytest.raises(ContractViolation, match=f"from {FORK} 0.3.2"):
+    with pytest.raises(ContractViolation, match=f"from {FORK} 0.7.2"):
         assert_backend_contract("good", registry=serve_backends.registry(), sglang=True)
 
 
