@@ -18,9 +18,9 @@ import sys
 import pytest
 from servetools import run_serve
 from sglang_standin import (
+    FORK,
     NOTE,
     events,
-    FORK,
     install_fork,
     install_general_plugin,
     install_light_plugin,
@@ -31,6 +31,7 @@ from sglang_standin import (
 
 from sglang_backends import ServeBackendDetection, ServeRequest
 from sglang_backends.discovery import discover
+from sglang_backends.errors import HostError
 from sglang_backends.host import (
     BUILTIN_NOTES,
     DIFFUSION_INSTALL_HINT,
@@ -43,7 +44,6 @@ from sglang_backends.host import (
     sglang_installed,
     sglang_unusable,
 )
-from sglang_backends.errors import HostError
 
 # What the host does first when it uses SGLang, as sglang serve does on import.
 QUIET = ["import sglang", "suppress_noisy_warnings"]
@@ -206,9 +206,7 @@ def test_general_plugins_run_before_detection_and_the_llm_server(site, sglang_en
     assert events(log)[-1]["server_args"] == {"model_path": "org/model", "tp": 2}
 
 
-def test_serve_names_the_general_plugins_it_ran_their_time_and_how_to_skip_them(
-    site, sglang_env
-):
+def test_serve_names_the_general_plugins_it_ran_their_time_and_how_to_skip_them(site, sglang_env):
     env, log = sglang_env
     install_general_plugin(site)
     site.install(  # a name with a terminal escape: the line goes through serve's logging
@@ -400,14 +398,21 @@ def test_a_directory_named_sglang_is_not_sglang(tmp_path, monkeypatch):
     assert not sglang_installed()
 
 
-def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
-    install_sglang(site, older=True)
+def _with_plugins(site, tmp_path):
+    """The light and the general plugin (``hooks``) on *site*: its environment, allowing
+    only ``hooks`` of the general plugins, and the stand-in's event log."""
     install_light_plugin(site)
     install_general_plugin(site)
     log = tmp_path / "sglang-events.jsonl"
     env = site.environ()
     env["SGLANG_STANDIN_LOG"] = str(log)
     env["SGLANG_PLUGINS"] = "hooks"
+    return env, log
+
+
+def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
+    install_sglang(site, older=True)
+    env, log = _with_plugins(site, tmp_path)
 
     served = serve(["org/model", "--model-type", "light"], env)
     assert names(log)[-1] == "run light"
@@ -432,13 +437,7 @@ def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
 def fork_env(site, tmp_path):
     """A fork of SGLang (sglang-kt) first on the path, a light and a general plugin."""
     install_fork(site)
-    install_light_plugin(site)
-    install_general_plugin(site)
-    log = tmp_path / "sglang-events.jsonl"
-    env = site.environ()
-    env["SGLANG_STANDIN_LOG"] = str(log)
-    env["SGLANG_PLUGINS"] = "hooks"
-    return env, log
+    return _with_plugins(site, tmp_path)
 
 
 def test_a_fork_without_the_serve_backend_api_is_not_sglang(fork_env):

@@ -345,7 +345,7 @@ def test_check_contract_has_a_column_saying_whether_sglang_was_asked(serve_backe
 
 # -- a failing check reads as the plugin's failure, not the kit's source ----------
 
-FAILING_PLUGIN_TESTS = '''
+FAILING_PLUGIN_TESTS = """
 from sglang_backends import ServeBackend, ServeBackendDetection
 from sglang_backends.testing import assert_backend_contract, assert_stops_cleanly
 
@@ -379,7 +379,7 @@ def test_stopping(serve_backends):
                            modules={"ending_mod.py": ENDING})
     assert_stops_cleanly("ending", ["model"], ready="serving", hosts=["sglang-backends serve"],
                          env=serve_backends.environ())
-'''
+"""
 
 
 def test_a_failing_check_is_a_short_failure_without_the_kits_source(tmp_path):

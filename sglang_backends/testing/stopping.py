@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglang_backends import host
+from sglang_backends.host import sglang_installed
 from sglang_backends.signals import signal_name
 from sglang_backends.testing.conformance import (
     ContractViolation,
@@ -49,7 +49,7 @@ def installed_hosts() -> tuple[str, ...]:
     for it (:func:`sglang_backends.host.sglang_installed`): a fork shipping the ``sglang``
     package without SGLang's serve-backend API is not SGLang.
     """
-    sglang = host.sglang_installed()
+    sglang = sglang_installed()
     return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
 
 
