@@ -26,7 +26,7 @@ from typing import Any
 
 from sglang_backends.names import SERVE_BACKENDS_GROUP
 
-__all__ = ["PluginSite", "uninstall", "write_distribution"]
+__all__ = ["PluginSite", "write_distribution"]
 
 
 def write_distribution(
@@ -55,7 +55,7 @@ def write_distribution(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[-_.]+", "_", name)
-    uninstall(root, name)
+    _uninstall(root, name)
     info = root / f"{safe}-{version}.dist-info"
     info.mkdir()
     requirements = "".join(f"Requires-Dist: {line}\n" for line in requires)
@@ -83,7 +83,7 @@ def write_distribution(
     return info
 
 
-def uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
+def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
     """Remove every copy of distribution *name* from *root*, as ``pip uninstall`` does.
 
     Each copy's files listed in its ``RECORD`` (with their cached bytecode), the
