@@ -75,7 +75,8 @@ RUNS = "runs before serve"
 NOT_ALLOWED = "not in SGLANG_PLUGINS"
 #: A general plugin's status: its distribution provides a platform ``SGLANG_PLATFORM`` did not pick.
 OTHER_PLATFORM = "skipped: its distribution's platform is not SGLANG_PLATFORM"
-#: A general plugin's status without SGLang, which is what runs them.
+#: A general plugin's status without SGLang, which is what runs them (when no filter of
+#: SGLang's leaves it out: those say so, with or without SGLang).
 NEEDS_SGLANG = "needs SGLang, which runs it (pip install sglang)"
 
 
@@ -239,12 +240,13 @@ def general_plugins(
     plugins: list[GeneralPlugin] = []
     for name in sorted(found):
         for plugin in found[name]:
-            if not sglang:
-                status = NEEDS_SGLANG
-            elif allowed is not None and name not in allowed:
+            # SGLang's own filters first: what they leave out would not run with SGLang either.
+            if allowed is not None and name not in allowed:
                 status = NOT_ALLOWED
             elif normalize_distribution(plugin.distribution or "") in excluded:
                 status = OTHER_PLATFORM
+            elif not sglang:
+                status = NEEDS_SGLANG
             else:
                 status = RUNS
             plugins.append(GeneralPlugin(plugin, status))

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,7 @@ __all__ = [
     "run_general_plugins",
     "run_llm",
     "sglang_installed",
+    "sglang_unusable",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -66,13 +69,95 @@ _general_plugins_done = False
 _quieted = False
 
 
-def sglang_installed() -> bool:
-    """Whether an ``sglang`` package (not a bare namespace directory) is found, unimported."""
+def _sglang_package() -> list[str] | None:
+    """The directories of the first ``sglang`` package on the path, found unimported;
+    ``None`` when there is none (or only a bare namespace directory)."""
     try:
         spec = importlib.util.find_spec("sglang")
     except (ImportError, ValueError):
-        return False
-    return spec is not None and spec.origin is not None
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    return list(spec.submodule_search_locations or ())
+
+
+def sglang_installed() -> bool:
+    """Whether SGLang is installed as a host: an ``sglang`` package holding SGLang's
+    serve-backend API (``sglang/cli/serve_backends``, SGLang 0.5.18 and later), unimported.
+
+    A fork shipping the ``sglang`` import package without that API (sglang-kt, say)
+    is not SGLang here: nothing of it is imported, and :func:`sglang_unusable` says why.
+    """
+    places = _sglang_package()
+    return places is not None and _has_serve_backend_api(places)
+
+
+def _has_serve_backend_api(places: Iterable[str]) -> bool:
+    """Whether a module ``cli/serve_backends`` (source, bytecode or extension) is in *places*."""
+    suffixes = importlib.machinery.all_suffixes()
+    return any(
+        os.path.isfile(os.path.join(place, "cli", "serve_backends" + suffix))
+        for place in places
+        for suffix in suffixes
+    )
+
+
+def sglang_unusable() -> str | None:
+    """Why an installed ``sglang`` package is not SGLang as a host, naming the distribution
+    that provides it; ``None`` when there is no such package, or it is SGLang's.
+
+    The provider is looked up only here (it reads every distribution's file list): an
+    error's path, not serve's.
+    """
+    places = _sglang_package()
+    if places is None or _has_serve_backend_api(places):
+        return None
+    return _unusable(_provider(places))
+
+
+def _unusable(provider: tuple[str, str] | None) -> str:
+    from sglang_backends.contract import SGLANG_CONTRACT_MODULE
+
+    source = " ".join(provider) if provider else "a distribution its metadata does not name"
+    return (
+        f"the installed 'sglang' package (from {source}) lacks SGLang's serve-backend API "
+        f"({SGLANG_CONTRACT_MODULE}, SGLang 0.5.18 or later)"
+    )
+
+
+def _provider(places: list[str]) -> tuple[str, str] | None:
+    """The name and version of the distribution whose files are the ``sglang`` package at
+    *places* (the first that lists an ``sglang`` package when none is there)."""
+    import importlib.metadata
+
+    candidates = importlib.metadata.packages_distributions().get("sglang", [])
+    found = {os.path.realpath(place) for place in places}
+    first = None
+    for name in dict.fromkeys(candidates):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        named = (dist.metadata["Name"] or name, dist.version or "")
+        first = first or named
+        if os.path.realpath(str(dist.locate_file("sglang"))) in found:
+            return named
+    return first
+
+
+def _advice(name: str, provider: tuple[str, str] | None) -> str:
+    """How to get SGLang for built-in *name* without overwriting *provider*'s ``sglang``."""
+    from sglang_backends.discovery import normalize_distribution
+
+    command = INSTALL_COMMANDS[name]
+    if provider is not None and normalize_distribution(provider[0]) == "sglang":
+        # SGLang itself, before 0.5.18
+        return f"upgrade it with: {command.replace('pip install', 'pip install -U', 1)}"
+    whose = f"{provider[0]}'s" if provider else "that"
+    return (
+        f"installing SGLang here would overwrite {whose} 'sglang' package, so install it in "
+        f"an environment of its own: python -m venv sglang-env && sglang-env/bin/{command}"
+    )
 
 
 def _quiet_sglang() -> None:
@@ -97,7 +182,13 @@ def _import_sglang(
     expected: bool = False,
     detail: Callable[[BaseException], str] = str,
 ) -> ModuleType | None:
-    """SGLang's *module*, or ``None`` after logging *failure* (at DEBUG if *expected* or absent)."""
+    """SGLang's *module*, or ``None`` after logging *failure* (at DEBUG if *expected* or absent).
+
+    Without SGLang (a fork's ``sglang`` package is not SGLang), nothing is imported.
+    """
+    if not sglang_installed():
+        LOG.debug(failure, f"SGLang is not installed, so {module} was not imported")
+        return None
     _quiet_sglang()
     try:
         return importlib.import_module(module)
@@ -114,6 +205,14 @@ def _import_sglang(
 
 
 def _missing(name: str, exc: Exception) -> HostError:
+    places = _sglang_package()
+    if places is not None and not _has_serve_backend_api(places):
+        # A fork, or an SGLang before the API: nothing of it was imported.
+        provider = _provider(places)
+        return HostError(
+            f"The {name!r} backend needs SGLang, but {_unusable(provider)}; "
+            f"{_advice(name, provider)}"
+        )
     return HostError(
         f"The {name!r} backend needs SGLang, which is not importable "
         f"({exc}); install it with: {INSTALL_COMMANDS[name]}"
@@ -122,6 +221,8 @@ def _missing(name: str, exc: Exception) -> HostError:
 
 def _required(backend: str, module: str, name: str) -> Any:
     """*name* from SGLang's *module*, or a HostError saying what *backend* needs installed."""
+    if not sglang_installed():  # nothing of a fork is imported
+        raise _missing(backend, ImportError("No module named 'sglang'"))
     _quiet_sglang()
     try:
         return getattr(importlib.import_module(module), name)
@@ -260,7 +361,8 @@ def default_builtins() -> dict[str, ServeBackend | Callable[[], ServeBackend]]:
 
 
 def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None) -> bool:
-    """Run SGLang's general plugins once per process, unless none would load.
+    """Run SGLang's general plugins once per process, unless none would load; then log
+    one line naming them (``NAME (DIST)``), the seconds they took and how to skip them.
 
     :param installed: the distributions to look for them in (a survey's), by default all.
     :returns: whether SGLang's loader ran in this call.
@@ -273,16 +375,16 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
         _general_plugins_done = True
         from sglang_backends.discovery import discover
 
-        names = set(discover(GENERAL_PLUGINS_GROUP, installed))
+        found = discover(GENERAL_PLUGINS_GROUP, installed)
         allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
-        if allowed is not None:  # SGLang's own filter
-            names &= allowed
+        names = set(found) if allowed is None else set(found) & allowed  # SGLang's own filter
         if not names:
             LOG.debug("No SGLang general plugin to load")
             return False
         if not sglang_installed():
             LOG.debug("General plugins are installed, but SGLang, which loads them, is not")
             return False
+        started = time.perf_counter()
         # Before 0.5.12 the module does not exist; anything else is a fault.
         plugins = _import_sglang(
             "sglang.srt.plugins",
@@ -300,6 +402,15 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
         except Exception as exc:
             failed = f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load"
             raise HostError(f"{failed}: {describe(exc)}") from exc
+        # They can take seconds (smg-grpc-servicer's: 14 s): say whose, and how to skip them.
+        shown = ", ".join(
+            f"{name} ({plugin.provider})" for name in sorted(names) for plugin in found[name]
+        )
+        LOG.info(
+            "Ran SGLang's general plugins in %.2f s: %s; SGLANG_PLUGINS=none skips them",
+            time.perf_counter() - started,
+            shown,
+        )
         return True
 
 

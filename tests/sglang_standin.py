@@ -398,6 +398,18 @@ def install_sglang(site: PluginSite, *, diffusion: bool = True, older: bool = Fa
     site.install("sglang", version="0.5.18" if older else "0.5.23", modules=modules)
 
 
+#: A fork on the index that ships the ``sglang`` import package without the serve-backend API.
+FORK = "sglang-kt"
+
+
+def install_fork(site: PluginSite, name: str = FORK, version: str = "0.7.2") -> None:
+    """Install a fork of SGLang on *site*: distribution *name* shipping the stand-in's
+    ``sglang`` package without ``sglang/cli/serve_backends.py`` (SGLang's serve-backend API);
+    importing any of it is recorded, as the stand-in's is."""
+    modules = {k: v for k, v in MODULES.items() if k != "sglang/cli/serve_backends.py"}
+    site.install(name, version=version, modules=modules)
+
+
 def remove_diffusion_support(site: PluginSite) -> None:
     """Make the installed stand-in an SGLang without ``sglang[diffusion]``."""
     for relative, source in WITHOUT_DIFFUSION.items():

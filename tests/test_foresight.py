@@ -152,8 +152,12 @@ def general(result) -> dict[str, dict[str, object]]:
 
 def test_list_shows_general_plugins_and_whether_serve_runs_them(hooks, tmp_path):
     site, env, marker = hooks
-    sglang = PluginSite(tmp_path / "sglang")  # an importable sglang package, so SGLang counts
-    sglang.install("sglang", version="0.5.23", modules={"sglang/__init__.py": ""})
+    sglang = PluginSite(tmp_path / "sglang")  # SGLang's package with the serve-backend API
+    sglang.install(
+        "sglang",
+        version="0.5.23",
+        modules={"sglang/__init__.py": "", "sglang/cli/serve_backends.py": ""},
+    )
     env["PYTHONPATH"] = f"{site.path}:{sglang.path}"
 
     listed = general(run_cli(site, "list", "-f", "json", env=env))
@@ -188,6 +192,12 @@ def test_without_sglang_a_general_plugin_needs_it_and_is_no_backend(hooks):
     site, env, marker = hooks
     listed = general(run_cli(site, "list", "-f", "json", env=env))
     assert listed["hook1"]["Status"] == "needs SGLang, which runs it (pip install sglang)"
+    # SGLang's filters say what they leave out, with or without SGLang.
+    only = general(run_cli(site, "list", "-f", "json", env={**env, "SGLANG_PLUGINS": "hook1"}))
+    assert only["hook1"]["Status"] == "needs SGLang, which runs it (pip install sglang)"
+    assert only["npu-hooks"]["Status"] == "not in SGLANG_PLUGINS"
+    other = general(run_cli(site, "list", "-f", "json", env={**env, "SGLANG_PLATFORM": "cuda"}))
+    assert other["npu-hooks"]["Status"].startswith("skipped: its distribution's platform")
     for command in ("show", "check"):
         refused = run_cli(site, command, "hook1", env=env)
         assert refused.returncode == 2, refused.stderr

@@ -11,14 +11,17 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 from servetools import run_serve
 from sglang_standin import (
+    FORK,
     NOTE,
     events,
+    install_fork,
     install_general_plugin,
     install_light_plugin,
     install_sglang,
@@ -28,6 +31,7 @@ from sglang_standin import (
 
 from sglang_backends import ServeBackendDetection, ServeRequest
 from sglang_backends.discovery import discover
+from sglang_backends.errors import HostError
 from sglang_backends.host import (
     BUILTIN_NOTES,
     DIFFUSION_INSTALL_HINT,
@@ -38,6 +42,7 @@ from sglang_backends.host import (
     run_diffusion,
     run_llm,
     sglang_installed,
+    sglang_unusable,
 )
 
 # What the host does first when it uses SGLang, as sglang serve does on import.
@@ -199,6 +204,29 @@ def test_general_plugins_run_before_detection_and_the_llm_server(site, sglang_en
     assert recorded.index("get_is_diffusion_model") > recorded.index("general plugin")
     assert recorded[-2:] == ["prepare_server_args", "run_server"]
     assert events(log)[-1]["server_args"] == {"model_path": "org/model", "tp": 2}
+
+
+def test_serve_names_the_general_plugins_it_ran_their_time_and_how_to_skip_them(site, sglang_env):
+    env, log = sglang_env
+    install_general_plugin(site)
+    site.install(  # a name with a terminal escape: the line goes through serve's logging
+        "odd-plugin",
+        entry_points={"od\x1bd": "hooks_general_plugin:register"},
+        group=GENERAL_PLUGINS_GROUP,
+    )
+    env = {**env, "SGLANG_PLUGINS": "hooks,od\x1bd"}
+    result = serve(["org/model", "--model-type", "light"], env)
+    [line] = [line for line in result.stderr.splitlines() if "general plugins" in line]
+    assert re.fullmatch(
+        r"Ran SGLang's general plugins in \d+\.\d\d s: hooks \(hooks-plugin\), "
+        r"od\\x1bd \(odd-plugin\); SGLANG_PLUGINS=none skips them",
+        line,
+    ), line
+    assert "\x1b" not in result.stderr
+    assert names(log).count("general plugin") == 2
+
+    skipped = serve(["org/model", "--model-type", "light"], {**env, "SGLANG_PLUGINS": "none"})
+    assert "general plugins" not in skipped.stderr
 
 
 def test_failing_general_plugins_are_one_line_and_nothing_runs(site, sglang_env):
@@ -370,14 +398,21 @@ def test_a_directory_named_sglang_is_not_sglang(tmp_path, monkeypatch):
     assert not sglang_installed()
 
 
-def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
-    install_sglang(site, older=True)
+def _with_plugins(site, tmp_path):
+    """The light and the general plugin (``hooks``) on *site*: its environment, allowing
+    only ``hooks`` of the general plugins, and the stand-in's event log."""
     install_light_plugin(site)
     install_general_plugin(site)
     log = tmp_path / "sglang-events.jsonl"
     env = site.environ()
     env["SGLANG_STANDIN_LOG"] = str(log)
     env["SGLANG_PLUGINS"] = "hooks"
+    return env, log
+
+
+def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
+    install_sglang(site, older=True)
+    env, log = _with_plugins(site, tmp_path)
 
     served = serve(["org/model", "--model-type", "light"], env)
     assert names(log)[-1] == "run light"
@@ -393,6 +428,71 @@ def test_an_older_sglang_gets_what_its_release_provides(site, tmp_path):
     served = serve(["hub/org/stand-in-diffusion"], env)
     assert names(log)[-1] == "execute_serve_cmd"
     assert "apply_plugin_hooks" not in names(log) and "failed to import" not in served.stderr
+
+
+# -- beside a fork: an sglang package without the serve-backend API ----------
+
+
+@pytest.fixture
+def fork_env(site, tmp_path):
+    """A fork of SGLang (sglang-kt) first on the path, a light and a general plugin."""
+    install_fork(site)
+    return _with_plugins(site, tmp_path)
+
+
+def test_a_fork_without_the_serve_backend_api_is_not_sglang(fork_env):
+    assert not sglang_installed()
+    assert "sglang" not in sys.modules
+    assert sglang_unusable() == (
+        f"the installed 'sglang' package (from {FORK} 0.7.2) lacks SGLang's serve-backend "
+        "API (sglang.cli.serve_backends, SGLang 0.5.18 or later)"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["--model-type", "light", "--help"], ["--model-type", "diffusion", "--help"]],
+)
+def test_help_beside_a_fork_imports_nothing_of_it(fork_env, args):
+    env, log = fork_env
+    result = serve(args, env)
+    assert names(log) == []  # not even `import sglang`
+    assert "cookbook" not in result.stdout.lower()
+
+
+def test_a_plugin_beside_a_fork_is_served_without_importing_it(fork_env):
+    env, log = fork_env
+    serve(["org/model", "--model-type", "light"], env)
+    assert names(log) == ["run light"]  # no general plugin: SGLang, which runs them, is absent
+
+
+@pytest.mark.parametrize("args", [["org/model", "--model-type", "llm"], ["org/model"]])
+def test_llm_beside_a_fork_names_it_and_advises_no_install_over_it(fork_env, args):
+    env, log = fork_env
+    result = run_serve(args, env, console_script=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = result.error_lines
+    assert (
+        "The 'llm' backend needs SGLang, but the installed 'sglang' package (from "
+        f"{FORK} 0.7.2) lacks SGLang's serve-backend API"
+    ) in line
+    assert line.endswith(
+        f"installing SGLang here would overwrite {FORK}'s 'sglang' package, so install it in "
+        "an environment of its own: python -m venv sglang-env && sglang-env/bin/pip install sglang"
+    )
+    assert names(log) == []
+
+
+def test_an_sglang_before_the_serve_backend_api_is_told_to_upgrade(site):
+    install_fork(site, "sglang", "0.5.17")
+    with pytest.raises(HostError) as refused:
+        run_llm(ServeRequest(argv=("org/model",), model_path="org/model"))
+    assert str(refused.value) == (
+        "The 'llm' backend needs SGLang, but the installed 'sglang' package (from sglang "
+        "0.5.17) lacks SGLang's serve-backend API (sglang.cli.serve_backends, SGLang 0.5.18 or "
+        "later); upgrade it with: pip install -U sglang"
+    )
+    assert "sglang" not in sys.modules
 
 
 # -- the help note, read without importing SGLang -----------------------------

@@ -99,6 +99,23 @@ def test_the_kit_warns_when_sglang_is_not_there_to_stop_under(site):
     assert list(statuses) == ["sglang-backends serve"]
 
 
+def test_beside_a_fork_only_this_packages_host_is_checked_and_the_fork_is_named(site):
+    from sglang_standin import FORK, install_fork
+
+    install_fork(site)
+    site.install(
+        "stop-runtime",
+        entry_points={"quiet": "stop_plugin:quiet"},
+        modules={"stop_plugin.py": SERVER},
+    )
+    assert installed_hosts() == BOTH[:1]
+    env = clean_environ(site.environ())
+    with pytest.warns(SGLangNotCheckedWarning, match=f"'sglang' package \\(from {FORK} 0.7.2\\)"):
+        statuses = assert_stops_cleanly("quiet", [], ready="serving on", env=env)
+    assert list(statuses) == ["sglang-backends serve"]
+    assert "sglang" not in sys.modules
+
+
 # -- the echo example ------------------------------------------------------------
 
 echo = pytest.importorskip("sglang_echo_backend")

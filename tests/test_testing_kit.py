@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 import socket
+import subprocess
 import sys
 
 import psutil
 import pytest
+from clitools import clean_environ
 
 from sglang_backends import ServeBackendDetection
 from sglang_backends.testing import (
@@ -179,6 +183,64 @@ def test_fixture_registry_takes_the_settings_options(serve_backends):
     assert "good" not in registry.available_names
 
 
+@pytest.mark.parametrize("label", ["enabled", "disabled"])
+def test_fixture_registry_refuses_a_string_for_a_list_as_the_registry_does(serve_backends, label):
+    from sglang_backends import ServeBackendRegistry
+    from sglang_backends.errors import SelectionTypeError
+
+    install(serve_backends, "omni", GOOD)
+    install(serve_backends, "o", GOOD)
+    with pytest.raises(SelectionTypeError) as theirs:
+        ServeBackendRegistry({}, **{label: "omni"})
+    with pytest.raises(SelectionTypeError) as ours:
+        serve_backends.registry(**{label: "omni"})
+    assert str(ours.value) == str(theirs.value)
+
+
+VERSIONED = """
+from sglang_backends import ServeBackend
+
+VERSION = {version!r}
+
+def run(request):
+    print("served by", VERSION)
+
+def factory():
+    return ServeBackend(api_version=1, run=run)
+"""
+
+
+@pytest.mark.parametrize("versions", [("1.0", "2.0"), ("2.0", "1.0"), ("1.0", "1.0")])
+def test_installing_a_distribution_again_replaces_it_as_pip_does(serve_backends, versions):
+    old, new = versions
+    serve_backends.install(
+        "versioned-dist",
+        version=old,
+        entry_points={"versioned": "versioned_old:factory", "gone": "versioned_old:factory"},
+        modules={"versioned_old.py": VERSIONED.format(version=old), "vpkg/__init__.py": ""},
+    )
+    first = serve_backends.registry()
+    assert first.get("versioned").backend.run.__module__ == "versioned_old"
+    assert "versioned_old" in sys.modules
+    info = serve_backends.install(
+        "Versioned.Dist",  # the same distribution, as pip compares names
+        version=new,
+        entry_points={"versioned": "versioned_new:factory"},
+        modules={"versioned_new.py": VERSIONED.format(version=f"new {new}")},
+    )
+    assert sorted(p.name for p in serve_backends.path.glob("*.dist-info")) == [info.name]
+    assert sorted(p.name for p in serve_backends.path.iterdir()) == sorted(
+        [info.name, "versioned_new.py"]
+    )  # the old module, its bytecode and its package directory went with it
+    assert "versioned_old" not in sys.modules  # imported from the old copy: dropped
+    registry = serve_backends.registry()
+    plugin = registry.plugin_of(registry.get("versioned"))
+    assert (plugin.version, plugin.target) == (new, "versioned_new:factory")
+    assert "gone" not in registry.available_names
+    assert importlib.metadata.version("versioned-dist") == new
+    assert first.get("versioned").backend.run.__module__ == "versioned_old"  # kept what it had
+
+
 # -- the literal api_version, wherever the backend is built -----------------------
 
 TABLE = """
@@ -244,6 +306,22 @@ def test_without_sglang_the_kit_warns_and_reports_that_sglang_was_not_checked(se
     assert quiet.sglang_unchecked == "sglang=False was given"
 
 
+def test_beside_a_fork_the_kit_reports_sglang_unchecked_naming_the_fork(serve_backends):
+    from sglang_standin import FORK, install_fork
+
+    install_fork(serve_backends)
+    install(serve_backends, "good", GOOD)
+    with pytest.warns(SGLangNotCheckedWarning, match=f"from {FORK} 0.7.2"):
+        report = assert_backend_contract("good", registry=serve_backends.registry())
+    assert report.sglang_checked is False
+    assert f"'sglang' package (from {FORK} 0.7.2) lacks SGLang's serve-backend API" in (
+        report.sglang_unchecked or ""
+    )
+    assert "sglang" not in sys.modules  # nothing of the fork was imported
+    with pytest.raises(ContractViolation, match=f"from {FORK} 0.7.2"):
+        assert_backend_contract("good", registry=serve_backends.registry(), sglang=True)
+
+
 def test_check_contract_has_a_column_saying_whether_sglang_was_asked(serve_backends):
     from clitools import run_cli
     from sglang_standin import install_sglang
@@ -263,3 +341,65 @@ def test_check_contract_has_a_column_saying_whether_sglang_was_asked(serve_backe
     assert with_sglang.returncode == 0, with_sglang.stderr
     [row] = json.loads(with_sglang.stdout)
     assert row["SGLang"] == "accepted"
+
+
+# -- a failing check reads as the plugin's failure, not the kit's source ----------
+
+FAILING_PLUGIN_TESTS = """
+from sglang_backends import ServeBackend, ServeBackendDetection
+from sglang_backends.testing import assert_backend_contract, assert_stops_cleanly
+
+def detect_wrong_type(request):
+    return "yes"
+
+def detect_raising(request):
+    raise ValueError("boom")
+
+def run(request):
+    pass
+
+def test_wrong_type():
+    assert_backend_contract(
+        lambda: ServeBackend(api_version=1, run=run, detect=detect_wrong_type), sglang=False
+    )
+
+def test_raising():
+    assert_backend_contract(
+        lambda: ServeBackend(api_version=1, run=run, detect=detect_raising), sglang=False
+    )
+
+ENDING = (
+    "from sglang_backends import ServeBackend\\n"
+    "def factory():\\n"
+    "    return ServeBackend(api_version=1, run=print)\\n"
+)
+
+def test_stopping(serve_backends):
+    serve_backends.install("ending-dist", entry_points={"ending": "ending_mod:factory"},
+                           modules={"ending_mod.py": ENDING})
+    assert_stops_cleanly("ending", ["model"], ready="serving", hosts=["sglang-backends serve"],
+                         env=serve_backends.environ())
+"""
+
+
+def test_a_failing_check_is_a_short_failure_without_the_kits_source(tmp_path):
+    (tmp_path / "test_plugin.py").write_text(FAILING_PLUGIN_TESTS, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"],
+        cwd=tmp_path,
+        env=clean_environ(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = result.stdout.split(" FAILURES ")[1].split(" short test summary info ")[0]
+    failures = report.split("_____ test_")[1:]
+    assert len(failures) == 3, report
+    for failure in failures:
+        lines = failure.strip().splitlines()
+        assert len(lines) <= 20, failure  # it was 50-60: the kit's frames with their source
+        assert "sglang_backends/" not in failure, failure  # no frame of the kit: no path,
+        assert "def assert_" not in failure and "def _" not in failure, failure  # no source
+        assert "ContractViolation: " in failure

@@ -1,13 +1,19 @@
 """Tools for testing serve backends: real installed distributions and a contract check.
 
 - :class:`PluginSite` / :func:`write_distribution` write real ``*.dist-info``
-  directories that :mod:`importlib.metadata` finds like any installed package.
+  directories that :mod:`importlib.metadata` finds like any installed package;
+  installing a distribution again replaces it, as pip does, at any version.
 - :func:`assert_backend_contract` checks a factory or an installed backend, and
   where SGLang is installed that SGLang's own host accepts it too
   (:func:`assert_sglang_accepts`); it warns (:class:`SGLangNotCheckedWarning`)
   and says so in its report when SGLang is not there to check.
 - :func:`assert_stops_cleanly` serves the backend under each installed host
   and stops it as Ctrl+C does: no traceback, no process left.
+- SGLang counts as installed where its package has the serve-backend API
+  (:func:`sglang_backends.host.sglang_installed`): beside a fork shipping
+  ``sglang`` without it, SGLang is reported as not checked, naming the fork.
+- A failing check is a pytest failure showing the plugin's test and the breach
+  in a few lines: the kit's own frames are hidden (``__tracebackhide__``).
 - The ``serve_backends`` pytest fixture combines both; pytest comes with
   ``pip install "sglang-backends[testing]"``.
 """

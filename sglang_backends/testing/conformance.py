@@ -86,6 +86,7 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
 
 def _check_literal_api_version(factory: object, name: str) -> None:
     """Raise unless the factory's source declares ``api_version`` as a literal (or is unknown)."""
+    __tracebackhide__ = True
     for value in declared_api_versions(factory):
         if not isinstance(value, ast.Constant):
             raise ContractViolation(
@@ -134,6 +135,7 @@ def _call_bounded(
 
 def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds."""
+    __tracebackhide__ = True
     pid = os.getpid()
     sockets_before, children_before = _footprint(pid)
     opened: set[tuple[str, int]] = set()
@@ -180,6 +182,7 @@ def _check_detector(
     expected: str = "a ServeBackendDetection",
 ) -> dict[str, str]:
     """Call the detector on each request in a thread; *accept* gives the answer or ``None``."""
+    __tracebackhide__ = True
     detector = cast("Callable[[object], object] | None", backend.detect)
     if detector is None:
         return {}
@@ -241,6 +244,7 @@ def assert_backend_contract(
     :raises ContractViolation: an ``AssertionError`` explaining the breach.
     :returns: what was checked.
     """
+    __tracebackhide__ = True
     if isinstance(factory_or_name, str):
         name = factory_or_name
         if registry is None:
@@ -292,7 +296,7 @@ def assert_backend_contract(
         detections = _check_detector(backend, name, spread, timeout)
         unchecked = "sglang=False was given" if sglang is False else None
         if unchecked is None and _sglang_contract(required=bool(sglang)) is None:
-            unchecked = _NOT_INSTALLED
+            unchecked = _sglang_absent()
             warnings.warn(
                 f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
                 SGLangNotCheckedWarning,
@@ -334,6 +338,7 @@ def assert_sglang_accepts(
 
     :raises ContractViolation: SGLang is not installed, or refuses the backend or an answer.
     """
+    __tracebackhide__ = True
     upstream = _sglang_contract(required=True)
     assert upstream is not None
     if isinstance(factory_or_name, str):
@@ -382,7 +387,18 @@ def _factory_name(factory: object) -> str:
 
 
 def _sglang_contract(*, required: bool) -> ModuleType | None:
-    """SGLang's contract module, ``None`` if absent; ContractViolation if *required* or broken."""
+    """SGLang's contract module, ``None`` if absent; ContractViolation if *required* or broken.
+
+    Beside a fork shipping the ``sglang`` package without the serve-backend API,
+    nothing of it is imported: SGLang is absent.
+    """
+    __tracebackhide__ = True
+    from sglang_backends.host import sglang_installed
+
+    if not sglang_installed():
+        if not required:
+            return None
+        raise ContractViolation(f"Checking that SGLang accepts the backend: {_sglang_absent()}")
     try:
         return importlib.import_module(SGLANG_CONTRACT_MODULE)
     except Exception as exc:
@@ -398,3 +414,18 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
         raise ContractViolation(
             f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {detail}"
         ) from exc
+
+
+def _sglang_absent() -> str:
+    """Why SGLang's host was not checked: not installed, or a fork's ``sglang`` package
+    (named, with its distribution) stands where SGLang's would; and what to do about it."""
+    from sglang_backends.host import sglang_unusable
+
+    unusable = sglang_unusable()
+    if unusable is None:
+        return _NOT_INSTALLED
+    return (
+        f"SGLang is not installed: {unusable}, so whether 'sglang serve' accepts the backend "
+        "is unknown; run the tests where SGLang is installed, or pass sglang=False to say "
+        "it is not wanted"
+    )

@@ -1,15 +1,22 @@
 """Write real installed distributions into a directory, for tests.
 
-A ``NAME-VERSION.dist-info`` directory with ``METADATA`` and ``entry_points.txt``,
-plus the modules it ships: what an installer leaves, found by
+A ``NAME-VERSION.dist-info`` directory with ``METADATA``, ``entry_points.txt`` and
+``RECORD``, plus the modules it ships: what an installer leaves, found by
 :mod:`importlib.metadata` and stevedore once the directory is on ``sys.path``.
+Installing a distribution again replaces it, as pip does: the files the old
+copy's ``RECORD`` lists go first, whatever the version.
 """
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
 import importlib
+import io
 import os
 import re
+import shutil
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +41,12 @@ def write_distribution(
 ) -> Path:
     """Install distribution *name* into *root* and return its dist-info path.
 
+    A copy of *name* already in *root*, at any version, is uninstalled first, as
+    ``pip install`` replaces it: its dist-info and the files its ``RECORD`` lists go,
+    and modules imported from those files are dropped from :data:`sys.modules`, so the
+    next import reads the new copy. Objects taken from the old modules before (a
+    factory, a backend, a registry built then) keep the old code.
+
     :param entry_points: backend name to ``module:attr`` target, in *group*.
     :param requires: ``Requires-Dist`` lines (``sglang==0.5.22``, ``pytest; extra == "test"``).
     :param modules: relative file path (``pkg/mod.py``) to source; the source
@@ -42,22 +55,90 @@ def write_distribution(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[-_.]+", "_", name)
+    _uninstall(root, name)
     info = root / f"{safe}-{version}.dist-info"
     info.mkdir()
     requirements = "".join(f"Requires-Dist: {line}\n" for line in requires)
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requirements}",
-        encoding="utf-8",
-    )
+    files = {
+        info / "METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requirements}"
+        )
+    }
     if entry_points:
         lines = [f"[{group}]"] + [f"{key} = {value}" for key, value in entry_points.items()]
-        (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files[info / "entry_points.txt"] = "\n".join(lines) + "\n"
     for relative, source in (modules or {}).items():
-        path = root / relative
+        files[root / relative] = textwrap.dedent(source)
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(source), encoding="utf-8")
+        data = text.encode("utf-8")
+        path.write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([path.relative_to(root).as_posix(), f"sha256={digest}", len(data)])
+    writer.writerow([f"{info.name}/RECORD", "", ""])
+    (info / "RECORD").write_text(record.getvalue(), encoding="utf-8")
     importlib.invalidate_caches()
     return info
+
+
+def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
+    """Remove every copy of distribution *name* from *root*, as ``pip uninstall`` does.
+
+    Each copy's files listed in its ``RECORD`` (with their cached bytecode), the
+    directories that leaves empty, and its dist-info go; modules imported from those
+    files are dropped from :data:`sys.modules`. Names compare as pip compares them
+    (``My.Plugin`` is ``my-plugin``).
+
+    :returns: the files removed.
+    """
+    root = Path(root).resolve()
+    wanted = _normalized(name)
+    removed: list[Path] = []
+    for info in sorted(root.glob("*.dist-info")):
+        if _normalized(info.name.partition("-")[0]) != wanted:
+            continue
+        try:
+            rows = list(csv.reader(io.StringIO((info / "RECORD").read_text(encoding="utf-8"))))
+        except OSError:
+            rows = []
+        for row in rows:
+            path = (root / row[0]).resolve() if row else root
+            if path == root or root not in path.parents or info in path.parents:
+                continue  # outside the site, or the dist-info itself (removed below)
+            for file in (path, *_bytecode_of(path)):
+                if file.is_file() or file.is_symlink():
+                    file.unlink()
+                    removed.append(file)
+        shutil.rmtree(info)
+    for directory in sorted({p.parent for p in removed}, key=lambda p: -len(p.parts)):
+        while directory != root and directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+            directory = directory.parent
+    _forget_files(removed)
+    importlib.invalidate_caches()
+    return removed
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _bytecode_of(path: Path) -> list[Path]:
+    """The bytecode Python cached for source *path*, for every interpreter and level."""
+    if path.suffix != ".py":
+        return []
+    return sorted((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"))
+
+
+def _forget_files(files: Sequence[Path]) -> None:
+    """Drop the modules imported from *files* from :data:`sys.modules`."""
+    gone = {str(file) for file in files}
+    for module_name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if origin and str(Path(origin).resolve()) in gone:
+            del sys.modules[module_name]
 
 
 class PluginSite:

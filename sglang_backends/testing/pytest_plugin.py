@@ -29,15 +29,21 @@ class ServeBackendsFixture(PluginSite):
 
         *builtins* defaults to the package's own (``llm``, ``diffusion``);
         *options* are :class:`~sglang_backends.settings.Settings` fields
-        (``enabled``, ``disabled``, ``detect_timeout``, ``load_timeout``).
+        (``enabled``, ``disabled``, ``detect_timeout``, ``load_timeout``), checked
+        as the registry checks them: a string for a list of names is refused
+        (:class:`~sglang_backends.errors.SelectionTypeError`).
+
+        A distribution installed again since replaces the earlier copy (see
+        :func:`~sglang_backends.testing.write_distribution`); a registry built before
+        keeps what it loaded.
         """
         from sglang_backends.registry import ServeBackendRegistry
         from sglang_backends.settings import Settings
 
-        if options.get("enabled") is not None:
-            options["enabled"] = tuple(options["enabled"])
-        if "disabled" in options:
-            options["disabled"] = tuple(options["disabled"])
+        for label in ("enabled", "disabled"):
+            names = options.get(label)
+            if names is not None and not isinstance(names, str):  # the registry refuses a str
+                options[label] = tuple(names)
         return ServeBackendRegistry.from_settings(Settings(**options), builtins)
 
 

@@ -6,7 +6,6 @@ under this package's ``serve`` and, where SGLang is installed, under SGLang's.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -18,8 +17,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sglang_backends.host import sglang_installed
 from sglang_backends.signals import signal_name
-from sglang_backends.testing.conformance import ContractViolation, SGLangNotCheckedWarning
+from sglang_backends.testing.conformance import (
+    ContractViolation,
+    SGLangNotCheckedWarning,
+    _sglang_absent,
+)
 
 if TYPE_CHECKING:
     import psutil
@@ -41,14 +45,11 @@ HOSTS: dict[str, tuple[str, ...]] = {
 def installed_hosts() -> tuple[str, ...]:
     """The hosts that can serve a backend here: this package's, and SGLang's where installed.
 
-    SGLang is looked for without importing it (its import takes seconds).
+    SGLang is looked for without importing it (its import takes seconds), as serve looks
+    for it (:func:`sglang_backends.host.sglang_installed`): a fork shipping the ``sglang``
+    package without SGLang's serve-backend API is not SGLang.
     """
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        spec = None
-    places = [] if spec is None else list(spec.submodule_search_locations or ())
-    sglang = any(os.path.isfile(os.path.join(p, "cli", "serve.py")) for p in places)
+    sglang = sglang_installed()
     return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
 
 
@@ -78,18 +79,21 @@ def assert_stops_cleanly(
     :raises ContractViolation: the backend did not start, or did not stop cleanly.
     :returns: each host's exit status.
     """
+    __tracebackhide__ = True
     chosen = tuple(installed_hosts() if hosts is None else hosts)
     if hosts is None and "sglang serve" not in chosen:
         warnings.warn(
             f"Serve backend {name!r}: stopping under 'sglang serve' was not checked: "
-            "SGLang is not installed",
+            f"{_sglang_absent()}",
             SGLangNotCheckedWarning,
             stacklevel=2,
         )
-    return {
-        host: _stop_under(host, name, list(argv), ready, env, signum, start_timeout, stop_timeout)
-        for host in chosen
-    }
+    statuses = {}
+    for host in chosen:  # a loop, not a comprehension: its frame would show in a failure
+        statuses[host] = _stop_under(
+            host, name, list(argv), ready, env, signum, start_timeout, stop_timeout
+        )
+    return statuses
 
 
 def _stop_under(
@@ -102,6 +106,7 @@ def _stop_under(
     start_timeout: float,
     stop_timeout: float,
 ) -> int:
+    __tracebackhide__ = True
     from sglang_backends import processes  # psutil with it: not for a session that never stops one
 
     script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
