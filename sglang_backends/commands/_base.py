@@ -35,6 +35,7 @@ __all__ = [
     "builtin_status",
     "option_span",
     "plugin_row",
+    "shortened",
     "positive_seconds",
     "requirements_cell",
 ]
@@ -95,6 +96,12 @@ _EXIT_USAGE = 2
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
 _HUMAN_FORMATS = frozenset({"table", "value", "csv"})
+#: The formats read on a terminal, row by row: a long cell is shortened (JSON, YAML
+#: and CSV, read by programs, keep every character).
+_TERMINAL_FORMATS = frozenset({"table", "value"})
+#: The longest cell table and value formats show whole: a row of a few such cells
+#: still fits a wide terminal.
+MAX_CELL = 100
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
@@ -166,13 +173,31 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         """Every installed distribution, read once for the formatters and the survey."""
         return tuple(distributions())
 
+    #: The command's name, for the pointer ending a shortened cell (``see list -f json``);
+    #: empty for a command whose cells are never shortened (``show``: its one row is the
+    #: full text).
+    command_name = ""
+
     def safe_rows(
         self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
     ) -> list[tuple[Any, ...]]:
-        """*rows* with control characters escaped when the formatter is a human one."""
-        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
+        """*rows* as the formatter should print them: unchanged for JSON and YAML (``null``
+        stays); for a human one, with control characters escaped and no value blank (not
+        ``None``); for table and value, each cell longer than :data:`MAX_CELL` shortened.
+        """
+        formatter = getattr(parsed_args, "formatter", None)
+        if formatter not in _HUMAN_FORMATS:
             return [tuple(row) for row in rows]
-        return [tuple(printable(value) for value in row) for row in rows]
+        pointer = f"see {self.command_name} -f json"
+        short = bool(self.command_name) and formatter in _TERMINAL_FORMATS
+        return [
+            tuple(
+                "" if value is None else shortened(printable(value), pointer) if short else
+                printable(value)
+                for value in row
+            )
+            for row in rows
+        ]
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -274,6 +299,27 @@ def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
     )
+
+
+def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
+    """*value*, or when its text is longer than *width*, its beginning (to the end of a
+    ``"; "``-separated part if that loses a few characters only, else of a word), ``…``,
+    how many parts are left out and *pointer*: ``unmet: a (installed: 1); b… (+30 more;
+    see list -f json)``.
+    """
+    text = str(value)
+    if len(text) <= width:
+        return value
+    budget = width - len(pointer) - len(" (+999 more; )…")
+    head = text[:budget]
+    if "; " in head and head.rindex("; ") >= budget - 12:
+        head = head[: head.rindex("; ")]
+    elif " " in head[budget // 2 :]:  # not in the middle of a word
+        head = head[: head.rindex(" ")]
+    shown = head.count("; ") + 1
+    left = text.count("; ") + 1 - shown + (not text.startswith(head + "; "))
+    more = f"+{left} more; " if left else ""
+    return f"{head.rstrip()}… ({more}{pointer})"
 
 
 def positive_seconds(text: str) -> float:

@@ -177,6 +177,8 @@ class DetectBackend(SelectionOptions, Lister):
       sglang-backends detect --detect-timeout 2 -- org/model --trust-remote-code
     """
 
+    command_name = "detect"
+
     #: argparse's own handler: the parser below copies cliff's options with ``parents``.
     conflict_handler = "error"
 
