@@ -315,9 +315,9 @@ def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
     if "; " in head and head.rindex("; ") >= budget - 12:
         head = head[: head.rindex("; ")]
     elif " " in head[budget // 2 :]:  # not in the middle of a word
-        head = head[: head.rindex(" ")]
-    shown = head.count("; ") + 1
-    left = text.count("; ") + 1 - shown + (not text.startswith(head + "; "))
+        head = head[: head.rindex(" ")].removesuffix(";")
+    whole = text.startswith(f"{head}; ")  # its last part is whole
+    left = text.count("; ") + 1 - head.count("; ") - whole
     more = f"+{left} more; " if left else ""
     return f"{head.rstrip()}… ({more}{pointer})"
 
