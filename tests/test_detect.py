@@ -159,3 +159,28 @@ def test_a_request_longer_than_one_argument_may_be_reaches_the_worker(detectors)
     result = run_cli(detectors, "detect", "-f", "json", "/models/x", *request, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)[-1]["Verdict"] in ("fallback", "selected")
+
+
+SLOW_IMPORT = """
+import time
+from sglang_backends import ServeBackend
+
+time.sleep(1.5)
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def test_a_slow_import_shows_on_its_own_row(detectors):
+    detectors.install(
+        "lazy-runtime",
+        entry_points={"lazy": "lazy_plugin:factory"},
+        modules={"lazy_plugin.py": SLOW_IMPORT},
+    )
+    result = run_cli(detectors, "detect", "-f", "json", "/models/llama")
+    assert result.returncode == 0, result.stderr
+    rows = {row["Backend"]: row for row in json.loads(result.stdout)[:-1]}
+    assert rows["lazy"]["Verdict"] == "no detector"
+    assert rows["lazy"]["Seconds"] >= 1.5
+    assert all(rows[name]["Seconds"] < 1.5 for name in ("omni", "vlm", "sloth"))

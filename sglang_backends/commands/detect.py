@@ -161,6 +161,10 @@ class DetectBackend(SelectionOptions, Lister):
           final row: several matched and none of them is in
           preferred_backends; serve would refuse (exit 1)
 
+    Seconds column: on a backend's row, what it took, its import and
+    factory (its load) and its detector; on the final row, the whole
+    detection, the loads running concurrently.
+
     The request is what you would pass to serve: a positional MODEL becomes
     --model-path MODEL, and --model-path/--model are read; --model-type is
     ignored. Everything after detect's own options is the request, so put
