@@ -38,6 +38,7 @@ from sglang_backends.errors import (
     UnknownBackendError,
     UsageError,
     describe,
+    set_in_configuration,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import not_asked
@@ -118,12 +119,7 @@ def _get(
     except (UnknownBackendError, DisabledBackendError) as exc:
         if origin is None:
             raise
-        raise type(exc)(
-            f"{exc} It was set by [serve_backends] model_type in {origin}; correct it "
-            "there, or give --model-type.",
-            name=exc.name,
-            distribution=exc.distribution,
-        ) from exc
+        raise set_in_configuration(exc, origin) from exc
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:

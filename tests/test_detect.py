@@ -119,11 +119,40 @@ def test_serve_options_after_detect_options_need_no_separator(detectors):
         assert json.loads(result.stdout)[-1]["Backend"] == "omni"
 
 
-def test_model_type_in_the_request_is_ignored_with_a_warning(detectors):
-    result = run_cli(detectors, "detect", "-f", "json", "/m/omni", "--model-type", "vlm")
+@pytest.mark.parametrize("source", ["file", "environment", "request"])
+def test_a_model_type_serve_would_use_is_the_answer_and_said_first(detectors, tmp_path, source):
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\nmodel_type = vlm\n")
+    args, env, where = [], {}, "--model-type in the request"
+    if source == "file":
+        args, where = ["--config-file", str(conf)], f"model_type, set in {conf}"
+    elif source == "environment":
+        env = {"OS_SERVE_BACKENDS__MODEL_TYPE": "vlm"}
+        where = "model_type, set in environment variable OS_SERVE_BACKENDS__MODEL_TYPE"
+    request = ["--model-type", "vlm"] if source == "request" else []
+    # omni and vlm both match: automatic detection would be ambiguous.
+    result = run_cli(detectors, "detect", "-f", "json", *args, "/m/omni-vlm", *request, env=env)
     assert result.returncode == 0, result.stderr
-    assert "ignoring --model-type vlm" in result.stderr
-    assert json.loads(result.stdout)[-1]["Backend"] == "omni"
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Configured: serve uses 'vlm' by name (") and where in first, first
+    assert "No selection" not in result.stderr
+    rows = json.loads(result.stdout)
+    assert (rows[-1]["Backend"], rows[-1]["Verdict"]) == ("vlm", "configured")
+    assert rows[-1]["Distribution"] == "vlm-runtime"
+    assert verdicts(result)["omni"] == verdicts(result)["vlm"] == "match"  # for information
+
+
+def test_a_configured_name_serve_refuses_gets_serves_message_and_status(detectors, tmp_path):
+    conf = tmp_path / "x.conf"
+    for value, status in (("vlmm", 2), ("vlm", 1)):
+        conf.write_text(f"[serve_backends]\nmodel_type = {value}\ndisabled_backends = vlm\n")
+        detect = run_cli(detectors, "detect", "--config-file", str(conf), "/m/omni")
+        serve = run_cli(detectors, "serve", "--config-file", str(conf), "/m/omni")
+        assert detect.returncode == serve.returncode == status, (detect.stderr, serve.stderr)
+        error = serve.stderr.strip().splitlines()[-1].removeprefix("sglang-backends serve: error: ")
+        assert f"It was set by [serve_backends] model_type in {conf}" in error
+        assert detect.stderr.strip().splitlines()[-1] == error
+        assert detect.stdout == ""
 
 
 def test_bad_model_type_in_the_request_is_a_usage_error_as_in_serve(detectors):

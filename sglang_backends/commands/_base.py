@@ -235,10 +235,13 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
-    def survey(self, parsed_args: argparse.Namespace) -> tuple[Settings, Survey]:
+    def survey(
+        self, parsed_args: argparse.Namespace, *, model_type_checked: bool = True
+    ) -> tuple[Settings, Survey]:
         """The settings, and every installed plugin's status under their selection (imports
-        none); warns of listed names nothing provides (kept as :attr:`not_installed`) and of a
-        ``model_type`` serve would refuse.
+        none); warns of listed names nothing provides (kept as :attr:`not_installed`) and,
+        unless the command checks it itself (not *model_type_checked*), of a ``model_type``
+        serve would refuse.
         """
         settings = self.settings(parsed_args)
         installed = survey(
@@ -250,7 +253,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         self.not_installed = installed.warn_unknown(
             settings.list_origins(), preferred=settings.preferred
         )
-        problem = _model_type_problem(settings, installed)
+        problem = _model_type_problem(settings, installed) if model_type_checked else None
         if problem:
             self.app.LOG.warning("%s", problem)
         return settings, installed
@@ -318,7 +321,7 @@ def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
         head = head[: head.rindex(" ")].removesuffix(";")
     whole = text.startswith(f"{head}; ")  # its last part is whole
     left = text.count("; ") + 1 - head.count("; ") - whole
-    more = f"+{left} more; " if left else ""
+    more = f"+{left} more; " if left and "; " in text else ""
     return f"{head.rstrip()}… ({more}{pointer})"
 
 
