@@ -99,14 +99,33 @@ def _settings(host: HostOptions) -> Settings:
     """Defaults, or configuration (importing oslo.config) when any is in use."""
     if not configured(host.config_args):
         return Settings()
-    from sglang_backends.config import load_settings
+    from sglang_backends.config import read_settings
 
-    try:
-        settings = load_settings(args=host.config_args)
-    except ConfigurationError as exc:
-        raise _Failure(str(exc), EXIT_USAGE) from exc
+    settings, problems = read_settings(host.config_args)
+    if problems:  # and the model_type it would refuse next: every problem at once
+        raise ConfigurationError("\n".join([*problems, *_refused_model_type(host, settings)]))
     LOG.debug("Settings from %s: %r", settings.source, settings)
     return settings
+
+
+def _refused_model_type(host: HostOptions, settings: Settings) -> list[str]:
+    """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
+    if host.model_type is not None or settings.model_type == AUTO:
+        return []
+    from sglang_backends.survey import survey
+
+    found = survey(
+        sglang_host.default_builtins(), enabled=settings.enabled, disabled=settings.disabled
+    )
+    try:
+        found.by_name(
+            settings.model_type,
+            set_in=settings.set_in("model_type"),
+            origins=settings.list_origins(),
+        )
+    except ServeBackendError as exc:
+        return [str(exc)]
+    return []
 
 
 def _get(
@@ -358,7 +377,10 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
         return 128 + signal.SIGINT
     if debug:
         sys.stderr.write(printable_traceback(failure))
-    print(f"{PROG}: error: {printable(' '.join(str(failure).split()))}", file=sys.stderr)
+    # A configuration's problems, a line each; any other failure on one line.
+    lines = str(failure).splitlines() if isinstance(failure, ConfigurationError) else [failure]
+    for line in lines:
+        print(f"{PROG}: error: {printable(' '.join(str(line).split()))}", file=sys.stderr)
     return status
 
 

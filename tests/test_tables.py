@@ -32,9 +32,7 @@ def heavy(site):
     return site
 
 
-@pytest.mark.parametrize(
-    ("command", "column"), [("list", "Requirements"), ("check", "Detail")]
-)
+@pytest.mark.parametrize(("command", "column"), [("list", "Requirements"), ("check", "Detail")])
 def test_a_long_cell_is_shortened_with_a_pointer_to_the_whole(heavy, command, column):
     table = run_cli(heavy, command, "-f", "table", "--enable", "heavy")
     assert table.returncode == 0, table.stderr

@@ -35,9 +35,9 @@ __all__ = [
     "builtin_status",
     "option_span",
     "plugin_row",
-    "shortened",
     "positive_seconds",
     "requirements_cell",
+    "shortened",
 ]
 
 
@@ -48,7 +48,8 @@ configuration:
   OS_SERVE_BACKENDS__<OPTION> environment variables (e.g.
   OS_SERVE_BACKENDS__ENABLED_BACKENDS=omni,vlm), which override the files.
   --enable/--disable override both. A misspelt option, group or variable is
-  a warning. Exit status 2 means the configuration is invalid.
+  a warning. Exit status 2 means the configuration is invalid: every
+  problem is reported, a line each.
 """
 
 #: Global options before the command name (as OpenStack clients take them), each
@@ -154,6 +155,15 @@ def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
     return names
 
 
+def _flag_names(values: list[str] | None, flag: str, problems: list[str]) -> tuple[str, ...] | None:
+    """:func:`_names`, its error added to *problems* (then ``None``: no override)."""
+    try:
+        return _names(values, flag)
+    except ConfigurationError as exc:
+        problems.append(str(exc))
+        return None
+
+
 class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     """A display command honouring configuration, the environment and ``--enable``/``--disable``.
 
@@ -192,8 +202,11 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         short = bool(self.command_name) and formatter in _TERMINAL_FORMATS
         return [
             tuple(
-                "" if value is None else shortened(printable(value), pointer) if short else
-                printable(value)
+                ""
+                if value is None
+                else shortened(printable(value), pointer)
+                if short
+                else printable(value)
                 for value in row
             )
             for row in rows
@@ -230,8 +243,9 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         except (ConfigurationError, UnknownBackendError) as exc:
             if self.app_args is not None and self.app_args.debug:
                 self.app.LOG.exception(exc)
-            else:
-                self.app.LOG.error("%s", exc)
+            else:  # a configuration's problems, a line each
+                for line in str(exc).splitlines():
+                    self.app.LOG.error("%s", line)
             return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
@@ -261,17 +275,19 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     def settings(self, parsed_args: argparse.Namespace) -> Settings:
         """Read configuration and apply the command-line overrides.
 
-        :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
+        :raises ConfigurationError: a file is missing or unreadable, or a value is invalid:
+            every such problem, with the ``model_type`` serve would refuse, a line each.
         """
         before = self.app.options  # the global options, read before the command name
         args = [*before.config_args, *parsed_args.config_args]
         settings = Settings()
+        problems: list[str] = []
         if configured(args):  # else the defaults, without importing oslo.config
-            from sglang_backends.config import load_settings
+            from sglang_backends.config import read_settings
 
-            settings = load_settings(args=args)
-        enable = _names(parsed_args.enable, "--enable")
-        disable = _names(parsed_args.disable, "--disable")
+            settings, problems = read_settings(args)
+        enable = _flag_names(parsed_args.enable, "--enable", problems)
+        disable = _flag_names(parsed_args.disable, "--disable", problems)
         flagged = settings.flag_origins
         if enable is not None:
             flagged += (("enabled", "--enable on the command line"),)
@@ -279,7 +295,17 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         if disable is not None:
             flagged += (("disabled", "--disable on the command line"),)
             settings = settings._replace(disabled=disable)
-        return settings._replace(flag_origins=flagged)
+        settings = settings._replace(flag_origins=flagged)
+        if problems:  # and the model_type serve would refuse next: every problem at once
+            installed = survey(
+                default_builtins(),
+                enabled=settings.enabled,
+                disabled=settings.disabled,
+                installed=self.installed_distributions,
+            )
+            problem = _model_type_problem(settings, installed)
+            raise ConfigurationError("\n".join([*problems, *([problem] if problem else [])]))
+        return settings
 
 
 def _model_type_problem(settings: Settings, installed: Survey) -> str | None:

@@ -19,12 +19,7 @@ from sglang_backends.commands._base import (
 )
 from sglang_backends.detection import AMBIGUITY_WAY_OUT, preferred_note
 from sglang_backends.dispatch import parse_host_options
-from sglang_backends.errors import (
-    DisabledBackendError,
-    ServeBackendError,
-    UnknownBackendError,
-    set_in_configuration,
-)
+from sglang_backends.errors import ServeBackendError
 from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings
@@ -95,20 +90,15 @@ def _chosen(
     """The backend serve would use by name (``--model-type`` in the request, else the
     configured ``model_type``), its distribution and why, or ``None`` for ``auto``.
 
-    :raises UnknownBackendError: as serve, when nothing usable has that name.
-    :raises DisabledBackendError: as serve, when the lists exclude it.
+    :raises UnknownBackendError, DisabledBackendError, DuplicateBackendError: as serve's.
     """
     name = given or settings.model_type
     if name == AUTO:
         return None
     where = "--model-type in the request" if given else settings.describe("model_type")
-    distribution = None
-    if name not in survey.builtins:
-        try:
-            distribution = survey.choose(name, settings.list_origins()).distribution
-        except (UnknownBackendError, DisabledBackendError) as exc:
-            origin = None if given else settings.set_in("model_type")
-            raise exc if origin is None else set_in_configuration(exc, origin) from None
+    origin = None if given else settings.set_in("model_type")
+    plugin = survey.by_name(name, set_in=origin, origins=settings.list_origins())
+    distribution = None if plugin is None else plugin.distribution
     return name, distribution, f"serve uses {name!r} by name ({where}), not detection{_fails(name)}"
 
 
@@ -212,8 +202,9 @@ class DetectBackend(SelectionOptions, Lister):
     (unknown, disabled) gets serve's message and exit status.
 
     The request is what you would pass to serve: a positional MODEL becomes
-    --model-path MODEL, and --model-path/--model are read. Everything after detect's own options is the request, so put
-    detect's options (-f, --config-file, ...) first: one of them after MODEL
+    --model-path MODEL, and --model-path/--model are read. Everything after
+    detect's own options is the request, so put detect's options (-f,
+    --config-file, ...) first: one of them after MODEL
     is taken as part of the request, with a warning giving the command with
     it moved first. Plugins are loaded in a
     separate process bounded by --timeout, so a plugin that hangs or crashes
