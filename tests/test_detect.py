@@ -213,3 +213,21 @@ def test_a_slow_import_shows_on_its_own_row(detectors):
     assert rows["lazy"]["Verdict"] == "no detector"
     assert rows["lazy"]["Seconds"] >= 1.5
     assert all(rows[name]["Seconds"] < 1.5 for name in ("omni", "vlm", "sloth"))
+
+
+def test_a_configured_plugin_that_fails_to_load_fails_as_serve_would(detectors, tmp_path):
+    detectors.install(
+        "broken-runtime",
+        entry_points={"broken": "broken_plugin:factory"},
+        modules={"broken_plugin.py": "raise ImportError('needs libbroken')\n"},
+    )
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\nmodel_type = broken-runtime:broken\n")
+    detect = run_cli(detectors, "detect", "-f", "json", "--config-file", str(conf), "/m/omni")
+    serve = run_cli(detectors, "serve", "--config-file", str(conf), "/m/omni")
+    assert detect.returncode == serve.returncode == 1, (detect.stderr, serve.stderr)
+    last = json.loads(detect.stdout)[-1]
+    assert (last["Backend"], last["Distribution"]) == ("broken", "broken-runtime")
+    assert last["Verdict"] == "configured"
+    assert "fails to load here, so serve fails" in last["Detail"]
+    assert "needs libbroken" in last["Detail"]

@@ -88,7 +88,7 @@ def _chosen(
     given: str | None, settings: Settings, survey: Survey
 ) -> tuple[str, str | None, str] | None:
     """The backend serve would use by name (``--model-type`` in the request, else the
-    configured ``model_type``), its distribution and why, or ``None`` for ``auto``.
+    configured ``model_type``): its name, distribution and why; ``None`` for ``auto``.
 
     :raises UnknownBackendError, DisabledBackendError, DuplicateBackendError: as serve's.
     """
@@ -98,8 +98,8 @@ def _chosen(
     where = "--model-type in the request" if given else settings.describe("model_type")
     origin = None if given else settings.set_in("model_type")
     plugin = survey.by_name(name, set_in=origin, origins=settings.list_origins())
-    distribution = None if plugin is None else plugin.distribution
-    return name, distribution, f"serve uses {name!r} by name ({where}), not detection{_fails(name)}"
+    detail = f"serve uses {name!r} by name ({where}), not detection{_fails(name)}"
+    return (name, None, detail) if plugin is None else (plugin.name, plugin.distribution, detail)
 
 
 def _fails(name: str) -> str:
@@ -320,11 +320,11 @@ class DetectBackend(SelectionOptions, Lister):
         seconds = round(result.seconds, 4)
         if chosen is not None:  # the detectors' verdicts were for information
             name, distribution, detail = chosen
-            failed = next((o for o in result.outcomes if o.name == name), None)
-            if failed is not None and failed.verdict == "error" and failed.distribution:
-                if not (failed.detail or "").startswith("detector"):  # its load failed
-                    detail += f"; it fails to load here, so serve fails: {failed.detail}"
-                    self.failed = True
+            loaded = (o for o in result.outcomes if (o.name, o.distribution) == chosen[:2])
+            failed = next((o for o in loaded if o.verdict == "error"), None)
+            if failed is not None and not (failed.detail or "").startswith("detector"):
+                detail += f"; it fails to load here, so serve fails: {failed.detail}"
+                self.failed = True
             rows.append((name, distribution, "configured", seconds, detail))
         elif result.selected is None:
             matches = ", ".join(result.matches)
