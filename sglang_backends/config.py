@@ -27,6 +27,7 @@ __all__ = [
     "OPTS",
     "list_opts",
     "load_settings",
+    "read_settings",
     "register_opts",
     "registry_from_conf",
     "select_backend",
@@ -133,18 +134,29 @@ def load_settings(
     command-line order), *config_files*, *config_dirs* (a later one winning) and the environment.
 
     :raises ConfigurationError: a source is missing, unreadable or malformed, or a value is
-        invalid, naming the file (or variable) and option.
+        invalid: every such problem, a line each, naming the file (or variable) and option.
     """
     given = list(args)
     for flag, paths in (("--config-file", config_files), ("--config-dir", config_dirs)):
         given += [item for path in paths for item in (flag, path)]
-    checked, parsed = _read(given)
+    settings, problems = read_settings(given)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+    return settings
+
+
+def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
+    """:func:`load_settings` of *args*, and every problem instead of the first: a line each,
+    the settings then reading a source in trouble as absent and a refused value as its default.
+    """
+    problems: list[str] = []
+    checked, parsed = _read(args, problems)
     conf = cfg.ConfigOpts()
     register_opts(conf)
     try:
         conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
     except (cfg.Error, OSError, ValueError) as exc:  # a pipe's; or a file changed since
-        raise ConfigurationError(f"Invalid configuration: {exc}") from None
+        return Settings(), [*problems, f"Invalid configuration: {exc}"]
     for problem in _unknown(parsed):
         LOG.warning("%s", problem)
     legacy, variable = os.environ.get(STOP_TIMEOUT_ENV), ENVIRONMENT_PREFIX + "STOP_TIMEOUT"
@@ -155,28 +167,40 @@ def load_settings(
             conf.set_override("stop_timeout", legacy, GROUP)
         except ValueError as exc:
             where = f"environment variable {STOP_TIMEOUT_ENV}"
-            raise _invalid("stop_timeout", legacy, where, exc) from None
-    return _settings(conf, parsed)
+            problems.append(_invalid("stop_timeout", legacy, where, exc))
+    settings = _settings(conf, parsed, problems)
+    return settings, problems
 
 
 def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     """The ``[serve_backends]`` values of a called *conf* (see :func:`register_opts`).
 
-    :raises ConfigurationError: a value is invalid, naming the option and where it was set.
+    :raises ConfigurationError: a value is invalid: every such value, a line each, naming the
+        option and where it was set.
     """
     given = [("--config-file", path) for path in conf.config_file]  # before the directories:
     given += [("--config-dir", path) for path in conf.config_dirs]  # oslo.config keeps no order
-    return _settings(conf, _read([item for pair in given for item in pair])[1])
+    problems: list[str] = []
+    settings = _settings(
+        conf, _read([item for pair in given for item in pair], problems)[1], problems
+    )
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+    return settings
 
 
-def _settings(conf: cfg.ConfigOpts, parsed: _Parsed) -> Settings:
-    """:func:`settings_from_conf`, knowing the files *conf* read, in its order."""
+def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Settings:
+    """:func:`settings_from_conf`, knowing the files *conf* read, in its order; a value its
+    type refuses is added to *problems* and read as its default.
+    """
     values: dict[str, Any] = {}
+    refused: list[str] = []
     for opt in OPTS:
         try:
             values[opt.dest] = conf[GROUP][opt.dest]
         except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
-            raise _refused(opt.dest, exc, parsed) from None
+            problems.append(_refused(opt.dest, exc, parsed))
+            values[opt.dest], refused = opt.default, [*refused, opt.dest]
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
@@ -188,7 +212,11 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed) -> Settings:
         stop_timeout=values["stop_timeout"],
         preferred=tuple(values["preferred_backends"]),
         source=", ".join(sources) or "defaults",
-        located=tuple((o.dest, w) for o in OPTS if (w := _where(conf.get_location(o.dest, GROUP)))),
+        located=tuple(
+            (o.dest, w)
+            for o in OPTS
+            if o.dest not in refused and (w := _where(conf.get_location(o.dest, GROUP)))
+        ),
     )
 
 
@@ -203,14 +231,12 @@ def _where(location: cfg.LocationInfo | None) -> str | None:
     return str(location.detail)
 
 
-def _invalid(name: str, text: str, where: str, cause: object) -> ConfigurationError:
+def _invalid(name: str, text: str, where: str, cause: object) -> str:
     shown = f" {text!r}" if text else ""
-    return ConfigurationError(
-        f"Invalid value{shown} for option [{GROUP}] {name} in {where}: {cause}"
-    )
+    return f"Invalid value{shown} for option [{GROUP}] {name} in {where}: {cause}"
 
 
-def _refused(name: str, exc: Exception, parsed: _Parsed) -> ConfigurationError:
+def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
     """The error for option *name*, refused with *exc*, and where it was set, as oslo.config
     looks: its environment variable, else the last file (or a pipe, which may have) setting it."""
     # oslo.config raises its source error while handling the type's ValueError: the cause.
@@ -234,9 +260,10 @@ def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
     return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
 
 
-def _read(args: Sequence[str]) -> tuple[list[str], _Parsed]:
+def _read(args: Sequence[str], problems: list[str]) -> tuple[list[str], _Parsed]:
     """*args* with absolute paths, and every file oslo.config will read, in its order, parsed:
-    only a regular file, or a pipe given as one; none skipped (its ``disabled_backends`` apply)."""
+    only a regular file, or a pipe given as one; none skipped (its ``disabled_backends`` apply).
+    A file or directory in trouble is left out of both, its problem added to *problems*."""
     absolute: list[str] = []
     parsed: _Parsed = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
@@ -245,11 +272,20 @@ def _read(args: Sequence[str]) -> tuple[list[str], _Parsed]:
             path = os.path.abspath(os.path.expanduser(given))
             names = sorted(os.listdir(path)) if what == "directory" else []
         except OSError as exc:  # no filename when the working directory is gone
-            raise _unreadable(what, exc.filename or given, exc) from None
+            problems.append(str(_unreadable(what, exc.filename or given, exc)))
+            continue
         names = [n for n in names if n.endswith(".conf") and n[0] != "."]  # as oslo.config's glob
         found = [os.path.join(path, n) for n in names] if what == "directory" else [path]
-        parsed += [(name, _parse(name, as_file=what == "file")) for name in found]
-        absolute += [flag, path]
+        read: _Parsed = []
+        refused = len(problems)
+        for name in found:
+            try:
+                read.append((name, _parse(name, as_file=what == "file")))
+            except ConfigurationError as exc:
+                problems.append(str(exc))
+        if len(problems) == refused:  # else oslo.config could not read it either
+            parsed += read
+            absolute += [flag, path]
     return absolute, parsed
 
 

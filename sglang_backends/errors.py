@@ -6,8 +6,9 @@ against SGLang keeps catching it. Errors carry the backend ``name`` and
 ``distribution`` and pickle with them (every argument after the message has
 a default) to cross processes. ``__all__`` is the exceptions, which the
 package exports as they are; :func:`describe`, :func:`describe_typed`,
-:func:`did_you_mean`, :func:`meant` and :func:`closest`, the one wording of a cause, and
-:func:`backend_named`, of the backend concerned, are internal.
+:func:`did_you_mean`, :func:`meant` and :func:`closest`, the one wording of a cause,
+:func:`set_in_configuration`, of a configured name, and :func:`backend_named`,
+of the backend concerned, are internal.
 """
 
 from __future__ import annotations
@@ -129,6 +130,20 @@ class HostError(ServeBackendError, RuntimeError):
     """SGLang, the host, failed: a built-in backend needs a part of it that is not importable
     (the message says what to install), or its general plugins failed to load.
     """
+
+
+def set_in_configuration(
+    exc: UnknownBackendError | DisabledBackendError, origin: str
+) -> UnknownBackendError | DisabledBackendError:
+    """*exc*, about a ``model_type`` configuration set in *origin*, saying so: the one wording
+    of it, for ``serve`` and for ``detect``, which answers what serve would do.
+    """
+    return type(exc)(
+        f"{exc} It was set by [serve_backends] model_type in {origin}; correct it "
+        "there, or give --model-type.",
+        name=exc.name,
+        distribution=exc.distribution,
+    )
 
 
 def backend_named(

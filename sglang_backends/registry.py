@@ -9,6 +9,7 @@ neither plugins nor stevedore.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TypeVar
@@ -259,14 +260,25 @@ class ServeBackendRegistry:
         :param progress: told as each load and detector starts and ends.
         """
 
+        took: dict[str, float] = {}  # each load's seconds, by name
+
         def candidate(name: str) -> Candidate:
-            return _told_load(name, self._resolve(name), progress)
+            key, plugin, produce = _told_load(name, self._resolve(name), progress)
+            return key, plugin, partial(_timed, produce, took, name)
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         loaded = self._loader.load_each_within(names, candidate, timeout=self.load_timeout)
         if progress is not None:
             loaded = [_watched_detector(c, progress) for c in loaded]
-        return report(loaded, request, timeout=self.detect_timeout, preferred=self.preferred)
+        found = report(loaded, request, timeout=self.detect_timeout, preferred=self.preferred)
+        # A loaded backend's time is its load's and its detector's (a failed load's is its load's).
+        outcomes = tuple(
+            dataclasses.replace(o, seconds=took.get(o.name, 0.0) + o.seconds)
+            if isinstance(c, RegisteredServeBackend)
+            else o
+            for c, o in zip(loaded, found.outcomes, strict=True)
+        )
+        return dataclasses.replace(found, outcomes=outcomes)
 
     def auto_detect(
         self, request: ServeRequest, *, progress: Progress | None = None
@@ -305,6 +317,15 @@ def _told_load(name: str, candidate: Candidate, progress: Progress | None) -> Ca
         return candidate
     label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
     return key, plugin, partial(_told, produce, progress, ("loading", "loaded"), label)
+
+
+def _timed(function: Callable[[], _R], took: dict[str, float], name: str) -> _R:
+    """Call *function*, noting its seconds as ``took[name]``, whatever it does."""
+    started = time.perf_counter()
+    try:
+        return function()
+    finally:
+        took[name] = time.perf_counter() - started
 
 
 def _watched_detector(

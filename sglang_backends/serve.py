@@ -39,6 +39,7 @@ from sglang_backends.errors import (
     UsageError,
     describe,
     describe_typed,
+    set_in_configuration,
 )
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import not_asked
@@ -99,14 +100,33 @@ def _settings(host: HostOptions) -> Settings:
     """Defaults, or configuration (importing oslo.config) when any is in use."""
     if not configured(host.config_args):
         return Settings()
-    from sglang_backends.config import load_settings
+    from sglang_backends.config import read_settings
 
-    try:
-        settings = load_settings(args=host.config_args)
-    except ConfigurationError as exc:
-        raise _Failure(str(exc), EXIT_USAGE) from exc
+    settings, problems = read_settings(host.config_args)
+    if problems:  # and the model_type it would refuse next: every problem at once
+        raise ConfigurationError("\n".join([*problems, *_refused_model_type(host, settings)]))
     LOG.debug("Settings from %s: %r", settings.source, settings)
     return settings
+
+
+def _refused_model_type(host: HostOptions, settings: Settings) -> list[str]:
+    """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
+    if host.model_type is not None or settings.model_type == AUTO:
+        return []
+    from sglang_backends.survey import survey
+
+    found = survey(
+        sglang_host.default_builtins(), enabled=settings.enabled, disabled=settings.disabled
+    )
+    try:
+        found.by_name(
+            settings.model_type,
+            set_in=settings.set_in("model_type"),
+            origins=settings.list_origins(),
+        )
+    except ServeBackendError as exc:
+        return [str(exc)]
+    return []
 
 
 def _get(
@@ -125,12 +145,7 @@ def _get(
     except (UnknownBackendError, DisabledBackendError) as exc:
         if origin is None:
             raise
-        raise type(exc)(
-            f"{exc} It was set by [serve_backends] model_type in {origin}; correct it "
-            "there, or give --model-type.",
-            name=exc.name,
-            distribution=exc.distribution,
-        ) from exc
+        raise set_in_configuration(exc, origin) from exc
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
@@ -375,7 +390,10 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
         return 128 + signal.SIGINT
     if debug:
         sys.stderr.write(printable_traceback(failure))
-    print(f"{PROG}: error: {printable(' '.join(str(failure).split()))}", file=sys.stderr)
+    # A configuration's problems, a line each; any other failure on one line.
+    lines = str(failure).splitlines() if isinstance(failure, ConfigurationError) else [failure]
+    for line in lines:
+        print(f"{PROG}: error: {printable(' '.join(str(line).split()))}", file=sys.stderr)
     return status
 
 

@@ -23,6 +23,11 @@ from sglang_backends.discovery import (
     discover,
     distributions,
 )
+from sglang_backends.errors import (
+    DisabledBackendError,
+    UnknownBackendError,
+    set_in_configuration,
+)
 from sglang_backends.selection import PluginRecord, PluginStatus
 
 __all__ = ["Survey", "survey"]
@@ -83,6 +88,28 @@ class Survey(NamedTuple):
             disabled=self.disabled,
             origins=origins,
         )
+
+    def by_name(
+        self,
+        name: str,
+        *,
+        set_in: str | None = None,
+        origins: Mapping[str, str] | None = None,
+    ) -> PluginEntryPoint | None:
+        """The plugin ``serve --model-type NAME`` would load (``None`` for a built-in), or
+        serve's error, imported nothing.
+
+        :param set_in: where configuration set *name*, which the error then says.
+        :raises UnknownBackendError, DisabledBackendError, DuplicateBackendError: as serve's.
+        """
+        if name in self.builtins:
+            return None
+        try:
+            return self.choose(name, origins)
+        except (UnknownBackendError, DisabledBackendError) as exc:
+            if set_in is None:
+                raise
+            raise set_in_configuration(exc, set_in) from None
 
     def warn_unknown(
         self, origins: Mapping[str, str] | None = None, *, preferred: Collection[str] = ()

@@ -119,11 +119,40 @@ def test_serve_options_after_detect_options_need_no_separator(detectors):
         assert json.loads(result.stdout)[-1]["Backend"] == "omni"
 
 
-def test_model_type_in_the_request_is_ignored_with_a_warning(detectors):
-    result = run_cli(detectors, "detect", "-f", "json", "/m/omni", "--model-type", "vlm")
+@pytest.mark.parametrize("source", ["file", "environment", "request"])
+def test_a_model_type_serve_would_use_is_the_answer_and_said_first(detectors, tmp_path, source):
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\nmodel_type = vlm\n")
+    args, env, where = [], {}, "--model-type in the request"
+    if source == "file":
+        args, where = ["--config-file", str(conf)], f"model_type, set in {conf}"
+    elif source == "environment":
+        env = {"OS_SERVE_BACKENDS__MODEL_TYPE": "vlm"}
+        where = "model_type, set in environment variable OS_SERVE_BACKENDS__MODEL_TYPE"
+    request = ["--model-type", "vlm"] if source == "request" else []
+    # omni and vlm both match: automatic detection would be ambiguous.
+    result = run_cli(detectors, "detect", "-f", "json", *args, "/m/omni-vlm", *request, env=env)
     assert result.returncode == 0, result.stderr
-    assert "ignoring --model-type vlm" in result.stderr
-    assert json.loads(result.stdout)[-1]["Backend"] == "omni"
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Configured: serve uses 'vlm' by name (") and where in first, first
+    assert "No selection" not in result.stderr
+    rows = json.loads(result.stdout)
+    assert (rows[-1]["Backend"], rows[-1]["Verdict"]) == ("vlm", "configured")
+    assert rows[-1]["Distribution"] == "vlm-runtime"
+    assert verdicts(result)["omni"] == verdicts(result)["vlm"] == "match"  # for information
+
+
+def test_a_configured_name_serve_refuses_gets_serves_message_and_status(detectors, tmp_path):
+    conf = tmp_path / "x.conf"
+    for value, status in (("vlmm", 2), ("vlm", 1)):
+        conf.write_text(f"[serve_backends]\nmodel_type = {value}\ndisabled_backends = vlm\n")
+        detect = run_cli(detectors, "detect", "--config-file", str(conf), "/m/omni")
+        serve = run_cli(detectors, "serve", "--config-file", str(conf), "/m/omni")
+        assert detect.returncode == serve.returncode == status, (detect.stderr, serve.stderr)
+        error = serve.stderr.strip().splitlines()[-1].removeprefix("sglang-backends serve: error: ")
+        assert f"It was set by [serve_backends] model_type in {conf}" in error
+        assert detect.stderr.strip().splitlines()[-1] == error
+        assert detect.stdout == ""
 
 
 def test_bad_model_type_in_the_request_is_a_usage_error_as_in_serve(detectors):
@@ -159,3 +188,46 @@ def test_a_request_longer_than_one_argument_may_be_reaches_the_worker(detectors)
     result = run_cli(detectors, "detect", "-f", "json", "/models/x", *request, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)[-1]["Verdict"] in ("fallback", "selected")
+
+
+SLOW_IMPORT = """
+import time
+from sglang_backends import ServeBackend
+
+time.sleep(1.5)
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def test_a_slow_import_shows_on_its_own_row(detectors):
+    detectors.install(
+        "lazy-runtime",
+        entry_points={"lazy": "lazy_plugin:factory"},
+        modules={"lazy_plugin.py": SLOW_IMPORT},
+    )
+    result = run_cli(detectors, "detect", "-f", "json", "/models/llama")
+    assert result.returncode == 0, result.stderr
+    rows = {row["Backend"]: row for row in json.loads(result.stdout)[:-1]}
+    assert rows["lazy"]["Verdict"] == "no detector"
+    assert rows["lazy"]["Seconds"] >= 1.5
+    assert all(rows[name]["Seconds"] < 1.5 for name in ("omni", "vlm", "sloth"))
+
+
+def test_a_configured_plugin_that_fails_to_load_fails_as_serve_would(detectors, tmp_path):
+    detectors.install(
+        "broken-runtime",
+        entry_points={"broken": "broken_plugin:factory"},
+        modules={"broken_plugin.py": "raise ImportError('needs libbroken')\n"},
+    )
+    conf = tmp_path / "x.conf"
+    conf.write_text("[serve_backends]\nmodel_type = broken-runtime:broken\n")
+    detect = run_cli(detectors, "detect", "-f", "json", "--config-file", str(conf), "/m/omni")
+    serve = run_cli(detectors, "serve", "--config-file", str(conf), "/m/omni")
+    assert detect.returncode == serve.returncode == 1, (detect.stderr, serve.stderr)
+    last = json.loads(detect.stdout)[-1]
+    assert (last["Backend"], last["Distribution"]) == ("broken", "broken-runtime")
+    assert last["Verdict"] == "configured"
+    assert "fails to load here, so serve fails" in last["Detail"]
+    assert "needs libbroken" in last["Detail"]

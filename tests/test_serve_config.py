@@ -209,3 +209,31 @@ def test_the_old_stop_timeout_variable_works_with_a_deprecation_warning(recorder
     )
     assert served.returncode == 0, served.stderr
     assert "deprecated" in served.stderr
+
+
+@pytest.mark.parametrize("command", [["serve", "m"], ["list"], ["check"], ["detect", "m"]])
+def test_every_configuration_problem_is_reported_in_one_pass(recorder, tmp_path, command):
+    env, record = recorder
+    bad = conf(tmp_path, "stop_timeout = -1\ndetect_timeout = soon\nmodel_type = recordr\n")
+    missing = tmp_path / "missing.conf"
+    args = ["--config-file", str(bad), "--config-file", str(missing)]
+    result = subprocess.run(
+        [CLI, command[0], *args, *command[1:]],
+        env={**clean_environ(env), "OS_SERVE_BACKENDS__LOAD_TIMEOUT": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 5, lines
+    for problem in ("stop_timeout", "detect_timeout", "load_timeout"):
+        [line] = [line for line in lines if f"[serve_backends] {problem}" in line]
+        where = "OS_SERVE_BACKENDS__LOAD_TIMEOUT" if problem == "load_timeout" else str(bad)
+        assert where in line, line
+    assert any(f"not found: {missing}" in line for line in lines), lines
+    [typo] = [line for line in lines if "'recordr'" in line]
+    assert "did you mean 'recorder'?" in typo and str(bad) in typo
+    assert not record.exists()
+    assert result.stdout == ""

@@ -37,6 +37,7 @@ __all__ = [
     "plugin_row",
     "positive_seconds",
     "requirements_cell",
+    "shortened",
 ]
 
 
@@ -47,7 +48,8 @@ configuration:
   OS_SERVE_BACKENDS__<OPTION> environment variables (e.g.
   OS_SERVE_BACKENDS__ENABLED_BACKENDS=omni,vlm), which override the files.
   --enable/--disable override both. A misspelt option, group or variable is
-  a warning. Exit status 2 means the configuration is invalid.
+  a warning. Exit status 2 means the configuration is invalid: every
+  problem is reported, a line each.
 """
 
 #: Global options before the command name (as OpenStack clients take them), each
@@ -95,6 +97,12 @@ _EXIT_USAGE = 2
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
 _HUMAN_FORMATS = frozenset({"table", "value", "csv"})
+#: The formats read on a terminal, row by row: a long cell is shortened (JSON, YAML
+#: and CSV, read by programs, keep every character).
+_TERMINAL_FORMATS = frozenset({"table", "value"})
+#: The longest cell table and value formats show whole: a row of a few such cells
+#: still fits a wide terminal.
+MAX_CELL = 100
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
@@ -147,6 +155,15 @@ def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
     return names
 
 
+def _flag_names(values: list[str] | None, flag: str, problems: list[str]) -> tuple[str, ...] | None:
+    """:func:`_names`, its error added to *problems* (then ``None``: no override)."""
+    try:
+        return _names(values, flag)
+    except ConfigurationError as exc:
+        problems.append(str(exc))
+        return None
+
+
 class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     """A display command honouring configuration, the environment and ``--enable``/``--disable``.
 
@@ -166,13 +183,34 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         """Every installed distribution, read once for the formatters and the survey."""
         return tuple(distributions())
 
+    #: The command's name, for the pointer ending a shortened cell (``see list -f json``);
+    #: empty for a command whose cells are never shortened (``show``: its one row is the
+    #: full text).
+    command_name = ""
+
     def safe_rows(
         self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
     ) -> list[tuple[Any, ...]]:
-        """*rows* with control characters escaped when the formatter is a human one."""
-        if getattr(parsed_args, "formatter", None) not in _HUMAN_FORMATS:
+        """*rows* as the formatter should print them: unchanged for JSON and YAML (``null``
+        stays); for a human one, with control characters escaped and no value blank (not
+        ``None``); for table and value, each cell longer than :data:`MAX_CELL` shortened.
+        """
+        formatter = getattr(parsed_args, "formatter", None)
+        if formatter not in _HUMAN_FORMATS:
             return [tuple(row) for row in rows]
-        return [tuple(printable(value) for value in row) for row in rows]
+        pointer = f"see {self.command_name} -f json"
+        short = bool(self.command_name) and formatter in _TERMINAL_FORMATS
+        return [
+            tuple(
+                ""
+                if value is None
+                else shortened(printable(value), pointer)
+                if short
+                else printable(value)
+                for value in row
+            )
+            for row in rows
+        ]
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -205,15 +243,19 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         except (ConfigurationError, UnknownBackendError) as exc:
             if self.app_args is not None and self.app_args.debug:
                 self.app.LOG.exception(exc)
-            else:
-                self.app.LOG.error("%s", exc)
+            else:  # a configuration's problems, a line each
+                for line in str(exc).splitlines():
+                    self.app.LOG.error("%s", line)
             return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
-    def survey(self, parsed_args: argparse.Namespace) -> tuple[Settings, Survey]:
+    def survey(
+        self, parsed_args: argparse.Namespace, *, model_type_checked: bool = True
+    ) -> tuple[Settings, Survey]:
         """The settings, and every installed plugin's status under their selection (imports
-        none); warns of listed names nothing provides (kept as :attr:`not_installed`) and of a
-        ``model_type`` serve would refuse.
+        none); warns of listed names nothing provides (kept as :attr:`not_installed`) and,
+        unless the command checks it itself (not *model_type_checked*), of a ``model_type``
+        serve would refuse.
         """
         settings = self.settings(parsed_args)
         installed = survey(
@@ -225,7 +267,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         self.not_installed = installed.warn_unknown(
             settings.list_origins(), preferred=settings.preferred
         )
-        problem = _model_type_problem(settings, installed)
+        problem = _model_type_problem(settings, installed) if model_type_checked else None
         if problem:
             self.app.LOG.warning("%s", problem)
         return settings, installed
@@ -233,17 +275,19 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     def settings(self, parsed_args: argparse.Namespace) -> Settings:
         """Read configuration and apply the command-line overrides.
 
-        :raises ConfigurationError: a file is missing or unreadable, or a value is invalid.
+        :raises ConfigurationError: a file is missing or unreadable, or a value is invalid:
+            every such problem, with the ``model_type`` serve would refuse, a line each.
         """
         before = self.app.options  # the global options, read before the command name
         args = [*before.config_args, *parsed_args.config_args]
         settings = Settings()
+        problems: list[str] = []
         if configured(args):  # else the defaults, without importing oslo.config
-            from sglang_backends.config import load_settings
+            from sglang_backends.config import read_settings
 
-            settings = load_settings(args=args)
-        enable = _names(parsed_args.enable, "--enable")
-        disable = _names(parsed_args.disable, "--disable")
+            settings, problems = read_settings(args)
+        enable = _flag_names(parsed_args.enable, "--enable", problems)
+        disable = _flag_names(parsed_args.disable, "--disable", problems)
         flagged = settings.flag_origins
         if enable is not None:
             flagged += (("enabled", "--enable on the command line"),)
@@ -251,7 +295,17 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         if disable is not None:
             flagged += (("disabled", "--disable on the command line"),)
             settings = settings._replace(disabled=disable)
-        return settings._replace(flag_origins=flagged)
+        settings = settings._replace(flag_origins=flagged)
+        if problems:  # and the model_type serve would refuse next: every problem at once
+            installed = survey(
+                default_builtins(),
+                enabled=settings.enabled,
+                disabled=settings.disabled,
+                installed=self.installed_distributions,
+            )
+            problem = _model_type_problem(settings, installed)
+            raise ConfigurationError("\n".join([*problems, *([problem] if problem else [])]))
+        return settings
 
 
 def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
@@ -275,6 +329,27 @@ def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
         f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
         f"fail{meant(closest)} Available values: {', '.join(values)}"
     )
+
+
+def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
+    """*value*, or when its text is longer than *width*, its beginning (to the end of a
+    ``"; "``-separated part if that loses a few characters only, else of a word), ``…``,
+    how many parts are left out and *pointer*: ``unmet: a (installed: 1); b… (+30 more;
+    see list -f json)``.
+    """
+    text = str(value)
+    if len(text) <= width:
+        return value
+    budget = width - len(pointer) - len(" (+999 more; )…")
+    head = text[:budget]
+    if "; " in head and head.rindex("; ") >= budget - 12:
+        head = head[: head.rindex("; ")]
+    elif " " in head[budget // 2 :]:  # not in the middle of a word
+        head = head[: head.rindex(" ")].removesuffix(";")
+    whole = text.startswith(f"{head}; ")  # its last part is whole
+    left = text.count("; ") + 1 - head.count("; ") - whole
+    more = f"+{left} more; " if left and "; " in text else ""
+    return f"{head.rstrip()}… ({more}{pointer})"
 
 
 def positive_seconds(text: str) -> float:

@@ -110,6 +110,8 @@ class CheckBackends(SelectionOptions, Lister):
       sglang-backends check --enable omni
     """
 
+    command_name = "check"
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         from sglang_backends.commands._worker import default_jobs
 

@@ -23,6 +23,7 @@ from sglang_backends.errors import ServeBackendError
 from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings
+from sglang_backends.survey import Survey
 from sglang_backends.usage import printable
 
 __all__ = ["DetectBackend"]
@@ -93,6 +94,32 @@ def _why(
         f"Every plugin loads alone within {bound:g} s; raise --timeout (now {timeout:g} s), "
         "or run 'sglang-backends check --contract' to test the detectors."
     )
+
+
+def _chosen(
+    given: str | None, settings: Settings, survey: Survey
+) -> tuple[str, str | None, str] | None:
+    """The backend serve would use by name (``--model-type`` in the request, else the
+    configured ``model_type``): its name, distribution and why; ``None`` for ``auto``.
+
+    :raises UnknownBackendError, DisabledBackendError, DuplicateBackendError: as serve's.
+    """
+    name = given or settings.model_type
+    if name == AUTO:
+        return None
+    where = "--model-type in the request" if given else settings.describe("model_type")
+    origin = None if given else settings.set_in("model_type")
+    plugin = survey.by_name(name, set_in=origin, origins=settings.list_origins())
+    detail = f"serve uses {name!r} by name ({where}), not detection{_fails(name)}"
+    return (name, None, detail) if plugin is None else (plugin.name, plugin.distribution, detail)
+
+
+def _fails(name: str) -> str:
+    """``, which needs SGLang (…): serve fails here`` for a built-in that cannot serve here,
+    as list, show and check give its status; else empty.
+    """
+    status = builtin_status(name)
+    return "" if status == ENABLED else f", which {status}: serve fails here"
 
 
 class _RequestParser(argparse.ArgumentParser):
@@ -172,11 +199,24 @@ class DetectBackend(SelectionOptions, Lister):
       ambiguous
           final row: several matched and none of them is in
           preferred_backends; serve would refuse (exit 1)
+      configured
+          final row: the backend serve uses by name, without detection
+          (exit 1 if it fails to load)
+
+    Seconds column: on a backend's row, what it took, its import and
+    factory (its load) and its detector; on the final row, the whole
+    detection, the loads running concurrently.
+
+    When serve would not detect (model_type set in configuration, or
+    --model-type in the request), detect says so first, naming where it was
+    set: the final row is that backend, verdict "configured", and the
+    detectors' rows are for information only. A name serve would refuse
+    (unknown, disabled) gets serve's message and exit status.
 
     The request is what you would pass to serve: a positional MODEL becomes
-    --model-path MODEL, and --model-path/--model are read; --model-type is
-    ignored. Everything after detect's own options is the request, so put
-    detect's options (-f, --config-file, ...) first: one of them after MODEL
+    --model-path MODEL, and --model-path/--model are read. Everything after
+    detect's own options is the request, so put detect's options (-f,
+    --config-file, ...) first: one of them after MODEL
     is taken as part of the request, with a warning giving the command with
     it moved first. Plugins are loaded in a
     separate process bounded by --timeout, so a plugin that hangs or crashes
@@ -188,6 +228,8 @@ class DetectBackend(SelectionOptions, Lister):
       sglang-backends detect -f json --model-path org/model --tp 2
       sglang-backends detect --detect-timeout 2 -- org/model --trust-remote-code
     """
+
+    command_name = "detect"
 
     #: argparse's own handler: the parser below copies cliff's options with ``parents``.
     conflict_handler = "error"
@@ -236,10 +278,6 @@ class DetectBackend(SelectionOptions, Lister):
         if tokens and tokens[0] == "--":
             tokens = tokens[1:]
         host = parse_host_options(tokens)
-        if host.model_type is not None and host.model_type != AUTO:
-            self.app.LOG.warning(
-                "detect explains automatic detection; ignoring --model-type %s", host.model_type
-            )
         if parsed_args.misplaced:
             given = ", ".join(" ".join(option) for option in parsed_args.misplaced)
             command = shlex.join(["sglang-backends", "detect", *parsed_args.corrected])
@@ -255,7 +293,10 @@ class DetectBackend(SelectionOptions, Lister):
                 "give them before the request, as detect's own options"
             )
 
-        configured, survey = self.survey(parsed_args)
+        configured, survey = self.survey(parsed_args, model_type_checked=False)
+        chosen = _chosen(host.model_type, configured, survey)  # as serve, before detecting
+        if chosen is not None:
+            self.app.LOG.warning("Configured: %s", chosen[2])
         settings = Settings(  # the registry's, for the worker
             enabled=configured.enabled,
             disabled=configured.disabled,
@@ -290,7 +331,15 @@ class DetectBackend(SelectionOptions, Lister):
             for o in result.outcomes
         ]
         seconds = round(result.seconds, 4)
-        if result.selected is None:
+        if chosen is not None:  # the detectors' verdicts were for information
+            name, distribution, detail = chosen
+            loaded = (o for o in result.outcomes if (o.name, o.distribution) == chosen[:2])
+            failed = next((o for o in loaded if o.verdict == "error"), None)
+            if failed is not None and not (failed.detail or "").startswith("detector"):
+                detail += f"; it fails to load here, so serve fails: {failed.detail}"
+                self.failed = True
+            rows.append((name, distribution, "configured", seconds, detail))
+        elif result.selected is None:
             matches = ", ".join(result.matches)
             detail = (
                 f"several backends matched: {matches}; serve refuses to guess. {AMBIGUITY_WAY_OUT}"
@@ -299,10 +348,7 @@ class DetectBackend(SelectionOptions, Lister):
             self.app.LOG.warning("No selection: %s", detail)
             self.failed = True
         elif result.fallback:
-            detail = "no backend claimed the request; llm is the fallback"
-            status = builtin_status(result.selected)
-            if status != ENABLED:  # as list, show and check say it
-                detail += f", which {status}: serve fails here"
+            detail = f"no backend claimed the request; llm is the fallback{_fails(result.selected)}"
             rows.append((result.selected, None, "fallback", seconds, detail))
             self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         else:

@@ -69,6 +69,8 @@ class ListBackends(SelectionOptions, Lister):
       sglang-backends list -c Name -c Status -f value
     """
 
+    command_name = "list"
+
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
