@@ -238,7 +238,7 @@ def run(
             stops.arm()
             signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
             if os.getppid() != supervisor:  # the supervisor has gone already
-                raise processes.StopRequested(128 + signal.SIGTERM)
+                raise SystemExit(128 + signal.SIGTERM)
             status = work(tell)
     except SystemExit as exc:
         status = processes.exit_status(exc)

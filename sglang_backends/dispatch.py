@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from sglang_backends.errors import UsageError
+from sglang_backends.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from sglang_backends.contract import ServeRequest
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 __all__ = [
     "PROG",
     "HostOptions",
-    "UsageError",
     "hoisted",
     "model_path_from",
     "normalize",
@@ -61,9 +60,9 @@ class HostOptions(NamedTuple):
 
 def _check_model_type(value: str) -> str:
     if not value:
-        raise UsageError("--model-type needs a backend name, got an empty value")
+        raise ConfigurationError("--model-type needs a backend name, got an empty value")
     if value.startswith("-") or _INVALID_NAME.search(value):
-        raise UsageError(
+        raise ConfigurationError(
             f"--model-type {value!r} is not a backend name "
             "(expected auto, NAME or DIST:NAME, without '/' or spaces)"
         )
@@ -100,7 +99,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
     from the model or the first other argument on, they are the backend's
     and are left in place.
 
-    :raises UsageError: a dangling or empty option value, or a
+    :raises ConfigurationError: a dangling or empty option value, or a
         ``--model-type`` value that cannot be a backend name.
     """
     model_type: str | None = None
@@ -115,7 +114,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
             elif option == "--model-type" and value is not None:
                 model_type = _check_model_type(value)
             elif not value:
-                raise UsageError(f"{option} expects a value")
+                raise ConfigurationError(f"{option} expects a value")
             else:
                 config += [option, value]
         else:

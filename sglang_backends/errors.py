@@ -17,20 +17,13 @@ from collections.abc import Iterable
 
 __all__ = [
     "AmbiguousDetectionError",
-    "BackendAPIVersionError",
     "BackendConflictError",
     "BackendLoadError",
     "BackendTypeError",
     "ConfigurationError",
     "DisabledBackendError",
-    "DuplicateBackendError",
-    "HostError",
-    "PluginCodeError",
-    "ReservedNameError",
-    "SelectionTypeError",
     "ServeBackendError",
     "UnknownBackendError",
-    "UsageError",
 ]
 
 
@@ -54,21 +47,20 @@ class ServeBackendError(Exception):
         self.distribution = distribution
 
 
-class ReservedNameError(ServeBackendError, ValueError):
-    """A built-in backend was given a reserved name such as ``auto``."""
-
-
 class BackendConflictError(ServeBackendError, RuntimeError):
-    """An installed plugin claims a reserved or built-in backend name."""
-
-
-class DuplicateBackendError(ServeBackendError, RuntimeError):
-    """Several distributions register the same backend name; :attr:`providers`, sorted."""
+    """Several claim one backend name: a usable plugin and a built-in or reserved name, or
+    several distributions (:attr:`providers`, sorted) of which none was picked as ``DIST:NAME``.
+    """
 
     def __init__(
-        self, message: str, *, name: str | None = None, providers: tuple[str, ...] = ()
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        distribution: str | None = None,
+        providers: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(message, name=name)
+        super().__init__(message, name=name, distribution=distribution)
         self.providers = tuple(providers)
 
 
@@ -84,18 +76,16 @@ class DisabledBackendError(ServeBackendError, ValueError):
 
 
 class BackendLoadError(ServeBackendError, RuntimeError):
-    """A plugin failed to import, was not callable, or its factory raised.
-
-    Whatever the plugin raised, ``SystemExit`` or ``asyncio.CancelledError`` included.
+    """A backend could not be loaded: its plugin failed to import, was not callable, its
+    factory raised (whatever it raised, ``SystemExit`` or ``asyncio.CancelledError``
+    included) or it declares a contract version this package does not speak; or a
+    built-in needs a part of SGLang that is not importable (the message says what to
+    install), or SGLang's general plugins failed to load.
     """
 
 
 class BackendTypeError(ServeBackendError, TypeError):
     """A factory returned something other than a ``ServeBackend``."""
-
-
-class BackendAPIVersionError(ServeBackendError, RuntimeError):
-    """A backend declares a contract version this package does not speak."""
 
 
 class AmbiguousDetectionError(ServeBackendError, RuntimeError):
@@ -106,29 +96,11 @@ class AmbiguousDetectionError(ServeBackendError, RuntimeError):
         self.matches = tuple(matches)
 
 
-class ConfigurationError(ServeBackendError, ValueError):
-    """Configuration is missing, unreadable or invalid; the message names the file and option."""
-
-
-class SelectionTypeError(ServeBackendError, TypeError):
-    """An enabled or disabled list was given as a string, not a collection of names."""
-
-
-class UsageError(ServeBackendError, ValueError):
-    """``serve``'s command line itself is wrong (exit status 2)."""
-
-
-class PluginCodeError(ServeBackendError, RuntimeError):
-    """Plugin code raised a ``BaseException`` that is not an ``Exception``, or failed an ``assert``.
-
-    stevedore lets an ``AssertionError`` through its failure callback; the original is the cause.
-    A load reports it as the cause of a :class:`BackendLoadError`.
-    """
-
-
-class HostError(ServeBackendError, RuntimeError):
-    """SGLang, the host, failed: a built-in backend needs a part of it that is not importable
-    (the message says what to install), or its general plugins failed to load.
+class ConfigurationError(ServeBackendError, ValueError, TypeError):
+    """Configuration is missing, unreadable or invalid, the message naming the file and
+    option; or the registry's arguments are (a built-in named ``auto``, an enabled or
+    disabled list given as a string: a ``TypeError`` too); or ``serve``'s command line is
+    (exit status 2).
     """
 
 

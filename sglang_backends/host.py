@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sglang_backends.dispatch import PROG, wants_help
-from sglang_backends.errors import HostError, describe
+from sglang_backends.errors import BackendLoadError, describe
 from sglang_backends.names import general_plugins_allowed
 
 if TYPE_CHECKING:
@@ -204,23 +204,23 @@ def _import_sglang(
         return None
 
 
-def _missing(name: str, exc: Exception) -> HostError:
+def _missing(name: str, exc: Exception) -> BackendLoadError:
     places = _sglang_package()
     if places is not None and not _has_serve_backend_api(places):
         # A fork, or an SGLang before the API: nothing of it was imported.
         provider = _provider(places)
-        return HostError(
+        return BackendLoadError(
             f"The {name!r} backend needs SGLang, but {_unusable(provider)}; "
             f"{_advice(name, provider)}"
         )
-    return HostError(
+    return BackendLoadError(
         f"The {name!r} backend needs SGLang, which is not importable "
         f"({exc}); install it with: {INSTALL_COMMANDS[name]}"
     )
 
 
 def _required(backend: str, module: str, name: str) -> Any:
-    """*name* from SGLang's *module*, or a HostError saying what *backend* needs installed."""
+    """*name* from SGLang's *module*, or a load error saying what *backend* needs installed."""
     if not sglang_installed():  # nothing of a fork is imported
         raise _missing(backend, ImportError("No module named 'sglang'"))
     _quiet_sglang()
@@ -233,7 +233,7 @@ def _required(backend: str, module: str, name: str) -> Any:
 def run_llm(request: ServeRequest) -> None:
     """Run SGLang's LLM server with the request's arguments, or print its help.
 
-    :raises HostError: SGLang is not importable; the message says what to install.
+    :raises BackendLoadError: SGLang is not importable; the message says what to install.
     """
     if not sglang_installed():
         raise _missing("llm", ImportError("No module named 'sglang'"))
@@ -258,7 +258,7 @@ def _diffusion_parser(
 def run_diffusion(request: ServeRequest) -> None:
     """Run SGLang's diffusion server with the request's arguments, or print its help.
 
-    :raises HostError: diffusion support is not importable; it says what to install.
+    :raises BackendLoadError: diffusion support is not importable; it says what to install.
     """
     if wants_help(request.argv):
         module = _import_sglang(
@@ -366,7 +366,7 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
 
     :param installed: the distributions to look for them in (a survey's), by default all.
     :returns: whether SGLang's loader ran in this call.
-    :raises HostError: SGLang's loader raised.
+    :raises BackendLoadError: SGLang's loader raised.
     """
     global _general_plugins_done
     with _general_plugins_lock:
@@ -401,7 +401,7 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
             load()
         except Exception as exc:
             failed = f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load"
-            raise HostError(f"{failed}: {describe(exc)}") from exc
+            raise BackendLoadError(f"{failed}: {describe(exc)}") from exc
         # They can take seconds (smg-grpc-servicer's: 14 s): say whose, and how to skip them.
         shown = ", ".join(
             f"{name} ({plugin.provider})" for name in sorted(names) for plugin in found[name]
@@ -418,17 +418,13 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
 _NOTE_FILE, _NOTE_NAME = "sglang/cli/main.py", "COOKBOOK_EPILOG"
 
 
-class _NotStatic(Exception):
-    """The note cannot be read without executing SGLang's code; the message says why."""
-
-
 def help_note() -> str | None:
     """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``; read, not imported."""
     if not sglang_installed():  # cheap: no package, no metadata lookup
         return None
     try:
         return _static_note()
-    except _NotStatic as exc:
+    except ValueError as exc:
         LOG.debug("Importing sglang.cli.main for its help note: %s", exc)
     main = _import_sglang(  # a note is never worth a failure
         "sglang.cli.main", "No help note: sglang.cli.main failed to import: %s", expected=True
@@ -446,7 +442,7 @@ def _static_note() -> str | None:
     try:
         dist = importlib.metadata.distribution("sglang")
     except importlib.metadata.PackageNotFoundError as exc:
-        raise _NotStatic("no sglang distribution is installed") from exc
+        raise ValueError("no sglang distribution is installed") from exc
     path = str(dist.locate_file(_NOTE_FILE))
     if os.path.lexists(path) and not is_regular_file(path):  # a FIFO, say: it could block
         LOG.debug("No help note: %s is not a regular file", path)
@@ -456,10 +452,10 @@ def _static_note() -> str | None:
         try:
             files = dist.files if has_metadata(dist, "RECORD") else None
         except OSError as exc:
-            raise _NotStatic(str(exc)) from exc
+            raise ValueError(str(exc)) from exc
         listed = [str(f.locate()) for f in files or () if f.as_posix() == _NOTE_FILE]
         if not listed or not is_regular_file(listed[0]):
-            raise _NotStatic(f"no regular file {_NOTE_FILE} in the sglang distribution")
+            raise ValueError(f"no regular file {_NOTE_FILE} in the sglang distribution")
         path = listed[0]
     return _read_string(path, _NOTE_NAME) or None
 
@@ -472,7 +468,7 @@ def _read_string(path: str, name: str) -> str:
         with open(path, "rb") as stream:
             tree = ast.parse(stream.read(), filename=path)
     except (OSError, SyntaxError, ValueError) as exc:
-        raise _NotStatic(f"{path} could not be read: {exc}") from exc
+        raise ValueError(f"{path} could not be read: {exc}") from exc
     bound: dict[str, list[ast.expr]] = {}
     for statement in tree.body:
         if isinstance(statement, ast.Assign):
@@ -492,9 +488,9 @@ def _read_string(path: str, name: str) -> str:
             values = bound.get(node.id, [])
             if len(values) != 1:
                 how = "not bound" if not values else "bound more than once"
-                raise _NotStatic(f"{node.id} is {how} at module level")
+                raise ValueError(f"{node.id} is {how} at module level")
             if node.id in seen:
-                raise _NotStatic(f"{node.id} refers to itself")
+                raise ValueError(f"{node.id} refers to itself")
             return evaluate(values[0], seen | {node.id})
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             return evaluate(node.left, seen) + evaluate(node.right, seen)
@@ -506,6 +502,6 @@ def _read_string(path: str, name: str) -> str:
             and node.format_spec is None
         ):
             return evaluate(node.value, seen)
-        raise _NotStatic(f"{ast.unparse(node)[:80]!r} is not a string literal")
+        raise ValueError(f"{ast.unparse(node)[:80]!r} is not a string literal")
 
     return evaluate(ast.Name(id=name), frozenset())

@@ -38,7 +38,6 @@ from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_
 from sglang_backends.discovery import PluginEntryPoint
 from sglang_backends.errors import (
     BackendLoadError,
-    PluginCodeError,
     ServeBackendError,
     backend_named,
     describe,
@@ -50,7 +49,6 @@ from sglang_backends.processes import from_signal
 __all__ = [
     "BackendLoader",
     "Candidate",
-    "PluginCodeError",
     "call_plugin_code",
     "load_failure",
     "load_plugin",
@@ -59,6 +57,7 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=BaseException)
 
 #: Seconds a load may run before a line says it is still loading.
 SLOW_LOAD_NOTICE = 5.0
@@ -70,29 +69,36 @@ _NOTICE_EVERY = 30.0
 Candidate = tuple[Hashable, PluginEntryPoint | None, Callable[[], RegisteredServeBackend]]
 
 
-def call_plugin_code(function: Callable[[], _T]) -> _T:
-    """Call plugin code; whatever it raises is an ``Exception`` afterwards.
+def call_plugin_code(function: Callable[[], _T], failure: Callable[[BaseException], _E]) -> _T:
+    """Call plugin code; whatever it raises becomes ``failure(exc)``, raised from it.
 
     Only a stop signal's unwinding (:func:`~sglang_backends.processes.from_signal`:
-    a ``KeyboardInterrupt`` or :class:`~sglang_backends.processes.StopRequested` a
-    signal caused) is the user's and propagates; a plugin's own raise of either is
-    its failure, as any other ``BaseException`` is.
-
-    :raises PluginCodeError: the plugin raised a ``BaseException`` that is
-        not an ``Exception``, or an ``AssertionError``.
+    a ``KeyboardInterrupt`` or ``SystemExit`` a signal caused) is the user's and
+    propagates; a plugin's own raise of either is its failure, as any other
+    ``BaseException`` is. An error of this package's (a failure stevedore's
+    callback already worded) passes as it is.
     """
     try:
         return function()
-    except AssertionError as exc:
-        raise PluginCodeError(describe_typed(exc)) from exc
-    except Exception:
+    except ServeBackendError:
         raise
     except BaseException as exc:
         if from_signal(exc):
             raise
-        if isinstance(exc, SystemExit):
-            raise PluginCodeError(f"plugin called sys.exit({exc.code!r}) while loading") from exc
-        raise PluginCodeError(f"plugin code raised {describe_typed(exc)}") from exc
+        raise failure(exc) from exc
+
+
+def _cause(exc: BaseException) -> str:
+    """What plugin code did, in a failure's words: a ``sys.exit``, a failed ``assert`` or
+    another ``BaseException`` by its type, an exception by its message.
+    """
+    if isinstance(exc, SystemExit):
+        return f"plugin called sys.exit({exc.code!r}) while loading"
+    if isinstance(exc, AssertionError):
+        return describe_typed(exc)
+    if not isinstance(exc, Exception):
+        return f"plugin code raised {describe_typed(exc)}"
+    return describe(exc)
 
 
 class _GuardedEntryPoint(importlib.metadata.EntryPoint):
@@ -136,7 +142,7 @@ def load_failure(
 
         unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
     return BackendLoadError(
-        f"Failed to load {named}: {describe(exc)}{unmet}",
+        f"Failed to load {named}: {_cause(exc)}{unmet}",
         name=name,
         distribution=plugin.distribution if plugin else None,
     )
@@ -155,13 +161,11 @@ def load_plugin(plugin: PluginEntryPoint) -> object:
     entry_point = plugin.entry_point
     guarded = _GuardedEntryPoint(entry_point.name, entry_point.value, entry_point.group)
     manager = _chosen_driver_manager()
-    try:
-        # stevedore hands an Exception to the callback and lets the rest through.
-        loaded = call_plugin_code(
-            lambda: manager(guarded, invoke_on_load=True, on_load_failure_callback=failed)
-        )
-    except PluginCodeError as exc:
-        raise load_failure(plugin.name, plugin, exc) from exc
+    # stevedore hands an Exception to the callback and lets the rest through.
+    loaded = call_plugin_code(
+        lambda: manager(guarded, invoke_on_load=True, on_load_failure_callback=failed),
+        functools.partial(load_failure, plugin.name, plugin),
+    )
     # Not ``loaded.driver``: for a factory returning something falsy it gives the factory.
     return loaded.extensions[0].obj
 

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     import psutil
 
 __all__ = [
-    "StopRequested",
     "StopSignals",
     "become_subreaper",
     "descendants",
@@ -54,10 +53,6 @@ _POLL = 0.02  # seconds between checks while waiting for processes to end
 
 
 # -- signals ----------------------------------------------------------------------
-
-
-class StopRequested(SystemExit):
-    """``SystemExit(128 + N)`` raised by stop signal N, so that code guarding plugins lets it by."""
 
 
 # serve's stop messages, worded once for the supervisor and for serve's in-process path.
@@ -206,7 +201,7 @@ class StopSignals:
             self._watchdog = threading.Timer(self._timeout, self._expire)
             self._watchdog.daemon = True
             self._watchdog.start()
-        raise KeyboardInterrupt() if signum == signal.SIGINT else StopRequested(128 + signum)
+        raise KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
 
     def _expire(self) -> None:
         if self.armed:
@@ -227,12 +222,12 @@ _WATCHING: list[StopSignals] = []
 
 def from_signal(exc: BaseException) -> bool:
     """Whether *exc* is a stop signal's unwinding (a ``KeyboardInterrupt`` or
-    :class:`StopRequested` in the main thread after one came), not plugin code's own raise.
+    ``SystemExit`` in the main thread after one came), not plugin code's own raise.
 
     Where no :class:`StopSignals` watches this process nothing tells them apart, so a
     ``KeyboardInterrupt`` in the main thread is taken as the user's, as Python takes it.
     """
-    if not isinstance(exc, (KeyboardInterrupt, StopRequested)):
+    if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return False
     if threading.current_thread() is not threading.main_thread():
         return False  # signals unwind the main thread alone

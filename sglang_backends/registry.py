@@ -79,12 +79,11 @@ class ServeBackendRegistry:
         and the errors naming a plugin the lists leave out.
     :param preferred: backend names in order of preference: when several
         detectors match, :meth:`explain` selects the first of them listed.
-    :raises ReservedNameError: a built-in is named ``auto``.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
-    :raises SelectionTypeError: *enabled* or *disabled* is a string, not a
-        collection (a ``TypeError``).
-    :raises ConfigurationError: a timeout is not a positive number of seconds,
-        at most :data:`~sglang_backends.settings.MAX_TIMEOUT` (a ``ValueError``).
+    :raises ConfigurationError: a built-in is named ``auto`` or a timeout is not a
+        positive number of seconds, at most :data:`~sglang_backends.settings.MAX_TIMEOUT`
+        (a ``ValueError``); *enabled* or *disabled* is a string, not a collection (a
+        ``TypeError`` too).
     """
 
     def __init__(
@@ -203,12 +202,11 @@ class ServeBackendRegistry:
 
         :raises UnknownBackendError: no such backend (a ``ValueError``).
         :raises DisabledBackendError: installed but not selected (a ``ValueError``).
-        :raises DuplicateBackendError: several providers and none picked.
+        :raises BackendConflictError: several providers and none picked.
         :raises BackendLoadError: import failed, the target is not callable,
-            the factory raised (whatever it raised), or the factory asked
-            for its own backend.
+            the factory raised (whatever it raised), the factory asked
+            for its own backend, or the backend declares another contract version.
         :raises BackendTypeError: the factory did not return a ``ServeBackend``.
-        :raises BackendAPIVersionError: the backend declares another version.
         :param progress: told as its load starts and ends, if it is loaded.
         """
         registered = self._by_name.get(name)
@@ -225,10 +223,11 @@ class ServeBackendRegistry:
             obj = load_plugin(plugin)
         else:
             builtin = self._builtins[name]
+            failure = partial(load_failure, name, None)
             try:
-                obj = call_plugin_code(builtin) if callable(builtin) else builtin
-            except Exception as exc:
-                raise load_failure(name, None, exc) from exc
+                obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
+            except errors.ServeBackendError as exc:  # the part of SGLang it needs, say
+                raise failure(exc) from exc
         backend = coerce_backend(obj)
         if backend is None:
             by = f" (provided by {provider})" if provider else ""
@@ -239,7 +238,7 @@ class ServeBackendRegistry:
                 distribution=dist,
             )
         if backend.api_version != SERVE_BACKEND_API_VERSION:
-            raise errors.BackendAPIVersionError(
+            raise errors.BackendLoadError(
                 f"{errors.backend_named(name, provider, start=True)} uses API version "
                 f"{backend.api_version!r}; this sglang-backends release requires version "
                 f"{SERVE_BACKEND_API_VERSION}.",

@@ -22,10 +22,8 @@ from sglang_backends.discovery import (
 )
 from sglang_backends.errors import (
     BackendConflictError,
+    ConfigurationError,
     DisabledBackendError,
-    DuplicateBackendError,
-    ReservedNameError,
-    SelectionTypeError,
     UnknownBackendError,
     backend_named,
     closest,
@@ -208,18 +206,17 @@ def duplicate_text(
 def check_lists(builtin_names: Collection[str], enabled: object, disabled: object) -> None:
     """Refuse a reserved built-in name and a list given as a string.
 
-    :raises ReservedNameError: a built-in is named ``auto``.
-    :raises SelectionTypeError: *enabled* or *disabled* is a string, not a
-        collection (a ``TypeError``).
+    :raises ConfigurationError: a built-in is named ``auto``, or *enabled* or *disabled*
+        is a string, not a collection (a ``TypeError`` too).
     """
     reserved = sorted(set(builtin_names) & RESERVED_SERVE_BACKEND_NAMES)
     if reserved:
-        raise ReservedNameError(
+        raise ConfigurationError(
             f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
         )
     for label, names in (("enabled", enabled), ("disabled", disabled)):
         if isinstance(names, str):
-            raise SelectionTypeError(f"{label} must be a collection of backend names, not a string")
+            raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
 
 
 def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
@@ -326,7 +323,7 @@ def choose(
     :raises UnknownBackendError: nothing usable has that name (built-in and
         reserved names are never plugins).
     :raises DisabledBackendError: the lists exclude it.
-    :raises DuplicateBackendError: several distributions provide it.
+    :raises BackendConflictError: several distributions provide it.
     """
     plain = name if name in discovered else split_qualified_name(name)[1]
     candidates = designated(name, discovered)
@@ -348,7 +345,7 @@ def choose(
             distribution=candidates[0].distribution,
         )
     if len(candidates) > 1:
-        raise DuplicateBackendError(
+        raise BackendConflictError(
             duplicate_text(plain, candidates, discovered),
             name=plain,
             providers=tuple(c.provider for c in candidates),

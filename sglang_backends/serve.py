@@ -36,7 +36,6 @@ from sglang_backends.errors import (
     DisabledBackendError,
     ServeBackendError,
     UnknownBackendError,
-    UsageError,
     describe,
     describe_typed,
     set_in_configuration,
@@ -67,14 +66,6 @@ EXIT_FAILURE, EXIT_USAGE = 1, 2
 
 #: Seconds detection may take beyond ``load_timeout + detect_timeout`` before it is ended.
 DETECTION_GRACE = 2.0
-
-
-class _Failure(ServeBackendError):
-    """An expected failure: print its message and exit with *status*."""
-
-    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @contextlib.contextmanager
@@ -159,12 +150,12 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
     return f"{registered.name!r} (from an entry point without distribution metadata)"
 
 
-def _failed(description: str, exc: BaseException) -> _Failure:
+def _failed(description: str, exc: BaseException) -> ServeBackendError:
     """The one-line failure of *description*'s ``run()``: its message or type; for a
     ``BaseException`` that is not an ``Exception`` (``CancelledError``, say), its type.
     """
     cause = describe(exc) if isinstance(exc, Exception) else f"run() raised {describe_typed(exc)}"
-    return _Failure(f"serve backend {description} failed: {cause}", EXIT_FAILURE)
+    return ServeBackendError(f"serve backend {description} failed: {cause}")
 
 
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
@@ -194,7 +185,7 @@ def _launch_here(
         on_force=lambda: processes.stop_tree(processes.descendants, 0),
     )
     status = 0
-    failure: _Failure | None = None
+    failure: ServeBackendError | None = None
     with guard:
         try:
             try:
@@ -208,7 +199,7 @@ def _launch_here(
             status = 128 + signal.SIGINT
         except SystemExit as exc:
             status = processes.exit_status(exc)
-        except _Failure as exc:
+        except ServeBackendError as exc:
             failure = exc
         processes.log_swept(processes.stop_tree(processes.descendants, timeout))
     if guard.signum is not None:
@@ -263,13 +254,13 @@ def _backend(
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
     if registered.backend.requires_model_path and request.model_path is None:
-        raise _Failure(f"serve backend {description} needs a model. {usage_line()}", EXIT_USAGE)
+        raise ConfigurationError(f"serve backend {description} needs a model. {usage_line()}")
     try:
         status = launch(description, registered)
-    except _Failure as exc:
+    except ServeBackendError as exc:
         if detection is not None and detection.fallback and not sglang_host.sglang_installed():
             why = _unclaimed(registry, settings, request, detection)
-            raise _Failure(f"{why} {exc}", exc.status) from exc
+            raise type(exc)(f"{why} {exc}") from exc
         raise
     if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
         print(
@@ -381,10 +372,8 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     failure: Exception
     try:
         return step()
-    except _Failure as exc:
-        failure, status = exc, exc.status
     except ServeBackendError as exc:
-        usage = isinstance(exc, (UnknownBackendError, ConfigurationError, UsageError))
+        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
         failure, status = exc, EXIT_USAGE if usage else EXIT_FAILURE
     except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
@@ -405,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         host = parse_host_options(args)
-    except UsageError as exc:
+    except ConfigurationError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     with _logging_to_stderr(host.debug):

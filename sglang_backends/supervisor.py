@@ -89,18 +89,16 @@ def _error(prog: str, text: str) -> None:
         print(f"{prog}: error: {printable(text)}", file=sys.stderr, flush=True)
 
 
-class _ForkFailed(Exception):
-    """``os.fork`` refused: the one line serve prints."""
-
-
-def _fork() -> int:
-    """``os.fork``; a refusal (a process limit, memory) is :class:`_ForkFailed`."""
+def _fork() -> int | str:
+    """``os.fork``'s pid, or the one line serve prints when it is refused (a process
+    limit, memory).
+    """
     flush()
     try:
         return os.fork()
     except OSError as exc:
         limit = " (RLIMIT_NPROC?)" if exc.errno == errno.EAGAIN else ""
-        raise _ForkFailed(f"fork failed: {exc.strerror}{limit}") from exc
+        return f"fork failed: {exc.strerror}{limit}"
 
 
 # -- the front ------------------------------------------------------------------
@@ -150,13 +148,13 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             news=writer,
             terminal=terminal if foreground else None,
         )
-        try:
-            pid = _fork()
-        except _ForkFailed as exc:
+        forked = _fork()
+        if isinstance(forked, str):
             os.close(news)
             os.close(writer)
-            _error(prog, str(exc))
+            _error(prog, forked)
             return _EXIT_FAILURE
+        pid = forked
         if pid == 0:
             os.close(news)
             _supervisor_process(work, setup)
@@ -248,6 +246,11 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
         me = os.getpid()
         reader, writer = os.pipe()
         child = _fork()
+        if isinstance(child, str):
+            os.close(reader)
+            os.close(writer)
+            _error(setup.prog, child)
+            os._exit(status)
         if child == 0:
             os.close(reader)
             os.close(setup.news)
@@ -261,8 +264,6 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
         backend_process.tell(setup.news, child)  # should the supervisor be killed
         os.close(setup.news)
         status = supervision.run()
-    except _ForkFailed as exc:
-        _error(setup.prog, str(exc))
     except BaseException:
         LOG.exception("The serve supervisor failed")
     finally:

@@ -100,7 +100,7 @@ class Survey(NamedTuple):
         serve's error, imported nothing.
 
         :param set_in: where configuration set *name*, which the error then says.
-        :raises UnknownBackendError, DisabledBackendError, DuplicateBackendError: as serve's.
+        :raises UnknownBackendError, DisabledBackendError, BackendConflictError: as serve's.
         """
         if name in self.builtins:
             return None

@@ -6,12 +6,12 @@ import pytest
 
 from sglang_backends.contract import ServeRequest
 from sglang_backends.dispatch import (
-    UsageError,
     model_path_from,
     normalize,
     parse_host_options,
     wants_help,
 )
+from sglang_backends.errors import ConfigurationError
 
 
 def test_upstream_example():
@@ -109,7 +109,7 @@ def test_model_type_is_removed_from_anywhere_and_keeps_the_leading_run():
     ],
 )
 def test_bad_host_options_are_usage_errors(argv, phrase):
-    with pytest.raises(UsageError, match=phrase):
+    with pytest.raises(ConfigurationError, match=phrase):
         parse_host_options(argv)
 
 

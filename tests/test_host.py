@@ -31,7 +31,7 @@ from sglang_standin import (
 
 from sglang_backends import ServeBackendDetection, ServeRequest
 from sglang_backends.discovery import discover
-from sglang_backends.errors import HostError
+from sglang_backends.errors import BackendLoadError
 from sglang_backends.host import (
     BUILTIN_NOTES,
     DIFFUSION_INSTALL_HINT,
@@ -485,7 +485,7 @@ def test_llm_beside_a_fork_names_it_and_advises_no_install_over_it(fork_env, arg
 
 def test_an_sglang_before_the_serve_backend_api_is_told_to_upgrade(site):
     install_fork(site, "sglang", "0.5.17")
-    with pytest.raises(HostError) as refused:
+    with pytest.raises(BackendLoadError) as refused:
         run_llm(ServeRequest(argv=("org/model",), model_path="org/model"))
     assert str(refused.value) == (
         "The 'llm' backend needs SGLang, but the installed 'sglang' package (from sglang "

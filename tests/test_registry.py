@@ -7,7 +7,6 @@ Every plugin here is a real installed distribution (a dist-info directory on
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 import threading
 import time
@@ -15,13 +14,11 @@ import time
 import pytest
 
 from sglang_backends import (
-    BackendAPIVersionError,
     BackendConflictError,
     BackendLoadError,
     BackendTypeError,
+    ConfigurationError,
     DisabledBackendError,
-    DuplicateBackendError,
-    ReservedNameError,
     ServeBackend,
     ServeBackendDetection,
     ServeBackendError,
@@ -175,7 +172,7 @@ def test_disabled_conflicting_plugin_does_not_raise(install_backend, preinstalle
 def test_builtin_named_auto_is_a_value_error():
     with pytest.raises(ValueError, match="auto") as info:
         ServeBackendRegistry({"auto": ServeBackend(api_version=1, run=print)})
-    assert isinstance(info.value, ReservedNameError)
+    assert isinstance(info.value, ConfigurationError)
 
 
 @pytest.mark.parametrize("same_target", [False, True], ids=["own-targets", "same-target"])
@@ -195,7 +192,7 @@ def test_two_providers_of_one_name_raise_before_importing_either(
     assert "Multiple distributions register serve backend 'omni': acme-runtime, zed-runtime." in (
         str(info.value)
     )
-    assert isinstance(info.value, DuplicateBackendError)
+    assert isinstance(info.value, BackendConflictError)
     assert info.value.providers == ("acme-runtime", "zed-runtime")
     assert first not in sys.modules
     assert second not in sys.modules
@@ -236,13 +233,13 @@ BROKEN = {
         None,
         "Failed to load serve backend 'broken' from broken-runtime: "
         "plugin called sys.exit(3) while loading",
-        RuntimeError,
+        SystemExit,
     ),
     "assert": (
         "assert False, 'bad setup'",
         None,
         "Failed to load serve backend 'broken' from broken-runtime: AssertionError: bad setup",
-        RuntimeError,
+        AssertionError,
     ),
     "not-callable": (
         "",
@@ -334,7 +331,7 @@ def test_other_api_version_is_a_runtime_error(install_backend):
     install_backend("future-runtime", "future", api_version=2)
     with pytest.raises(RuntimeError) as info:
         ServeBackendRegistry(default_builtins()).get("future")
-    assert isinstance(info.value, BackendAPIVersionError)
+    assert isinstance(info.value, BackendLoadError)
     message = str(info.value)
     assert message.startswith("Serve backend 'future' from future-runtime uses API version 2;")
     assert message.endswith("requires version 1.")
@@ -418,38 +415,6 @@ def test_invalid_timeout_is_refused(option, value):
     # 1e10 s is past what a thread may wait (threading.TIMEOUT_MAX): refused, not an OverflowError.
     with pytest.raises(ValueError, match=option):
         ServeBackendRegistry(default_builtins(), **{option: value})
-
-
-def test_the_api_guides_registry_example_runs(site, install_backend, preinstalled):
-    import pathlib
-    import re
-    import textwrap
-
-    api = pathlib.Path(__file__).resolve().parent.parent / "doc/source/reference/api.rst"
-    section = api.read_text(encoding="utf-8").split("Using the registry\n===", 1)[1]
-    block = re.search(r".. code-block:: python\n\n((?:   .*\n|\n)+)", section).group(1)
-    example = textwrap.dedent(block)
-    install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.MATCH")
-    result = subprocess.run(
-        [sys.executable, "-c", example],
-        env=site.environ(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    # The subprocess sees the same environment, so the same installed backends;
-    # their verdict lines are left out.
-    lines = result.stdout.splitlines()
-    assert lines[:3] == [
-        repr(("llm", "diffusion", *sorted({"omni", *preinstalled}))),
-        "llm None",
-        "omni",
-    ]
-    assert [line for line in lines[3:] if line.split(":")[0] not in preinstalled] == [
-        "diffusion: unknown",
-        "omni: match",
-    ]
 
 
 @pytest.mark.parametrize("selection", [{"enabled": "omni"}, {"disabled": "omni"}])

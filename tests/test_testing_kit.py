@@ -186,13 +186,13 @@ def test_fixture_registry_takes_the_settings_options(serve_backends):
 @pytest.mark.parametrize("label", ["enabled", "disabled"])
 def test_fixture_registry_refuses_a_string_for_a_list_as_the_registry_does(serve_backends, label):
     from sglang_backends import ServeBackendRegistry
-    from sglang_backends.errors import SelectionTypeError
+    from sglang_backends.errors import ConfigurationError
 
     install(serve_backends, "omni", GOOD)
     install(serve_backends, "o", GOOD)
-    with pytest.raises(SelectionTypeError) as theirs:
+    with pytest.raises(ConfigurationError) as theirs:
         ServeBackendRegistry({}, **{label: "omni"})
-    with pytest.raises(SelectionTypeError) as ours:
+    with pytest.raises(ConfigurationError) as ours:
         serve_backends.registry(**{label: "omni"})
     assert str(ours.value) == str(theirs.value)
 

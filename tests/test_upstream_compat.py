@@ -13,7 +13,7 @@ import pytest
 from sglang_standin import MODULES
 
 from sglang_backends import (
-    BackendAPIVersionError,
+    BackendLoadError,
     BackendTypeError,
     ServeBackend,
     ServeBackendDetection,
@@ -112,7 +112,7 @@ def test_upstream_unknown_is_unknown(upstream):
 
 def test_upstream_backend_with_another_version_is_refused(upstream):
     upstream(version=2)
-    with pytest.raises(BackendAPIVersionError, match="uses API version 2"):
+    with pytest.raises(BackendLoadError, match="uses API version 2"):
         ServeBackendRegistry(default_builtins()).get("legacy")
 
 

@@ -102,7 +102,7 @@ def _chosen(
     """The backend serve would use by name (``--model-type`` in the request, else the
     configured ``model_type``): its name, distribution and why; ``None`` for ``auto``.
 
-    :raises UnknownBackendError, DisabledBackendError, DuplicateBackendError: as serve's.
+    :raises UnknownBackendError, DisabledBackendError, BackendConflictError: as serve's.
     """
     name = given or settings.model_type
     if name == AUTO:

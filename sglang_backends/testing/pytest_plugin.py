@@ -31,7 +31,7 @@ class ServeBackendsFixture(PluginSite):
         *options* are :class:`~sglang_backends.settings.Settings` fields
         (``enabled``, ``disabled``, ``detect_timeout``, ``load_timeout``), checked
         as the registry checks them: a string for a list of names is refused
-        (:class:`~sglang_backends.errors.SelectionTypeError`).
+        (:class:`~sglang_backends.errors.ConfigurationError`).
 
         A distribution installed again since replaces the earlier copy (see
         :func:`~sglang_backends.testing.write_distribution`); a registry built before
