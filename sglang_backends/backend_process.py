@@ -127,10 +127,6 @@ class Underway:
         )
         return f"while {busy}" if busy else ""
 
-    def plugins(self) -> int:
-        """How many loads and detectors are under way."""
-        return sum(len(labels) for labels in self.busy.values())
-
 
 class Hearing:
     """The supervisor's end of the :class:`Channel`: what the backend process has said."""
@@ -189,10 +185,10 @@ class Hearing:
         code = os.waitstatus_to_exitcode(wait_status)
         backend = self.said.get("backend")
         who = f"serve backend {backend}" if backend else "the serve backend process"
-        while_ = self.underway.ended()
-        where = "" if backend else f" before a backend was chosen{', ' + while_ if while_ else ''}"
+        during = self.underway.ended()
+        where = "" if backend else f" before a backend was chosen{', ' + during if during else ''}"
         advice = ""
-        if while_ and not backend and self.detecting:  # --model-type chose it already
+        if during and not backend and self.detecting:  # --model-type chose it already
             advice = (
                 ". Disable the plugin at fault (disabled_backends) or choose a backend with "
                 "--model-type"

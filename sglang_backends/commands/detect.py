@@ -54,10 +54,10 @@ def _why(
     from sglang_backends.commands._worker import Job, default_jobs, run_loads
 
     loading = underway.busy["loading"]
-    # One plugin under way, or detectors alone (every load over): the one serve names too.
-    if crashed and (underway.plugins() == 1 or (underway.plugins() and not loading)):
+    # At most one load among what was under way: name it all, as serve does.
+    if crashed and (ended := underway.ended()) and len(loading) <= 1:
         return (
-            f"It ended {underway.ended()}. Disable the plugin at fault to detect without it, "
+            f"It ended {ended}. Disable the plugin at fault to detect without it, "
             "and report it to its authors."
         )
     busy = underway.describe()
