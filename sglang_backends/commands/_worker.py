@@ -182,7 +182,10 @@ def interpreter_flags() -> list[str]:
     found += ["-" + "O" * flags.optimize] if flags.optimize else []
     if sys.pycache_prefix is not None:
         found += ["-X", f"pycache_prefix={sys.pycache_prefix}"]
-    frozen = sys._xoptions.get("frozen_modules")  # str, or True for a bare -X frozen_modules
+    # The one private name: sys._xoptions, documented, the only place -X frozen_modules
+    # can be read (a str, or True for a bare -X frozen_modules); tests check it reaches
+    # the worker.
+    frozen = sys._xoptions.get("frozen_modules")
     if frozen is not None:
         found += ["-X", "frozen_modules" if frozen is True else f"frozen_modules={frozen}"]
     return found
