@@ -37,6 +37,7 @@ __all__ = [
     "detect_diffusion_offline",
     "diffusion_backend",
     "help_note",
+    "install_hint",
     "run_diffusion",
     "run_general_plugins",
     "run_llm",
@@ -113,6 +114,20 @@ def sglang_unusable() -> str | None:
     if places is None or _has_serve_backend_api(places):
         return None
     return _unusable(_provider(places))
+
+
+def install_hint(name: str) -> str:
+    """What built-in *name* needs installed, for a status: its install command; beside an
+    ``sglang`` package without SGLang's serve-backend API (a fork), a pointer to serve's
+    error instead, which names that package's distribution and does not install over it.
+    """
+    places = _sglang_package()
+    if places is None or _has_serve_backend_api(places):
+        return INSTALL_COMMANDS[name]
+    return (
+        "the installed 'sglang' package lacks SGLang's serve-backend API: "
+        f"see serve --model-type {name}"
+    )
 
 
 def _unusable(provider: tuple[str, str] | None) -> str:
