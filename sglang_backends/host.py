@@ -116,6 +116,22 @@ def sglang_unusable() -> str | None:
     return _unusable(_provider(places))
 
 
+def _shipping_sglang() -> list[str]:
+    """The distributions whose ``RECORD`` lists an ``sglang`` file: what ``packages_distributions``
+    infers from 3.11, where Python 3.10 reads only ``top_level.txt`` (which not every
+    build backend writes)."""
+    import importlib.metadata
+
+    names = []
+    for dist in importlib.metadata.distributions():
+        try:
+            if any(path.parts[0] == "sglang" for path in dist.files or ()):
+                names.append(dist.metadata["Name"])
+        except Exception as exc:  # noqa: BLE001 - an unreadable RECORD names nothing
+            LOG.debug("Cannot read the files of %r: %s", dist, exc)
+    return names
+
+
 def install_hint(name: str) -> str:
     """What built-in *name* needs installed, for a status: its install command; beside an
     ``sglang`` package without SGLang's serve-backend API (a fork), a pointer to serve's
@@ -145,7 +161,7 @@ def _provider(places: list[str]) -> tuple[str, str] | None:
     *places* (the first that lists an ``sglang`` package when none is there)."""
     import importlib.metadata
 
-    candidates = importlib.metadata.packages_distributions().get("sglang", [])
+    candidates = importlib.metadata.packages_distributions().get("sglang") or _shipping_sglang()
     found = {os.path.realpath(place) for place in places}
     first = None
     for name in dict.fromkeys(candidates):
