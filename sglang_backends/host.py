@@ -37,6 +37,7 @@ __all__ = [
     "detect_diffusion_offline",
     "diffusion_backend",
     "help_note",
+    "install_hint",
     "run_diffusion",
     "run_general_plugins",
     "run_llm",
@@ -130,7 +131,7 @@ def _provider(places: list[str]) -> tuple[str, str] | None:
     *places* (the first that lists an ``sglang`` package when none is there)."""
     import importlib.metadata
 
-    candidates = importlib.metadata.packages_distributions().get("sglang", [])
+    candidates = importlib.metadata.packages_distributions().get("sglang") or _shipping_sglang()
     found = {os.path.realpath(place) for place in places}
     first = None
     for name in dict.fromkeys(candidates):
@@ -143,6 +144,36 @@ def _provider(places: list[str]) -> tuple[str, str] | None:
         if os.path.realpath(str(dist.locate_file("sglang"))) in found:
             return named
     return first
+
+
+def _shipping_sglang() -> list[str]:
+    """The distributions whose ``RECORD`` lists an ``sglang`` file: what ``packages_distributions``
+    infers from 3.11, where Python 3.10 reads only ``top_level.txt`` (which not every
+    build backend writes)."""
+    import importlib.metadata
+
+    names = []
+    for dist in importlib.metadata.distributions():
+        try:
+            if any(path.parts[0] == "sglang" for path in dist.files or ()):
+                names.append(dist.metadata["Name"])
+        except Exception as exc:  # noqa: BLE001 - an unreadable RECORD names nothing
+            LOG.debug("Cannot read the files of %r: %s", dist, exc)
+    return names
+
+
+def install_hint(name: str) -> str:
+    """What built-in *name* needs installed, for a status: its install command; beside an
+    ``sglang`` package without SGLang's serve-backend API (a fork), a pointer to serve's
+    error instead, which names that package's distribution and does not install over it.
+    """
+    places = _sglang_package()
+    if places is None or _has_serve_backend_api(places):
+        return INSTALL_COMMANDS[name]
+    return (
+        "the installed 'sglang' package lacks SGLang's serve-backend API: "
+        f"see serve --model-type {name}"
+    )
 
 
 def _advice(name: str, provider: tuple[str, str] | None) -> str:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from clitools import run_cli
 from servetools import run_serve
 from sglang_standin import (
     FORK,
@@ -480,6 +481,19 @@ def test_llm_beside_a_fork_names_it_and_advises_no_install_over_it(fork_env, arg
         f"installing SGLang here would overwrite {FORK}'s 'sglang' package, so install it in "
         "an environment of its own: python -m venv sglang-env && sglang-env/bin/pip install sglang"
     )
+    assert names(log) == []
+
+
+def test_list_beside_a_fork_does_not_advise_installing_sglang_over_it(site, fork_env):
+    env, log = fork_env
+    listed = run_cli(site, "list", "-f", "json", "-c", "Name", "-c", "Status", env=env)
+    assert listed.returncode == 0, listed.stderr
+    statuses = {row["Name"]: row["Status"] for row in json.loads(listed.stdout)}
+    for name in ("llm", "diffusion"):
+        assert statuses[name] == (
+            "needs SGLang (the installed 'sglang' package lacks SGLang's serve-backend API: "
+            f"see serve --model-type {name})"
+        )
     assert names(log) == []
 
 

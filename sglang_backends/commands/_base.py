@@ -20,7 +20,7 @@ from sglang_backends.discovery import (
     split_qualified_name,
 )
 from sglang_backends.errors import ConfigurationError, UnknownBackendError, meant
-from sglang_backends.host import INSTALL_COMMANDS, default_builtins, sglang_installed
+from sglang_backends.host import INSTALL_COMMANDS, default_builtins, install_hint, sglang_installed
 from sglang_backends.selection import PluginStatus, closest_name
 from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
 from sglang_backends.survey import Survey, survey
@@ -392,7 +392,7 @@ def builtin_status(name: str) -> str:
     """
     if name not in INSTALL_COMMANDS or sglang_installed():
         return ENABLED
-    return f"needs SGLang ({INSTALL_COMMANDS[name]})"
+    return f"needs SGLang ({install_hint(name)})"
 
 
 def builtin_row(name: str, backend: Any) -> tuple[Any, ...]:

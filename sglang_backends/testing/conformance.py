@@ -393,12 +393,16 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
     nothing of it is imported: SGLang is absent.
     """
     __tracebackhide__ = True
-    from sglang_backends.host import sglang_installed
+    from sglang_backends.host import sglang_installed, sglang_unusable
 
-    if not sglang_installed():
+    unusable = None if sglang_installed() else sglang_unusable()
+    if unusable is not None:
         if not required:
             return None
-        raise ContractViolation(f"Checking that SGLang accepts the backend: {_sglang_absent()}")
+        raise ContractViolation(
+            f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
+            f" (SGLang 0.5.23 or later), but {unusable}"
+        )
     try:
         return importlib.import_module(SGLANG_CONTRACT_MODULE)
     except Exception as exc:

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sglang_backends.discovery import normalize_distribution
 from sglang_backends.names import SERVE_BACKENDS_GROUP
 
 __all__ = ["PluginSite", "write_distribution"]
@@ -94,10 +95,10 @@ def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
     :returns: the files removed.
     """
     root = Path(root).resolve()
-    wanted = _normalized(name)
+    wanted = normalize_distribution(name)
     removed: list[Path] = []
     for info in sorted(root.glob("*.dist-info")):
-        if _normalized(info.name.partition("-")[0]) != wanted:
+        if normalize_distribution(info.name.partition("-")[0]) != wanted:
             continue
         try:
             rows = list(csv.reader(io.StringIO((info / "RECORD").read_text(encoding="utf-8"))))
@@ -121,10 +122,6 @@ def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
     return removed
 
 
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _bytecode_of(path: Path) -> list[Path]:
     """The bytecode Python cached for source *path*, for every interpreter and level."""
     if path.suffix != ".py":
@@ -135,6 +132,8 @@ def _bytecode_of(path: Path) -> list[Path]:
 def _forget_files(files: Sequence[Path]) -> None:
     """Drop the modules imported from *files* from :data:`sys.modules`."""
     gone = {str(file) for file in files}
+    if not gone:
+        return
     for module_name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
         if origin and str(Path(origin).resolve()) in gone:

@@ -17,13 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglang_backends.host import sglang_installed
+from sglang_backends.host import sglang_installed, sglang_unusable
 from sglang_backends.signals import signal_name
-from sglang_backends.testing.conformance import (
-    ContractViolation,
-    SGLangNotCheckedWarning,
-    _sglang_absent,
-)
+from sglang_backends.testing.conformance import ContractViolation, SGLangNotCheckedWarning
 
 if TYPE_CHECKING:
     import psutil
@@ -84,7 +80,7 @@ def assert_stops_cleanly(
     if hosts is None and "sglang serve" not in chosen:
         warnings.warn(
             f"Serve backend {name!r}: stopping under 'sglang serve' was not checked: "
-            f"{_sglang_absent()}",
+            f"{sglang_unusable() or 'SGLang is not installed'}",
             SGLangNotCheckedWarning,
             stacklevel=2,
         )
