@@ -22,7 +22,7 @@ from sglang_backends.discovery import (
 from sglang_backends.errors import ConfigurationError, UnknownBackendError, did_you_mean
 from sglang_backends.host import INSTALL_COMMANDS, default_builtins, sglang_installed
 from sglang_backends.selection import PluginStatus
-from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
+from sglang_backends.settings import Settings, configured, seconds
 from sglang_backends.survey import Survey, survey
 from sglang_backends.usage import printable
 
@@ -277,16 +277,11 @@ def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
 
 
 def positive_seconds(text: str) -> float:
-    """An argparse type: a number of seconds, greater than 0 and at most MAX_TIMEOUT."""
+    """An argparse type: a timeout, by the rule every timeout follows (see :func:`seconds`)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(
-            f"must be greater than 0 and at most {MAX_TIMEOUT:g}: {text!r}"
-        )
-    return value
+        return seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
 
 
 def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Action, int] | None:
