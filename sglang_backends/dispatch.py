@@ -4,6 +4,8 @@ SGLang's rules: ``--model-type`` is taken from anywhere, a first argument
 that is not an option becomes ``--model-path MODEL``, and everything else
 is the backend's, in order. ``serve``'s own options are taken only from the
 leading run of arguments, so a backend's option of the same name reaches it.
+They are declared once, here (:data:`SERVE_OPTIONS`), for the general help
+and the operator commands as well.
 
 Internal module: its names may change between releases without notice.
 """

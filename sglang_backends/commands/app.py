@@ -44,6 +44,10 @@ class _ConsoleFilter(PrintableRecords):
         return True
 
 
+#: Serve's options that are global only before the command name.
+_CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
+
+
 class _GlobalOptions(argparse.ArgumentParser):
     """The global options, read from anywhere on the command line in linear time.
 
@@ -67,7 +71,7 @@ class _GlobalOptions(argparse.ArgumentParser):
                 rest += [token, *tokens]
                 break
             span = spans.span(token)
-            config = token.partition("=")[0] in (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
+            config = token.partition("=")[0] in _CONFIG_FLAGS
             if span is not None and not (commanded and config):
                 mine += [token, *itertools.islice(tokens, span - 1)]  # --log-file FILE: both
             else:
