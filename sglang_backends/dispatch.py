@@ -25,13 +25,11 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_DIR",
     "CONFIG_FILE",
-    "DEBUG",
     "HELP",
     "MODEL_TYPE",
     "PROG",
     "SERVE_OPTIONS",
     "HostOptions",
-    "ServeOption",
     "UsageError",
     "hoisted",
     "model_path_from",
