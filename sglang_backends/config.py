@@ -7,7 +7,6 @@ pipe read once, no FIFO in a directory hanging a command, and warnings about mis
 from __future__ import annotations
 
 import logging
-import math
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 from oslo_config import cfg, types
 
 from sglang_backends.errors import ConfigurationError, did_you_mean
-from sglang_backends.settings import ENVIRONMENT_PREFIX, MAX_TIMEOUT, STOP_TIMEOUT_ENV, Settings
+from sglang_backends.settings import (
+    ENVIRONMENT_PREFIX,
+    MAX_TIMEOUT,
+    MIN_TIMEOUT,
+    STOP_TIMEOUT_ENV,
+    Settings,
+    seconds,
+)
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
@@ -41,20 +47,22 @@ GROUP = "serve_backends"
 
 
 class _Seconds(types.Float):
-    """oslo.config's Float, refusing what its range check lets through: NaN and no value."""
+    """oslo.config's Float (its bounds shown in generated samples), checked by the one rule
+    every timeout follows (:func:`~sglang_backends.settings.seconds`), NaN and no value refused.
+    """
+
+    def __init__(self, least: float) -> None:
+        super().__init__(min=least, max=MAX_TIMEOUT)
+        self.least = least
 
     def __call__(self, value: Any) -> float:
-        seconds = super().__call__(value)
-        if seconds is None or math.isnan(seconds):
-            raise ValueError(f"not a number of seconds: {value!r}")
-        return float(seconds)
+        return seconds(value, least=self.least)
 
 
 #: A backend name: no space, no comma (``a,,b`` would be the name ``,b``).
 _NAME_PATTERN = r"^[^\s,]+$"
 _NAME = types.String(regex=_NAME_PATTERN)
-#: At least a millisecond (0 would end every detection at once).
-_POSITIVE = _Seconds(min=0.001, max=MAX_TIMEOUT)
+_POSITIVE = _Seconds(MIN_TIMEOUT)
 #: The defaults without configuration, which the options share.
 _DEFAULT = Settings()
 
@@ -102,7 +110,7 @@ OPTS = [
     ),
     cfg.Opt(
         "stop_timeout",
-        type=_Seconds(min=0, max=MAX_TIMEOUT),
+        type=_Seconds(0),
         default=_DEFAULT.stop_timeout,
         help="Seconds the serve command gives its processes between SIGTERM and SIGKILL; 0 kills "
         f"at once. {STOP_TIMEOUT_ENV} is its deprecated variable, read (with a warning) when "

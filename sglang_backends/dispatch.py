@@ -4,6 +4,8 @@ SGLang's rules: ``--model-type`` is taken from anywhere, a first argument
 that is not an option becomes ``--model-path MODEL``, and everything else
 is the backend's, in order. ``serve``'s own options are taken only from the
 leading run of arguments, so a backend's option of the same name reaches it.
+They are declared once, here (:data:`SERVE_OPTIONS`), for the general help
+and the operator commands as well.
 
 Internal module: its names may change between releases without notice.
 """
@@ -15,12 +17,18 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends.errors import ConfigurationError
+from sglang_backends.names import AUTO, FALLBACK_BACKEND
 
 if TYPE_CHECKING:
     from sglang_backends.contract import ServeRequest
 
 __all__ = [
+    "CONFIG_DIR",
+    "CONFIG_FILE",
+    "HELP",
+    "MODEL_TYPE",
     "PROG",
+    "SERVE_OPTIONS",
     "HostOptions",
     "hoisted",
     "model_path_from",
@@ -33,11 +41,56 @@ __all__ = [
 PROG = "sglang-backends serve"
 
 _MODEL_PATH_OPTIONS = ("--model-path", "--model")
-_HELP_OPTIONS = ("-h", "--help")
 # A backend name is an entry point name, optionally qualified as DIST:NAME.
 _INVALID_NAME = re.compile(r"[/\\\s]")
-#: ``serve``'s own options taking a value; ``--debug`` is its one flag.
-_HOST_VALUED = ("--model-type", "--config-file", "--config-dir")
+
+
+class ServeOption(NamedTuple):
+    """One of ``serve``'s own options, declared once: this module parses it, the general
+    help shows it, and the operator commands take ``--config-file``/``--config-dir`` as it says.
+
+    :param flags: its option strings.
+    :param metavar: its value's name in help; ``None`` for a flag, which takes no value.
+    :param help: its line in the help.
+    :param repeatable: each use adds a value (else the last one wins).
+    :param anywhere: ``serve``'s wherever it comes, not only in the leading run.
+    """
+
+    flags: tuple[str, ...]
+    metavar: str | None
+    help: str
+    repeatable: bool = False
+    anywhere: bool = False
+
+
+HELP = ServeOption(("-h", "--help"), None, "show this help and exit", anywhere=True)
+MODEL_TYPE = ServeOption(
+    ("--model-type",),
+    "NAME",
+    f"the serve backend (default: {AUTO}: the one backend whose detector claims the model, "
+    f"else {FALLBACK_BACKEND}); DIST:NAME picks one provider",
+    anywhere=True,
+)
+CONFIG_FILE = ServeOption(
+    ("--config-file",),
+    "PATH",
+    "read [serve_backends] options from this file; repeatable, later files win",
+    repeatable=True,
+)
+CONFIG_DIR = ServeOption(
+    ("--config-dir",),
+    "DIR",
+    "read every .conf file in DIR, in name order; repeatable, files and directories are "
+    "read in the order given, later ones win",
+    repeatable=True,
+)
+DEBUG = ServeOption(("--debug",), None, "log at DEBUG level and show tracebacks")
+
+#: ``serve``'s own options, in the order its help lists them.
+SERVE_OPTIONS = (HELP, MODEL_TYPE, CONFIG_FILE, CONFIG_DIR, DEBUG)
+#: Each option string of those ``serve`` takes out of the command line: ``--help`` stays
+#: in it, for the backend's help.
+_TAKEN = {flag: option for option in SERVE_OPTIONS if option is not HELP for flag in option.flags}
 
 
 class HostOptions(NamedTuple):
@@ -69,23 +122,28 @@ def _check_model_type(value: str) -> str:
     return value
 
 
-def _arguments(argv: Sequence[str]) -> Iterator[tuple[str | None, str | None, Sequence[str]]]:
+def _arguments(
+    argv: Sequence[str],
+) -> Iterator[tuple[ServeOption | None, str | None, Sequence[str]]]:
     """Each argument of *argv*: ``serve``'s option (else ``None``), its value, its arguments.
 
-    A value comes as ``--opt V`` or ``--opt=V``; it is ``None`` for ``--debug``
-    and for a valued option missing its value.
+    A value comes as ``--opt V`` or ``--opt=V``; it is ``None`` for a flag
+    and for an option missing its value.
     """
     index = 0
     while index < len(argv):
         arg, end = argv[index], index + 1
-        option = arg.split("=", 1)[0]
+        name = arg.split("=", 1)[0]
+        option = _TAKEN.get(name)
         value: str | None = None
-        if option in _HOST_VALUED and arg != option:
-            value = arg[len(option) + 1 :]
-        elif option in _HOST_VALUED and end < len(argv) and not argv[end].startswith("-"):
-            value, end = argv[end], end + 1
-        own = option in _HOST_VALUED or arg == "--debug"
-        yield (option if own else None), value, argv[index:end]
+        if option is not None and option.metavar is not None:
+            if arg != name:
+                value = arg[len(name) + 1 :]
+            elif end < len(argv) and not argv[end].startswith("-"):
+                value, end = argv[end], end + 1
+        elif arg != name:
+            option = None  # a flag given a value is not serve's: --debug=1
+        yield option, value, argv[index:end]
         index = end
 
 
@@ -97,7 +155,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
     argparse. ``--config-file`` (repeatable), ``--config-dir`` (repeatable)
     and ``--debug`` are ``serve``'s only while they lead the command line:
     from the model or the first other argument on, they are the backend's
-    and are left in place.
+    and are left in place (see :data:`SERVE_OPTIONS`).
 
     :raises ConfigurationError: a dangling or empty option value, or a
         ``--model-type`` value that cannot be a backend name.
@@ -108,18 +166,17 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
     rest: list[str] = []
     leading = True
     for option, value, arguments in _arguments(argv):
-        if option == "--model-type" or (leading and option is not None):
-            if option == "--debug":
-                debug = True
-            elif option == "--model-type" and value is not None:
-                model_type = _check_model_type(value)
-            elif not value:
-                raise ConfigurationError(f"{option} expects a value")
-            else:
-                config += [option, value]
-        else:
+        if option is None or not (leading or option.anywhere):
             leading = False
             rest.extend(arguments)
+        elif option is DEBUG:
+            debug = True
+        elif option is MODEL_TYPE and value is not None:
+            model_type = _check_model_type(value)
+        elif not value:
+            raise ConfigurationError(f"{option.flags[0]} expects a value")
+        else:
+            config += [option.flags[0], value]
     return HostOptions(
         model_type=model_type,
         config_args=tuple(config),
@@ -139,7 +196,8 @@ def hoisted(host: HostOptions) -> tuple[str, ...] | None:
     moved: list[str] = []
     kept: list[str] = []
     for option, value, arguments in _arguments(host.argv):
-        (moved if option == "--debug" or value is not None else kept).extend(arguments)
+        own = option is not None and (option.metavar is None or value is not None)
+        (moved if own else kept).extend(arguments)
     if not moved:
         return None
     leading = [
@@ -178,4 +236,4 @@ def normalize(argv: Sequence[str]) -> ServeRequest:
 
 def wants_help(argv: Sequence[str]) -> bool:
     """Whether ``-h`` or ``--help`` appears anywhere in *argv*."""
-    return any(arg in _HELP_OPTIONS for arg in argv)
+    return any(arg in HELP.flags for arg in argv)

@@ -36,8 +36,8 @@ from sglang_backends.names import FALLBACK_BACKEND
 from sglang_backends.settings import (
     DEFAULT_DETECT_TIMEOUT,
     DEFAULT_LOAD_TIMEOUT,
-    MAX_TIMEOUT,
     Settings,
+    seconds,
 )
 from sglang_backends.survey import survey
 
@@ -80,10 +80,10 @@ class ServeBackendRegistry:
     :param preferred: backend names in order of preference: when several
         detectors match, :meth:`explain` selects the first of them listed.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
-    :raises ConfigurationError: a built-in is named ``auto`` or a timeout is not a
-        positive number of seconds, at most :data:`~sglang_backends.settings.MAX_TIMEOUT`
-        (a ``ValueError``); *enabled* or *disabled* is a string, not a collection (a
-        ``TypeError`` too).
+    :raises ConfigurationError: a built-in is named ``auto`` or a timeout is not a number of
+        seconds from :data:`~sglang_backends.settings.MIN_TIMEOUT` to
+        :data:`~sglang_backends.settings.MAX_TIMEOUT` (a ``ValueError``); *enabled* or
+        *disabled* is a string, not a collection (a ``TypeError`` too).
     """
 
     def __init__(
@@ -100,17 +100,20 @@ class ServeBackendRegistry:
         if builtins is None:
             builtins = default_builtins()
         selection.check_lists(builtins, enabled, disabled)
-        for label, value in (("detect_timeout", detect_timeout), ("load_timeout", load_timeout)):
-            if not 0 < value <= MAX_TIMEOUT:
+        timeouts = {"detect_timeout": detect_timeout, "load_timeout": load_timeout}
+        for label, value in timeouts.items():
+            try:
+                timeouts[label] = seconds(value)
+            except ValueError as exc:
                 raise errors.ConfigurationError(
-                    f"{label} must be > 0 and at most {MAX_TIMEOUT:g}, got {value!r}"
-                )
+                    f"Invalid value {value!r} for {label}: {exc}"
+                ) from None
 
         self._builtins = dict(builtins)
         self._origins = dict(selection_origins or {})
         self.preferred = tuple(preferred)
-        self.detect_timeout = float(detect_timeout)
-        self.load_timeout = float(load_timeout)
+        self.detect_timeout = timeouts["detect_timeout"]
+        self.load_timeout = timeouts["load_timeout"]
         #: What is installed and usable under the selection; the commands show the same.
         self.survey = survey(self._builtins, enabled=enabled, disabled=disabled)
         self._loader = BackendLoader()  # one load per backend, shared by every caller

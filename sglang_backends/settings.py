@@ -7,6 +7,7 @@ reads every source. No :mod:`dataclasses`, no contract: the general help reads t
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -18,9 +19,11 @@ __all__ = [
     "DEFAULT_STOP_TIMEOUT",
     "ENVIRONMENT_PREFIX",
     "MAX_TIMEOUT",
+    "MIN_TIMEOUT",
     "STOP_TIMEOUT_ENV",
     "Settings",
     "configured",
+    "seconds",
 ]
 
 #: oslo.config's environment form for the ``[serve_backends]`` group.
@@ -34,6 +37,9 @@ DEFAULT_LOAD_TIMEOUT = 300.0
 
 #: The longest timeout: 1e9 s, or a quarter of :data:`threading.TIMEOUT_MAX` (sums still wait).
 MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
+
+#: The shortest detect or load timeout: a millisecond (0 would end every detection at once).
+MIN_TIMEOUT = 0.001
 
 #: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
 DEFAULT_STOP_TIMEOUT = 5.0
@@ -82,3 +88,20 @@ def configured(config_args: Sequence[str]) -> bool:
     return bool(config_args) or any(
         key.startswith("OS_SERVE_BACKEND") or key == STOP_TIMEOUT_ENV for key in os.environ
     )
+
+
+def seconds(value: str | float, *, least: float = MIN_TIMEOUT) -> float:
+    """*value* (a number or its text) as a timeout, from *least* to :data:`MAX_TIMEOUT` seconds.
+
+    The one rule for every timeout, whichever way it is given: the registry's arguments,
+    a command's flags and the typed configuration options all call this.
+
+    :raises ValueError: not a number (NaN included) or out of range; the message states the rule.
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):  # None from an empty configuration value, say
+        number = math.nan
+    if not least <= number <= MAX_TIMEOUT:  # NaN compares false
+        raise ValueError(f"must be a number of seconds from {least:g} to {MAX_TIMEOUT:g}")
+    return number

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sglang_backends import selection
-from sglang_backends.dispatch import PROG
+from sglang_backends.dispatch import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
 from sglang_backends.host import BUILTIN_NOTES
-from sglang_backends.names import AUTO, FALLBACK_BACKEND
+from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
 from sglang_backends.survey import survey
@@ -149,12 +149,14 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
     backends list is added after argparse's text rather than given to it.
     """
     choices = printable(",".join((AUTO, *available)))
+    metavars = {MODEL_TYPE: f"{{{choices}}}"}  # the backend names, which help shows
+    shown = [(o, metavars.get(o, o.metavar)) for o in SERVE_OPTIONS if o is not HELP]
+    leading = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if not o.anywhere)
+    anywhere = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if o.anywhere)
+    usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]"
     parser = argparse.ArgumentParser(
         prog=PROG,
-        usage=(
-            f"{PROG} [--config-file PATH] [--config-dir DIR] [--debug] [MODEL] "
-            f"[--model-type {{{choices.replace('%', '%%')}}}] [BACKEND ARGS...]"
-        ),
+        usage=usage.replace("%", "%%"),
         description=textwrap.fill(
             "Serve a model with the backend chosen by --model-type, which may come "
             "anywhere. --config-file, --config-dir and --debug are serve's only "
@@ -168,28 +170,13 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
         add_help=False,
     )
     parser.add_argument("MODEL", nargs="?", help="model path or hub id (same as --model-path)")
-    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
-    parser.add_argument(
-        "--model-type",
-        metavar=f"{{{choices}}}",
-        default=AUTO,
-        help=(
-            f"the serve backend (default: {AUTO}: the one backend whose detector "
-            f"claims the model, else {FALLBACK_BACKEND}); DIST:NAME picks one provider"
-        ),
-    )
-    parser.add_argument(
-        "--config-file",
-        metavar="PATH",
-        action="append",
-        help="read backend selection settings from this file (repeatable)",
-    )
-    parser.add_argument(
-        "--config-dir", metavar="DIR", action="append", help="read every *.conf file in DIR"
-    )
-    parser.add_argument(
-        "--debug", action="store_true", help="log at DEBUG level and show tracebacks"
-    )
+    for option in SERVE_OPTIONS:
+        metavar = metavars.get(option, option.metavar)
+        if metavar is None:
+            parser.add_argument(*option.flags, action="store_true", help=option.help)
+        else:
+            action = "append" if option.repeatable else "store"
+            parser.add_argument(*option.flags, metavar=metavar, action=action, help=option.help)
     epilog = [
         "backends:",
         *_backend_lines(records),
@@ -198,3 +185,8 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
         f"  {PROG} --model-type NAME --help",
     ]
     return "\n".join([parser.format_help(), *epilog, ""])
+
+
+def _usage(flag: str, metavar: str | None) -> str:
+    """How the usage line shows an option: ``[--flag]`` or ``[--flag VALUE]``."""
+    return f"[{flag}]" if metavar is None else f"[{flag} {metavar}]"

@@ -287,7 +287,6 @@ def test_commands_use_no_argparse_cliff_or_python_internals_but_the_documented_o
                 if used not in ours:
                     found[(name, used)] = number
     assert set(found) == {
-        ("_base.py", "_option_string_actions"),
         ("_worker.py", "_xoptions"),  # -X frozen_modules, which sys.flags does not give
     }
     # The formatter hook is overridden by name (a def), not reached into.

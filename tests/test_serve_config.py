@@ -201,7 +201,7 @@ def test_the_old_stop_timeout_variable_works_with_a_deprecation_warning(recorder
     assert "OS_SERVE_BACKENDS__STOP_TIMEOUT" in warning
     [line] = refused.error_lines
     assert "'1e10' for option [serve_backends] stop_timeout in environment variable" in line
-    assert "SGLANG_BACKENDS_STOP_TIMEOUT: Should be less than or equal to 1e+09" in line
+    assert "SGLANG_BACKENDS_STOP_TIMEOUT: must be a number of seconds from 0 to 1e+09" in line
     # The one name wins over the old one.
     both = {**old, "OS_SERVE_BACKENDS__STOP_TIMEOUT": "2"}
     served = serve_with_environment(

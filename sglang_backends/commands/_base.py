@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib.metadata
+import io
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import stevedore
 from cliff.command import Command
@@ -19,21 +21,22 @@ from sglang_backends.discovery import (
     distributions,
     split_qualified_name,
 )
+from sglang_backends.dispatch import CONFIG_DIR, CONFIG_FILE
 from sglang_backends.errors import ConfigurationError, UnknownBackendError, meant
 from sglang_backends.host import INSTALL_COMMANDS, default_builtins, install_hint, sglang_installed
 from sglang_backends.selection import PluginStatus, closest_name
-from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
+from sglang_backends.settings import Settings, configured, seconds
 from sglang_backends.survey import Survey, survey
 from sglang_backends.usage import printable
 
 __all__ = [
     "ENABLED",
+    "OptionSpans",
     "SafeCommand",
     "SelectionOptions",
     "add_config_options",
     "builtin_row",
     "builtin_status",
-    "option_span",
     "plugin_row",
     "positive_seconds",
     "requirements_cell",
@@ -52,20 +55,6 @@ configuration:
   problem is reported, a line each.
 """
 
-#: Global options before the command name (as OpenStack clients take them), each
-#: command's own after it; the command reads both.
-_CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
-    "--config-file": {
-        "metavar": "PATH",
-        "help": "read [serve_backends] options from this file; repeatable, later files win",
-    },
-    "--config-dir": {
-        "metavar": "DIR",
-        "help": "read every .conf file in DIR, in name order; repeatable, files and "
-        "directories are read in the order given, later ones win",
-    },
-}
-
 
 class _ConfigArgument(argparse.Action):
     """Appends ``FLAG VALUE`` to ``config_args``: oslo.config reads files and directories
@@ -78,14 +67,17 @@ class _ConfigArgument(argparse.Action):
 
 
 def add_config_options(parser: Any, *, documented: bool = True) -> None:
-    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group);
-    undocumented in the global parser, whose description mentions them.
+    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group), as
+    serve declares them; undocumented in the global parser, whose description mentions them.
+
+    Global options before the command name (as OpenStack clients take them), each
+    command's own after it; the command reads both.
     """
-    for flag, kwargs in _CONFIG_OPTIONS.items():
-        help_text = kwargs["help"] if documented else argparse.SUPPRESS
+    for option in (CONFIG_FILE, CONFIG_DIR):
         parser.add_argument(
-            flag,
-            **{**kwargs, "help": help_text},
+            *option.flags,
+            metavar=option.metavar,
+            help=option.help if documented else argparse.SUPPRESS,
             action=_ConfigArgument,
             dest="config_args",
             default=[],
@@ -353,33 +345,55 @@ def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
 
 
 def positive_seconds(text: str) -> float:
-    """An argparse type: a number of seconds, greater than 0 and at most MAX_TIMEOUT."""
+    """An argparse type: a timeout, by the rule every timeout follows (see :func:`seconds`)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(
-            f"must be greater than 0 and at most {MAX_TIMEOUT:g}: {text!r}"
-        )
-    return value
+        return seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
 
 
-def option_span(parser: argparse.ArgumentParser, token: str) -> tuple[argparse.Action, int] | None:
-    """*parser*'s action for option string *token* and how many strings it spans (the
-    option and its values, as argparse reads them), or ``None``; linear, unlike argparse <3.13.
+class _Probe(argparse.ArgumentParser):
+    """A parser that raises its errors, as ``exit_on_error=False`` does for most of them."""
 
-    argparse has no public way to ask for an option's action, and cliff adds options of
-    its own, so this reads argparse's option table: the one private name the commands use.
+    def error(self, message: str) -> NoReturn:
+        raise argparse.ArgumentError(None, message)
+
+
+class OptionSpans:
+    """Which arguments are *parser*'s options, and how many arguments each spans (the option
+    and its value), as argparse reads them.
+
+    argparse keeps no public table of a parser's options, and cliff adds options of its own,
+    so this asks argparse: a copy of *parser*'s options (``parents``; the copy must hold no
+    positional) parses the argument alone, once per distinct argument, which keeps a long
+    command line linear. An option wanting values is taken to want one, as every option
+    here and in cliff does, unless the argument carries it (``--opt=V``, ``-fjson``).
     """
-    name, joined, _ = token.partition("=")
-    table: dict[str, argparse.Action] = parser._option_string_actions
-    action = table.get(name) if token.startswith("-") else None
-    if action is None:
-        return None
-    if joined or (action.nargs not in (None, "?") and not isinstance(action.nargs, int)):
-        return action, 1
-    return action, 2 if action.nargs in (None, "?") else 1 + int(action.nargs or 0)
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self._probe = _Probe(
+            parents=[parser], add_help=False, allow_abbrev=False, exit_on_error=False
+        )
+        self._spans: dict[str, int | None] = {}
+
+    def span(self, token: str) -> int | None:
+        """How many arguments option *token* spans from its place; ``None`` if not an option."""
+        if token not in self._spans:
+            self._spans[token] = self._ask(token)
+        return self._spans[token]
+
+    def _ask(self, token: str) -> int | None:
+        if not token.startswith("-") or token == "-":
+            return None  # argparse's positionals
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # --help and --version print
+                _, extras = self._probe.parse_known_args([token], argparse.Namespace())
+        except SystemExit:  # --help or --version, which take nothing
+            return 1
+        except argparse.ArgumentError:  # its value is missing (or refused if joined)
+            joined = "=" in token if token.startswith("--") else len(token) > 2
+            return 1 if joined else 2
+        return None if extras == [token] else 1
 
 
 #: How a usable backend's status reads, built-in or plugin.

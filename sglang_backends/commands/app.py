@@ -14,11 +14,12 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends.commands._base import SafeCommand, add_config_options, option_span
+from sglang_backends.commands._base import OptionSpans, SafeCommand, add_config_options
 from sglang_backends.commands.check import CheckBackends
 from sglang_backends.commands.detect import DetectBackend
 from sglang_backends.commands.listing import ListBackends
 from sglang_backends.commands.show import ShowBackend
+from sglang_backends.dispatch import CONFIG_DIR, CONFIG_FILE
 from sglang_backends.settings import Settings
 from sglang_backends.usage import LOG_FORMAT, PrintableRecords, metadata_help
 
@@ -43,6 +44,10 @@ class _ConsoleFilter(PrintableRecords):
         return True
 
 
+#: Serve's options that are global only before the command name.
+_CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
+
+
 class _GlobalOptions(argparse.ArgumentParser):
     """The global options, read from anywhere on the command line in linear time.
 
@@ -59,16 +64,16 @@ class _GlobalOptions(argparse.ArgumentParser):
         mine: list[str] = []
         rest: list[str] = []
         commanded = False  # whether the command name has been read
+        spans = OptionSpans(self)  # a cluster of short options too: -vv, -vx
         tokens = iter(args)
         for token in tokens:
             if token == "--":  # argparse reads no option after it
                 rest += [token, *tokens]
                 break
-            option = option_span(self, token)
-            if option is not None and not (commanded and option[0].dest == "config_args"):
-                mine += [token, *itertools.islice(tokens, option[1] - 1)]  # --log-file FILE: both
-            elif len(token) > 2 and not token.startswith("--") and option_span(self, token[:2]):
-                mine.append(token)  # a cluster of short options: -vv, -vx
+            span = spans.span(token)
+            config = token.partition("=")[0] in _CONFIG_FLAGS
+            if span is not None and not (commanded and config):
+                mine += [token, *itertools.islice(tokens, span - 1)]  # --log-file FILE: both
             else:
                 rest.append(token)
                 commanded = commanded or not token.startswith("-")

@@ -12,13 +12,13 @@ from cliff.lister import Lister
 
 from sglang_backends.commands._base import (
     ENABLED,
+    OptionSpans,
     SelectionOptions,
     builtin_status,
-    option_span,
     positive_seconds,
 )
 from sglang_backends.detection import AMBIGUITY_WAY_OUT, preferred_note
-from sglang_backends.dispatch import parse_host_options
+from sglang_backends.dispatch import HELP, parse_host_options
 from sglang_backends.errors import ServeBackendError
 from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginStatus
@@ -129,8 +129,11 @@ class _RequestParser(argparse.ArgumentParser):
     ``detect --model-path X --tp 2`` needs no ``--``. Its own options found
     after that point are part of the request; the result's ``misplaced``
     lists them (each with its values) and ``corrected`` is the argument list
-    with them moved before the request, for the warning.
+    with them moved before the request, for the warning. Which arguments are its own
+    options, :attr:`spans` says: set once they are all added, before the request.
     """
+
+    spans: OptionSpans
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         misplaced: list[list[str]] = []
@@ -139,13 +142,13 @@ class _RequestParser(argparse.ArgumentParser):
             args = list(args)
             index = 0
             while index < len(args) and args[index] != "--":
-                option = option_span(self, args[index])
-                if option is None:
+                span = self.spans.span(args[index])
+                if span is None:
                     misplaced, kept = self._own_options(args[index:])
                     corrected = [*args[:index], *(t for o in misplaced for t in o), *kept]
                     args.insert(index, "--")
                     break
-                index += option[1]
+                index += span
         parsed, rest = super().parse_known_args(args, namespace)
         parsed.misplaced, parsed.corrected = misplaced, corrected
         return parsed, rest
@@ -158,16 +161,16 @@ class _RequestParser(argparse.ArgumentParser):
         kept: list[str] = []
         index = 0
         while index < len(request):
-            option = option_span(self, request[index])
-            if request[index] == "--" or option is None or "-h" in option[0].option_strings:
+            span = self.spans.span(request[index])
+            if request[index] == "--" or span is None or request[index] in HELP.flags:
                 kept.append(request[index])
                 if request[index] == "--":
                     kept += request[index + 1 :]
                     break
                 index += 1
                 continue
-            misplaced.append(request[index : index + option[1]])
-            index += option[1]
+            misplaced.append(request[index : index + span])
+            index += span
         return misplaced, kept
 
 
@@ -259,6 +262,7 @@ class DetectBackend(SelectionOptions, Lister):
             "gives up (default: load_timeout + detect_timeout + 10, so that it never cuts "
             "short a load or a detector serve would still wait for)",
         )
+        parser.spans = OptionSpans(parser)  # its options, before the request
         parser.add_argument(
             "request",
             metavar="REQUEST",
