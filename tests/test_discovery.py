@@ -249,7 +249,7 @@ def test_a_distribution_whose_entry_points_are_unreadable_is_skipped_with_one_wa
 
 
 COMMANDS_OVER_A_FIFO = [
-    ("list", "-f", "value", "-c", "Name", "-c", "Distribution"),
+    ("list", "-f", "json", "-c", "Name", "-c", "Distribution"),  # a table shortens a long path
     ("serve", "--help"),
     ("serve", "org/model", "--model-type", "good"),
     ("detect", "org/model"),
@@ -271,7 +271,7 @@ def test_a_fifo_in_a_dist_info_blocks_no_command(site, install_backend, how, arg
     assert result.returncode == 0, result.stderr
     assert len([line for line in result.stderr.splitlines() if str(broken) in line]) == 1
     if args[0] == "list":
-        listed = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+        listed = {row["Name"]: row["Distribution"] for row in json.loads(result.stdout)}
         assert listed["good"] == "good-runtime"
         if how == "metadata-fifo":
             assert listed["cafe"] == f"cafe_runtime (metadata unreadable: {broken})"
