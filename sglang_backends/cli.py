@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from sglang_backends import console
 from sglang_backends.dispatch import PROG
 
 __all__ = ["main"]
@@ -68,7 +69,7 @@ def _writing(step: Callable[[], int]) -> int:
         return EXIT_BROKEN_PIPE
     except OSError as exc:
         _drop_output()
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        console.error(PROG, exc)
         return 1
     return status
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sglang_backends import console
 from sglang_backends.signals import signal_name, stop_signals
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def exit_status(exc: SystemExit) -> int:
     if isinstance(code, int):
         bound = 1 << (8 * struct.calcsize("l") - 1)  # PyLong_AsLong's range
         return code & 0xFF if -bound <= code < bound else 0xFF
-    print(code, file=sys.stderr)
+    console.say(code)  # as Python prints it, escaped: a plugin wrote it
     return 1
 
 

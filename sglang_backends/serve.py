@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+from sglang_backends import console, processes
 from sglang_backends import host as sglang_host
-from sglang_backends import processes
+from sglang_backends.console import LOG_FORMAT, PrintableRecords, printable
 from sglang_backends.dispatch import (
     PROG,
     HostOptions,
@@ -43,14 +44,7 @@ from sglang_backends.errors import (
 from sglang_backends.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.selection import not_asked
 from sglang_backends.settings import Settings, configured
-from sglang_backends.usage import (
-    LOG_FORMAT,
-    PrintableRecords,
-    metadata_help,
-    printable,
-    printable_traceback,
-    usage_line,
-)
+from sglang_backends.usage import metadata_help, usage_line
 
 if TYPE_CHECKING:
     from sglang_backends.backend_process import Channel
@@ -263,10 +257,10 @@ def _backend(
             raise type(exc)(f"{why} {exc}") from exc
         raise
     if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
-        print(
-            f"{PROG}: note: serve's own options go before the model; if they were meant for "
-            f"serve, run: {printable(shlex.join([*PROG.split(), *corrected]))}",
-            file=sys.stderr,
+        console.note(
+            PROG,
+            "serve's own options go before the model; if they were meant for serve, run: "
+            + shlex.join([*PROG.split(), *corrected]),
         )
     return status
 
@@ -317,7 +311,7 @@ def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
         text, warnings = metadata_help(settings)
         for warning in warnings:
             LOG.warning("%s", warning)
-        sys.stdout.write(text)
+        console.show(text)
     else:
         from sglang_backends.registry import ServeBackendRegistry
 
@@ -333,7 +327,7 @@ def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
             return status  # the backend exited: SGLang adds no note either
     note = sglang_host.help_note()  # only with SGLang
     if note:
-        print(f"\n{note}")
+        console.show(f"\n{note}")
     return 0
 
 
@@ -378,11 +372,10 @@ def _guarded(step: Callable[[], int], *, debug: bool) -> int:
     except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
     if debug:
-        sys.stderr.write(printable_traceback(failure))
+        console.traceback_of(failure)
     # A configuration's problems, a line each; any other failure on one line.
-    lines = str(failure).splitlines() if isinstance(failure, ConfigurationError) else [failure]
-    for line in lines:
-        print(f"{PROG}: error: {printable(' '.join(str(line).split()))}", file=sys.stderr)
+    text = str(failure)
+    console.error(PROG, text if isinstance(failure, ConfigurationError) else " ".join(text.split()))
     return status
 
 
@@ -395,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         host = parse_host_options(args)
     except ConfigurationError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        console.error(PROG, exc)
         return EXIT_USAGE
     with _logging_to_stderr(host.debug):
         return _guarded(lambda: _serve(host), debug=host.debug)

@@ -44,10 +44,9 @@ import sys
 import time
 from typing import Any, NamedTuple, NoReturn
 
-from sglang_backends import backend_process, processes, signals
+from sglang_backends import backend_process, console, processes, signals
 from sglang_backends.backend_process import BackendWork, flush, take_role
 from sglang_backends.terminal import JobControl, Terminal
-from sglang_backends.usage import printable
 
 __all__ = ["SUPPORTED", "supervise"]
 
@@ -79,14 +78,6 @@ class _Setup(NamedTuple):
     token: str  # the tree's mark
     news: int  # where the supervisor tells the front which process is the backend's
     terminal: Terminal | None  # the controlling terminal, for the tree's group to take
-
-
-def _error(prog: str, text: str) -> None:
-    """Write ``prog: error: text`` to stderr, if it is open, escaped as every line serve
-    writes is: *text* may quote package metadata the backend process told.
-    """
-    with contextlib.suppress(OSError, ValueError):
-        print(f"{prog}: error: {printable(text)}", file=sys.stderr, flush=True)
 
 
 def _fork() -> int | str:
@@ -152,7 +143,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
         if isinstance(forked, str):
             os.close(news)
             os.close(writer)
-            _error(prog, forked)
+            console.error(prog, forked)
             return _EXIT_FAILURE
         pid = forked
         if pid == 0:
@@ -195,7 +186,9 @@ class _Front:
             try:
                 done, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
-                _error(self.prog, f"the serve supervisor (pid {self.pid}) was reaped elsewhere")
+                console.error(
+                    self.prog, f"the serve supervisor (pid {self.pid}) was reaped elsewhere"
+                )
                 return _EXIT_FAILURE
             if done and os.WIFSTOPPED(status):
                 self.jobs.tree_stopped()
@@ -213,7 +206,7 @@ class _Front:
 def _last_resort(pid: int, signum: int, news: int, setup: _Setup) -> int:
     """The supervisor was killed: sweep the backend process and whatever carries the mark."""
     count = backend_process.sweep(backend_process.told(news), setup.token, timeout=setup.timeout)
-    _error(
+    console.error(
         setup.prog,
         f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(signum)}; "
         f"serve stopped the backend process and the processes it left ({count} in all)",
@@ -249,7 +242,7 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
         if isinstance(child, str):
             os.close(reader)
             os.close(writer)
-            _error(setup.prog, child)
+            console.error(setup.prog, child)
             os._exit(status)
         if child == 0:
             os.close(reader)
@@ -316,11 +309,11 @@ class _Supervision:
         )
         processes.log_swept(count)
         if self.overran is not None:
-            _error(self.setup.prog, self.overran)
+            console.error(self.setup.prog, self.overran)
             return _EXIT_FAILURE
         if self.signum is None:
             if problem:
-                _error(self.setup.prog, problem)
+                console.error(self.setup.prog, problem)
             return status
         if problem:
             LOG.info("While stopping, %s", problem)

@@ -2,8 +2,7 @@
 
 The general ``serve --help`` (:func:`metadata_help`), from the
 :mod:`~sglang_backends.survey` alone, which still prints when a plugin
-claims a built-in name, with a warning; and how every command keeps package
-metadata from a terminal (:func:`printable`).
+claims a built-in name, with a warning; and the usage line a missing model gets.
 
 Internal module: its names may change between releases without notice.
 """
@@ -11,14 +10,11 @@ Internal module: its names may change between releases without notice.
 from __future__ import annotations
 
 import argparse
-import logging
-import re
 import textwrap
-import traceback
 from collections.abc import Sequence
-from typing import Any
 
 from sglang_backends import selection
+from sglang_backends.console import printable
 from sglang_backends.dispatch import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
 from sglang_backends.host import BUILTIN_NOTES
 from sglang_backends.names import AUTO
@@ -26,42 +22,7 @@ from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
 from sglang_backends.survey import survey
 
-__all__ = [
-    "LOG_FORMAT",
-    "PrintableRecords",
-    "metadata_help",
-    "printable",
-    "printable_traceback",
-    "usage_line",
-]
-
-#: How every command (``serve`` and the operator commands) shows a log record on
-#: stderr: the message alone, as cliff does, so a warning reads the same
-#: whichever command gave it. Each message says what it is about by itself.
-LOG_FORMAT = "%(message)s"
-
-# C0 and C1 controls, DEL, and every character with Unicode's Bidi_Control property,
-# which reorder a terminal line: the Arabic letter mark (U+061C), the left-to-right
-# and right-to-left marks, embeddings, overrides and isolates (tests/test_escaping.py
-# derives the set from unicodedata).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(value: Any) -> Any:
-    """*value* with control characters escaped (``\\x1b``) if it is a string.
-
-    Package metadata is untrusted: a distribution name, a version, an entry
-    point or a docstring may carry terminal escape sequences. Whatever shows
-    it to a terminal as text passes it through here first.
-    """
-    if not isinstance(value, str):
-        return value
-    return _UNPRINTABLE.sub(_escape, value)
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+__all__ = ["metadata_help", "usage_line"]
 
 
 class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
@@ -78,31 +39,6 @@ class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-
-class PrintableRecords(logging.Filter):
-    """A logging filter passing each message through :func:`printable`.
-
-    Log lines quote package metadata (a distribution's name, an entry point's
-    name or target, a version) and what plugins raised: whatever a handler
-    writes to a terminal goes through it. A traceback keeps its lines, each
-    escaped (see :func:`printable_traceback`).
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = printable(record.getMessage()), None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = printable_traceback(record.exc_info[1]).rstrip("\n")
-        return True
-
-
-def printable_traceback(exc: BaseException | None) -> str:
-    """*exc*'s traceback as :func:`traceback.print_exception` writes it, each line escaped.
-
-    Its messages quote package metadata too; the lines stay lines.
-    """
-    lines = "".join(traceback.format_exception(exc)).splitlines()
-    return "".join(f"{printable(line)}\n" for line in lines)
 
 
 def usage_line() -> str:

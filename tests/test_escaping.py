@@ -15,7 +15,7 @@ import pytest
 from clitools import run_cli
 from servetools import run_serve
 
-from sglang_backends.usage import printable
+from sglang_backends.console import printable
 
 #: A distribution name that recolours the terminal and reverses what follows.
 EVIL = "evil\x1b[31m\u202e\u061cexe.txt"
@@ -194,3 +194,25 @@ def test_the_general_help_escapes_plugin_metadata(evil, args):
     [line] = [line for line in result.stdout.splitlines() if line.startswith("  evil ")]
     assert_escaped(line)
     assert not [c for c in RAW if c in result.stdout + result.stderr]
+
+
+def test_the_package_writes_to_the_terminal_through_one_writer():
+    """Every print or write to stdout or stderr is console.py's; a built-in's run() prints
+    its own help line (SGLang's, as upstream does)."""
+    import ast
+    from pathlib import Path
+
+    import sglang_backends
+
+    root = Path(sglang_backends.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            called = ast.unparse(node.func)
+            if called in ("print", "sys.stdout.write", "sys.stderr.write"):
+                found.append((path.relative_to(root).as_posix(), called))
+    outside = {(name, call) for name, call in found if not name.endswith("console.py")}
+    assert outside == {("_sglang/host.py", "print")} or outside == {("host.py", "print")}
+    assert any(name.endswith("console.py") for name, _ in found)

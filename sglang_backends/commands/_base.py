@@ -14,6 +14,7 @@ import stevedore
 from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
+from sglang_backends.console import printable
 from sglang_backends.discovery import (
     InstalledDistribution,
     PluginEntryPoint,
@@ -27,7 +28,6 @@ from sglang_backends.host import INSTALL_COMMANDS, default_builtins, install_hin
 from sglang_backends.selection import PluginStatus, closest_name
 from sglang_backends.settings import Settings, configured, seconds
 from sglang_backends.survey import Survey, survey
-from sglang_backends.usage import printable
 
 __all__ = [
     "ENABLED",

@@ -19,9 +19,10 @@ from sglang_backends.commands.check import CheckBackends
 from sglang_backends.commands.detect import DetectBackend
 from sglang_backends.commands.listing import ListBackends
 from sglang_backends.commands.show import ShowBackend
+from sglang_backends.console import LOG_FORMAT, PrintableRecords
 from sglang_backends.dispatch import CONFIG_DIR, CONFIG_FILE
 from sglang_backends.settings import Settings
-from sglang_backends.usage import LOG_FORMAT, PrintableRecords, metadata_help
+from sglang_backends.usage import metadata_help
 
 __all__ = ["OperatorApp"]
 

@@ -14,6 +14,7 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
+from sglang_backends.console import printable
 from sglang_backends.discovery import (
     PluginEntryPoint,
     split_qualified_name,
@@ -28,7 +29,6 @@ from sglang_backends.selection import (
 )
 from sglang_backends.settings import Settings
 from sglang_backends.survey import Survey
-from sglang_backends.usage import printable
 
 __all__ = ["CheckBackends"]
 

@@ -17,6 +17,7 @@ from sglang_backends.commands._base import (
     builtin_status,
     positive_seconds,
 )
+from sglang_backends.console import printable
 from sglang_backends.detection import AMBIGUITY_WAY_OUT, preferred_note
 from sglang_backends.dispatch import HELP, parse_host_options
 from sglang_backends.errors import ServeBackendError
@@ -24,7 +25,6 @@ from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings
 from sglang_backends.survey import Survey
-from sglang_backends.usage import printable
 
 __all__ = ["DetectBackend"]
 

@@ -1,0 +1,125 @@
+"""The one writer of lines to the operator's terminal, and what it escapes.
+
+Package metadata is untrusted: a distribution name, a version, an entry point
+or a docstring may carry terminal escape sequences, and so may what plugins
+raise. Every line ``serve``, its supervisor and the operator commands write to
+a terminal passes through here: :func:`error`, :func:`note`, :func:`say` and
+:func:`traceback_of` to stderr, :func:`show` to stdout, :class:`PrintableRecords`
+for log records, :func:`printable` for what cliff's table formatters show. A
+backend's own output (its ``run()``, its help) is the backend's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sys
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "LOG_FORMAT",
+    "PrintableRecords",
+    "error",
+    "note",
+    "printable",
+    "printable_traceback",
+    "say",
+    "show",
+    "traceback_of",
+]
+
+#: How every command (``serve`` and the operator commands) shows a log record on
+#: stderr: the message alone, as cliff does, so a warning reads the same
+#: whichever command gave it. Each message says what it is about by itself.
+LOG_FORMAT = "%(message)s"
+
+# C0 and C1 controls, DEL, and every character with Unicode's Bidi_Control property,
+# which reorder a terminal line: the Arabic letter mark (U+061C), the left-to-right
+# and right-to-left marks, embeddings, overrides and isolates (tests/test_escaping.py
+# derives the set from unicodedata).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: Any) -> Any:
+    """*value* with control characters escaped (``\\x1b``) if it is a string.
+
+    Package metadata is untrusted: a distribution name, a version, an entry
+    point or a docstring may carry terminal escape sequences. Whatever shows
+    it to a terminal as text passes it through here first.
+    """
+    if not isinstance(value, str):
+        return value
+    return _UNPRINTABLE.sub(_escape, value)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def error(prog: str, text: object) -> None:
+    """Write ``prog: error: text`` to stderr, a line per line of *text*, each escaped and
+    its white space folded; nothing when stderr is closed or gone.
+    """
+    _write(prog, "error", text)
+
+
+def note(prog: str, text: object) -> None:
+    """Write ``prog: note: text`` to stderr, as :func:`error` writes."""
+    _write(prog, "note", text)
+
+
+def say(text: object) -> None:
+    """Write *text* to stderr as it is but escaped, a line per line (``sys.exit``'s message)."""
+    _write_lines(printable(line) for line in str(text).splitlines())
+
+
+def show(text: str) -> None:
+    """Write *text* to stdout, each line escaped (a help quoting package metadata)."""
+    sys.stdout.write("".join(f"{printable(line)}\n" for line in text.splitlines()))
+
+
+def traceback_of(exc: BaseException) -> None:
+    """Write *exc*'s traceback to stderr, each line escaped (``--debug``)."""
+    _write_lines(printable_traceback(exc).splitlines())
+
+
+def _write(prog: str, kind: str, text: object) -> None:
+    lines = str(text).splitlines() or [""]
+    _write_lines(f"{prog}: {kind}: {printable(' '.join(line.split()))}" for line in lines)
+
+
+def _write_lines(lines: Iterable[str]) -> None:
+    """The one place this package writes its own lines to stderr; nothing when it is gone."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in lines:
+            print(line, file=sys.stderr)
+        sys.stderr.flush()
+
+
+class PrintableRecords(logging.Filter):
+    """A logging filter passing each message through :func:`printable`.
+
+    Log lines quote package metadata (a distribution's name, an entry point's
+    name or target, a version) and what plugins raised: whatever a handler
+    writes to a terminal goes through it. A traceback keeps its lines, each
+    escaped (see :func:`printable_traceback`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = printable(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = printable_traceback(record.exc_info[1]).rstrip("\n")
+        return True
+
+
+def printable_traceback(exc: BaseException | None) -> str:
+    """*exc*'s traceback as :func:`traceback.print_exception` writes it, each line escaped.
+
+    Its messages quote package metadata too; the lines stay lines.
+    """
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    return "".join(f"{printable(line)}\n" for line in lines)
