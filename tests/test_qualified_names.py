@@ -86,8 +86,8 @@ def every_advice(site, name: str) -> dict[str, list[str]]:
     serve = run_serve(["m", "--model-type", name], env)
     assert serve.returncode != 0
     auto = run_serve(["m"], env)
-    check = run_cli(site, "check", "-f", "value", "-c", "Detail", timeout=60)
-    detect = run_cli(site, "detect", "-f", "value", "-c", "Detail", "m", timeout=60)
+    check = run_cli(site, "check", "-f", "json", "-c", "Detail", timeout=60)  # whole cells
+    detect = run_cli(site, "detect", "-f", "json", "-c", "Detail", "m", timeout=60)
     show = run_cli(site, "show", name)
     helped = run_cli(site, "serve", "--help")
     backends = helped.stdout.split("backends:\n", 1)[1].split("\n\n", 1)[0]
