@@ -38,12 +38,13 @@ __all__ = [
     "PluginStatus",
     "check_lists",
     "choose",
+    "classify",
     "conflict_warning",
     "designates",
-    "inventory",
     "not_asked",
     "refuse_conflicts",
     "unavailable_because",
+    "unknown_backend",
     "usable_names",
     "warn_unknown_selection",
 ]
@@ -145,7 +146,7 @@ def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[
     return enabled is None or name in enabled
 
 
-def inventory(
+def classify(
     discovered: Mapping[str, Iterable[PluginEntryPoint]],
     builtin_names: Collection[str],
     *,
@@ -246,11 +247,8 @@ def choose(
     )
     if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
         values = ("auto", *available)
-        raise UnknownBackendError(
-            f"Unknown serve backend {name!r}"
-            f"{_suggestion(name, values, discovered, enabled, disabled, origins)} "
-            f"Available values: {', '.join(values)}.",
-            name=name,
+        raise unknown_backend(
+            name, values, discovered, enabled=enabled, disabled=disabled, origins=origins
         )
     if not is_allowed(plain, enabled, disabled):
         remedy = "remove it from" if plain in disabled else "add it to"
@@ -272,6 +270,29 @@ def choose(
             providers=providers,
         )
     return candidates[0]
+
+
+def unknown_backend(
+    name: str,
+    values: Collection[str],
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    *,
+    enabled: Collection[str] | None = None,
+    disabled: Collection[str] = (),
+    origins: Mapping[str, str] | None = None,
+) -> UnknownBackendError:
+    """The one wording of a name that designates nothing usable, with the closest name.
+
+    :param values: what may be given instead (``serve``: ``auto`` and :func:`choose`'s
+        available names; ``check``: every built-in and installed plugin).
+    :param discovered: every installed entry point, for the closest name.
+    """
+    return UnknownBackendError(
+        f"Unknown serve backend {name!r}"
+        f"{_suggestion(name, values, discovered, enabled, disabled, origins)} "
+        f"Available values: {', '.join(values)}.",
+        name=name,
+    )
 
 
 def _suggestion(

@@ -210,7 +210,7 @@ def _backend(
 
     registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
     # before SGLang's hardware and hook plugins run, which it finds in the same distributions
-    sglang_host.run_general_plugins(registry.survey.distributions)
+    sglang_host.run_general_plugins(registry.inventory.distributions)
     detection: DetectionReport | None = None
     why = ""
     if model_type == AUTO:
@@ -296,10 +296,7 @@ def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
     A plugin claiming a built-in name fails every serve; the general help warns of it.
     """
     if model_type == AUTO:
-        text, warnings = metadata_help(settings)
-        for warning in warnings:
-            LOG.warning("%s", warning)
-        sys.stdout.write(text)
+        sys.stdout.write(metadata_help(settings))
     else:
         from sglang_backends.registry import ServeBackendRegistry
 

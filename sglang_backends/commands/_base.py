@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.metadata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import stevedore
@@ -17,13 +17,12 @@ from sglang_backends.discovery import (
     PluginEntryPoint,
     discover,
     distributions,
-    split_qualified_name,
 )
-from sglang_backends.errors import ConfigurationError, UnknownBackendError, did_you_mean
+from sglang_backends.errors import ConfigurationError, UnknownBackendError
 from sglang_backends.host import INSTALL_COMMANDS, default_builtins, sglang_installed
 from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import MAX_TIMEOUT, Settings, configured
-from sglang_backends.survey import Survey, survey
+from sglang_backends.survey import Inventory, take_inventory
 from sglang_backends.usage import printable
 
 __all__ = [
@@ -163,7 +162,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
     @functools.cached_property
     def installed_distributions(self) -> tuple[InstalledDistribution, ...]:
-        """Every installed distribution, read once for the formatters and the survey."""
+        """Every installed distribution, read once for the formatters and the inventory."""
         return tuple(distributions())
 
     def safe_rows(
@@ -193,8 +192,9 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
     #: Set by a command whose output reports a failure: the exit status becomes 1.
     failed = False
-    #: Set by :meth:`survey`: by list, the names it warned about as not installed.
-    not_installed: Mapping[str, Sequence[str]] = {}
+    #: Whether the command itself reports a plugin claiming a built-in name as an error (a
+    #: registry's refusal, check's row); if not, the inventory warns of it.
+    reports_conflicts = True
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         """Run the command; exit status 2 for a usage slip (invalid configuration, a name
@@ -210,25 +210,20 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
-    def survey(self, parsed_args: argparse.Namespace) -> tuple[Settings, Survey]:
-        """The settings, and every installed plugin's status under their selection (imports
-        none); warns of listed names nothing provides (kept as :attr:`not_installed`) and of a
-        ``model_type`` serve would refuse.
+    def inventory(self, parsed_args: argparse.Namespace) -> tuple[Settings, Inventory]:
+        """The settings, and the command's one inventory under their selection (imports no
+        plugin), which warns of their slips: a listed name nothing provides, a ``model_type``
+        serve would refuse, and a conflict the command does not report itself.
         """
         settings = self.settings(parsed_args)
-        installed = survey(
+        inventory = take_inventory(
+            settings,
             default_builtins(),
-            enabled=settings.enabled,
-            disabled=settings.disabled,
             installed=self.installed_distributions,
+            warn_conflicts=not self.reports_conflicts,
+            warn_model_type=True,
         )
-        self.not_installed = installed.warn_unknown(
-            settings.list_origins(), preferred=settings.preferred
-        )
-        problem = _model_type_problem(settings, installed)
-        if problem:
-            self.app.LOG.warning("%s", problem)
-        return settings, installed
+        return settings, inventory
 
     def settings(self, parsed_args: argparse.Namespace) -> Settings:
         """Read configuration and apply the command-line overrides.
@@ -252,28 +247,6 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             flagged += (("disabled", "--disable on the command line"),)
             settings = settings._replace(disabled=disable)
         return settings._replace(flag_origins=flagged)
-
-
-def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
-    """Why the configured ``model_type`` would make ``serve`` fail, or ``None``."""
-    model_type = settings.model_type
-    dist, name = split_qualified_name(model_type)
-    if model_type == "auto" or (dist is None and name in installed.builtins):
-        return None
-    matching = [] if name in installed.builtins else installed.designated(model_type)
-    if any(r.status.usable for r in matching):
-        return None
-    where = settings.describe("model_type")
-    if matching:
-        return (
-            f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
-            "it until the enabled/disabled lists allow it"
-        )
-    values = ("auto", *installed.available_names)
-    return (
-        f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
-        f"fail{did_you_mean(model_type, values)} Available values: {', '.join(values)}"
-    )
 
 
 def positive_seconds(text: str) -> float:

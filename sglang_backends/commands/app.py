@@ -101,10 +101,7 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.cmd == ["serve"]:
-            text, warnings = metadata_help(Settings())
-            for warning in warnings:
-                self.app.LOG.warning("%s", warning)
-            self.app.stdout.write(text)
+            self.app.stdout.write(metadata_help(Settings()))
             return 0
         return super().take_action(parsed_args)
 

@@ -243,7 +243,7 @@ class DetectBackend(SelectionOptions, Lister):
                 "give them before the request, as detect's own options"
             )
 
-        configured, survey = self.survey(parsed_args)
+        configured, inventory = self.inventory(parsed_args)
         settings = Settings(  # the registry's, for the worker
             enabled=configured.enabled,
             disabled=configured.disabled,
@@ -267,7 +267,7 @@ class DetectBackend(SelectionOptions, Lister):
         if result is None:
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
-                f"{_why(underway, settings, survey.records, timeout)}"
+                f"{_why(underway, settings, inventory.records, timeout)}"
             )
         if result.error is not None:
             raise ServeBackendError(result.error)
