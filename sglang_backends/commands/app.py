@@ -25,24 +25,6 @@ from sglang_backends.usage import LOG_FORMAT, PrintableRecords, metadata_help
 __all__ = ["OperatorApp"]
 
 
-class _ConsoleFilter(PrintableRecords):
-    """Escape control characters in messages (never tracebacks); show each message once:
-    metadata is read more than once per command, and its warnings would repeat.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[tuple[int, str]] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        super().filter(record)
-        key = (record.levelno, record.msg)
-        if key in self._seen:
-            return False
-        self._seen.add(key)
-        return True
-
-
 class _GlobalOptions(argparse.ArgumentParser):
     """The global options, read from anywhere on the command line in linear time.
 
@@ -189,7 +171,8 @@ class OperatorApp(App):
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
-        console_filter = _ConsoleFilter()
+        # Messages escaped; each is given once because each command reads metadata once.
+        console_filter = PrintableRecords()
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler
