@@ -22,18 +22,6 @@ from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.settings import Settings
 from sglang_backends.survey import take_inventory
 
-OMNI = """
-from sglang_backends import ServeBackend, ServeBackendDetection
-
-def factory():
-    return ServeBackend(
-        api_version=1,
-        run=lambda request: None,
-        detect=lambda request: ServeBackendDetection.NO_MATCH,
-        requires_model_path=False,
-    )
-"""
-
 #: Runs ``sglang-backends ARGV`` in this interpreter, counting metadata scans.
 COUNTED = """
 import atexit, importlib.metadata, sys
@@ -63,20 +51,15 @@ COMMANDS = [
 
 
 @pytest.fixture
-def omni(site):
-    site.install(
-        "omni-runtime",
-        version="1.0",
-        entry_points={"omni": "omni_plugin:factory"},
-        modules={"omni_plugin.py": OMNI},
-    )
+def omni(site, install_backend):
+    install_backend("omni-runtime", "omni", detect="return ServeBackendDetection.NO_MATCH")
     return site
 
 
 @pytest.fixture
-def impostor(omni):
+def impostor(omni, install_backend):
     """omni, and a plugin claiming the built-in name ``llm``."""
-    omni.install("llm-impostor", version="6.6", entry_points={"llm": "omni_plugin:factory"})
+    install_backend("llm-impostor", "llm", version="6.6")
     return omni
 
 
