@@ -116,7 +116,8 @@ class ServeBackendRegistry:
                 enabled=None if enabled is None else tuple(enabled),
                 disabled=tuple(disabled),
                 preferred=tuple(preferred),
-                flag_origins=tuple((selection_origins or {}).items()),  # the caller's word
+                # Where the caller says each list was set, as Settings.list_origins gives it.
+                flag_origins=tuple((selection_origins or {}).items()),
             )
             inventory = take_inventory(selected, builtins)
         elif (builtins, enabled, selection_origins, tuple(disabled)) != (None, None, None, ()):
