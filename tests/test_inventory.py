@@ -166,3 +166,12 @@ def test_a_registry_given_an_inventory_still_refuses_a_conflict(impostor):
     inventory = take_inventory(Settings(), default_builtins())
     with pytest.raises(errors.BackendConflictError, match="llm-impostor"):
         ServeBackendRegistry(inventory=inventory)
+
+
+def test_check_names_each_value_once_when_a_plugin_claims_a_built_in_name(impostor):
+    _, checked = counted_run(impostor, ["check", "nope"])
+    assert checked.returncode == 2
+    [line] = checked.stderr.splitlines()[:-1]
+    values = line.split("Available values: ")[1].rstrip(".").split(", ")
+    assert values[:3] == ["llm", "diffusion", *sorted(set(values) - {"llm", "diffusion"})][:3]
+    assert values.count("llm") == 1 and "omni" in values

@@ -310,7 +310,7 @@ def _chosen(inventory: Inventory, names: Sequence[str]) -> list[tuple[PluginReco
     for name in names:
         found = inventory.designated(name)
         if not found and name not in inventory.builtins:
-            values = (*inventory.builtins, *sorted(inventory.installed))
+            values = list(dict.fromkeys([*inventory.builtins, *sorted(inventory.installed)]))
             raise unknown_backend(name, values, inventory.discovered)
         for record in found:
             _, key = chosen.get(id(record), (record, record.plugin.name))
