@@ -39,7 +39,7 @@ from sglang_backends.settings import (
     Settings,
     seconds,
 )
-from sglang_backends.survey import survey
+from sglang_backends.survey import Inventory, take_inventory
 
 __all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry"]
 
@@ -79,6 +79,11 @@ class ServeBackendRegistry:
         and the errors naming a plugin the lists leave out.
     :param preferred: backend names in order of preference: when several
         detectors match, :meth:`explain` selects the first of them listed.
+    :param inventory: the inventory a command already took
+        (:func:`~sglang_backends.survey.take_inventory`), whose built-ins,
+        selection and origins this registry uses, without reading package
+        metadata or warning again; then give none of *builtins*, *enabled*,
+        *disabled* and *selection_origins*.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
     :raises ConfigurationError: a built-in is named ``auto`` or a timeout is not a number of
         seconds from :data:`~sglang_backends.settings.MIN_TIMEOUT` to
@@ -96,10 +101,8 @@ class ServeBackendRegistry:
         load_timeout: float = DEFAULT_LOAD_TIMEOUT,
         selection_origins: Mapping[str, str] | None = None,
         preferred: Iterable[str] = (),
+        inventory: Inventory | None = None,
     ) -> None:
-        if builtins is None:
-            builtins = default_builtins()
-        selection.check_lists(builtins, enabled, disabled)
         timeouts = {"detect_timeout": detect_timeout, "load_timeout": load_timeout}
         for label, value in timeouts.items():
             try:
@@ -108,14 +111,26 @@ class ServeBackendRegistry:
                 raise errors.ConfigurationError(
                     f"Invalid value {value!r} for {label}: {exc}"
                 ) from None
-
-        self._builtins = dict(builtins)
-        self._origins = dict(selection_origins or {})
+        if inventory is None:
+            if builtins is None:
+                builtins = default_builtins()
+            selection.check_lists(builtins, enabled, disabled)
+            selected = Settings(
+                enabled=None if enabled is None else tuple(enabled),
+                disabled=tuple(disabled),
+                preferred=tuple(preferred),
+                # Where the caller says each list was set, as Settings.list_origins gives it.
+                flag_origins=tuple((selection_origins or {}).items()),
+            )
+            inventory = take_inventory(selected, builtins)
+        elif (builtins, enabled, selection_origins, tuple(disabled)) != (None, None, None, ()):
+            raise TypeError("an inventory brings its own builtins, selection and origins")
+        self._builtins = dict(inventory.builtins)
         self.preferred = tuple(preferred)
         self.detect_timeout = timeouts["detect_timeout"]
         self.load_timeout = timeouts["load_timeout"]
         #: What is installed and usable under the selection; the commands show the same.
-        self.survey = survey(self._builtins, enabled=enabled, disabled=disabled)
+        self.inventory = inventory
         self._loader = BackendLoader()  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
@@ -123,33 +138,39 @@ class ServeBackendRegistry:
             for name, backend in self._builtins.items()
             if isinstance(backend, ServeBackend)
         }
-        selection.refuse_conflicts(self.survey.records)
-        self.survey.warn_unknown(self._origins, preferred=self.preferred)
+        selection.refuse_conflicts(inventory.records)  # as upstream's constructor does
 
     @classmethod
     def from_settings(
         cls,
         settings: Settings,
         builtins: Mapping[str, BuiltinBackend] | None = None,
+        *,
+        inventory: Inventory | None = None,
     ) -> ServeBackendRegistry:
         """The registry *settings* describe; every entry point builds its registry here.
 
         :param builtins: SGLang's by default, as for the constructor.
+        :param inventory: the command's own, taken under *settings* (then its built-ins
+            are the registry's): package metadata is read, and the operator warned, once.
         """
+        if inventory is None:
+            inventory = take_inventory(
+                settings, default_builtins() if builtins is None else builtins
+            )
+        elif builtins is not None:
+            raise TypeError("an inventory brings its own builtins")
         return cls(
-            builtins,
-            enabled=settings.enabled,
-            disabled=settings.disabled,
             detect_timeout=settings.detect_timeout,
             load_timeout=settings.load_timeout,
-            selection_origins=settings.list_origins(),
             preferred=settings.preferred,
+            inventory=inventory,
         )
 
     @property
     def available_names(self) -> tuple[str, ...]:
         """Built-in names in their given order, then usable plugin names sorted; imports nothing."""
-        return self.survey.available_names
+        return self.inventory.available_names
 
     def names(self) -> list[str]:
         """The names :meth:`get` may be given (:attr:`available_names`); imports nothing."""
@@ -171,7 +192,7 @@ class ServeBackendRegistry:
     @property
     def plugins(self) -> tuple[selection.PluginRecord, ...]:
         """Every installed plugin entry point with its status; imports nothing."""
-        return self.survey.records
+        return self.inventory.records
 
     def plugin_of(self, registered: RegisteredServeBackend) -> PluginEntryPoint | None:
         """The installed entry point *registered* was loaded from; ``None`` for a built-in."""
@@ -180,7 +201,7 @@ class ServeBackendRegistry:
         return next(
             (
                 record.plugin
-                for record in self.survey.records
+                for record in self.inventory.records
                 if (record.plugin.name, record.plugin.distribution)
                 == (registered.name, registered.distribution)
             ),
@@ -191,7 +212,7 @@ class ServeBackendRegistry:
         """The :data:`~sglang_backends.loading.Candidate` *name* designates."""
         if name in self._builtins:
             return ("built-in", name), None, partial(self._produce, None, name)
-        plugin = self.survey.choose(name, origins=self._origins)  # outlives every load
+        plugin = self.inventory.choose(name)  # outlives every load
         return ("plugin", id(plugin)), plugin, partial(self._produce, plugin, plugin.name)
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:

@@ -38,16 +38,17 @@ __all__ = [
     "by_name",
     "check_lists",
     "choose",
+    "classify",
     "closest_name",
     "conflict_warning",
     "designated",
     "designates",
     "duplicate_text",
-    "inventory",
     "not_asked",
     "qualified",
     "refuse_conflicts",
     "unavailable_because",
+    "unknown_backend",
     "usable_names",
     "warn_unknown_selection",
 ]
@@ -230,7 +231,7 @@ def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[
     return enabled is None or name in enabled
 
 
-def inventory(
+def classify(
     discovered: Mapping[str, Iterable[PluginEntryPoint]],
     builtin_names: Collection[str],
     *,
@@ -329,11 +330,14 @@ def choose(
     candidates = designated(name, discovered)
     if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
         values = ("auto", *available)
-        raise UnknownBackendError(
-            f"Unknown serve backend {name!r}"
-            f"{_suggestion(name, values, discovered, builtin_names, enabled, disabled, origins)} "
-            f"Available values: {', '.join(values)}.",
-            name=name,
+        raise unknown_backend(
+            name,
+            values,
+            discovered,
+            builtin_names,
+            enabled=enabled,
+            disabled=disabled,
+            origins=origins,
         )
     if not is_allowed(plain, enabled, disabled):
         remedy = "remove it from" if plain in disabled else "add it to"
@@ -351,6 +355,31 @@ def choose(
             providers=tuple(c.provider for c in candidates),
         )
     return candidates[0]
+
+
+def unknown_backend(
+    name: str,
+    values: Collection[str],
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    builtin_names: Collection[str] = (),
+    *,
+    enabled: Collection[str] | None = None,
+    disabled: Collection[str] = (),
+    origins: Mapping[str, str] | None = None,
+) -> UnknownBackendError:
+    """The one wording of a name that designates nothing usable, with the closest name.
+
+    :param values: what may be given instead (``serve``: ``auto`` and :func:`choose`'s
+        available names; ``check``: every built-in and installed plugin).
+    :param discovered: every installed entry point, for the closest name.
+    :param builtin_names: names that are never plugins', for the closest name.
+    """
+    return UnknownBackendError(
+        f"Unknown serve backend {name!r}"
+        f"{_suggestion(name, values, discovered, builtin_names, enabled, disabled, origins)} "
+        f"Available values: {', '.join(values)}.",
+        name=name,
+    )
 
 
 def _suggestion(

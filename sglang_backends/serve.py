@@ -98,17 +98,11 @@ def _refused_model_type(host: HostOptions, settings: Settings) -> list[str]:
     """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
     if host.model_type is not None or settings.model_type == AUTO:
         return []
-    from sglang_backends.survey import survey
+    from sglang_backends.survey import take_inventory
 
-    found = survey(
-        sglang_host.default_builtins(), enabled=settings.enabled, disabled=settings.disabled
-    )
+    found = take_inventory(settings, sglang_host.default_builtins())
     try:
-        found.by_name(
-            settings.model_type,
-            set_in=settings.set_in("model_type"),
-            origins=settings.list_origins(),
-        )
+        found.by_name(settings.model_type, set_in=settings.set_in("model_type"))
     except ServeBackendError as exc:
         return [str(exc)]
     return []
@@ -222,7 +216,7 @@ def _backend(
 
     registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
     # before SGLang's hardware and hook plugins run, which it finds in the same distributions
-    sglang_host.run_general_plugins(registry.survey.distributions)
+    sglang_host.run_general_plugins(registry.inventory.distributions)
     detection: DetectionReport | None = None
     why = ""
     if model_type == AUTO:
@@ -308,10 +302,7 @@ def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
     A plugin claiming a built-in name fails every serve; the general help warns of it.
     """
     if model_type == AUTO:
-        text, warnings = metadata_help(settings)
-        for warning in warnings:
-            LOG.warning("%s", warning)
-        console.show(text)
+        console.show(metadata_help(settings))
     else:
         from sglang_backends.registry import ServeBackendRegistry
 

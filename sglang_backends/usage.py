@@ -1,8 +1,8 @@
 """What every command shows of the installed backends, from package metadata only.
 
 The general ``serve --help`` (:func:`metadata_help`), from the
-:mod:`~sglang_backends.survey` alone, which still prints when a plugin
-claims a built-in name, with a warning; and the usage line a missing model gets.
+inventory (:mod:`~sglang_backends.survey`) alone, which still prints when a
+plugin claims a built-in name, with a warning; and the usage line a missing model gets.
 
 Internal module: its names may change between releases without notice.
 """
@@ -20,7 +20,7 @@ from sglang_backends.host import BUILTIN_NOTES
 from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginRecord, PluginStatus
 from sglang_backends.settings import Settings
-from sglang_backends.survey import survey
+from sglang_backends.survey import take_inventory
 
 __all__ = ["metadata_help", "usage_line"]
 
@@ -68,13 +68,12 @@ def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
     return [f"  {label.ljust(width)}  {note}" for label, note in rows]
 
 
-def metadata_help(settings: Settings) -> tuple[str, list[str]]:
-    """The general help under *settings* and the warnings to log (a plugin claiming a built-in)."""
-    installed = survey(
-        dict.fromkeys(BUILTIN_NOTES), enabled=settings.enabled, disabled=settings.disabled
-    )
-    text = _render(installed.available_names, installed.records)
-    return text, [printable(selection.conflict_warning(p)) for p in installed.conflicts]
+def metadata_help(settings: Settings) -> str:
+    """The general help under *settings*; the inventory warns of what it shows (a name in
+    a list that is not installed, a plugin claiming a built-in name).
+    """
+    inventory = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES), warn_conflicts=True)
+    return _render(inventory.available_names, inventory.records)
 
 
 def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:

@@ -73,7 +73,7 @@ def test_check_an_unknown_name_is_one_line(plugins):
     result = run_cli(plugins, "check", "nope")
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
-    assert "No installed plugin provides serve backend 'nope'" in line
+    assert "Unknown serve backend 'nope'" in line
     assert "good" in line
 
 

@@ -1,7 +1,7 @@
 """The warnings the guides quote are what the program prints; the README only points to them.
 
 Each quoted configuration warning (``Ignoring ...``, a list or
-``model_type`` naming what is not installed, a check of an unknown name)
+``model_type`` serve would refuse, a check of an unknown name)
 is reproduced: the same slip is given to the real console script, with the
 plugins the line names installed, and its warning, with the test's file
 path replaced by the quoted one, must be the quoted line, option and
@@ -95,12 +95,12 @@ _NOT_INSTALLED = re.compile(
 )
 _MODEL_TYPE = re.compile(
     r"model_type '(?P<name>[^']+)' \(\[serve_backends\] model_type, set in (?P<path>\S+)\) "
-    r"names no installed serve backend; .* Available values: auto, llm, diffusion, "
-    r"(?P<plugins>.+)$"
+    r"would make serve fail: Unknown serve backend .* Available values: auto, llm, diffusion, "
+    r"(?P<plugins>[^.]+)\.$"
 )
 _CHECKED = re.compile(
-    r"No installed plugin provides serve backend '(?P<name>[^']+)'.* Installed plugins: "
-    r"(?P<plugins>[^.]+)\."
+    r"Unknown serve backend '(?P<name>[^']+)'.* Available values: llm, diffusion, "
+    r"(?P<plugins>[^.]+)\.$"
 )
 
 
@@ -108,7 +108,7 @@ _CHECKED = re.compile(
     ("document", "line"),
     [
         (document, line)
-        for document, line in _quoted("Serve backend '", "model_type '", "No installed plugin")
+        for document, line in _quoted("Serve backend '", "model_type '", "Unknown serve backend")
         if "Serve backend '" not in line or "list is not installed" in line
     ],
     ids=lambda value: value[:40],

@@ -19,7 +19,7 @@ SPLIT = re.compile(r"[\w-]-\n\s*\w")
 @pytest.mark.parametrize("columns", range(20, 161, 7))
 def test_no_option_name_is_split_at_any_width(site, monkeypatch, columns):
     monkeypatch.setenv("COLUMNS", str(columns))
-    text, _ = metadata_help(Settings())
+    text = metadata_help(Settings())
     assert SPLIT.search(text) is None, text
     for option in OPTIONS:
         assert option in text

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import importlib.metadata
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 import stevedore
@@ -20,14 +20,13 @@ from sglang_backends.discovery import (
     PluginEntryPoint,
     discover,
     distributions,
-    split_qualified_name,
 )
 from sglang_backends.dispatch import CONFIG_DIR, CONFIG_FILE
-from sglang_backends.errors import ConfigurationError, UnknownBackendError, meant
+from sglang_backends.errors import ConfigurationError, UnknownBackendError
 from sglang_backends.host import INSTALL_COMMANDS, default_builtins, install_hint, sglang_installed
-from sglang_backends.selection import PluginStatus, closest_name
+from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings, configured, seconds
-from sglang_backends.survey import Survey, survey
+from sglang_backends.survey import Inventory, model_type_problem, take_inventory
 
 __all__ = [
     "ENABLED",
@@ -172,7 +171,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
     @functools.cached_property
     def installed_distributions(self) -> tuple[InstalledDistribution, ...]:
-        """Every installed distribution, read once for the formatters and the survey."""
+        """Every installed distribution, read once for the formatters and the inventory."""
         return tuple(distributions())
 
     #: The command's name, for the pointer ending a shortened cell (``see list -f json``);
@@ -223,8 +222,9 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
     #: Set by a command whose output reports a failure: the exit status becomes 1.
     failed = False
-    #: Set by :meth:`survey`: by list, the names it warned about as not installed.
-    not_installed: Mapping[str, Sequence[str]] = {}
+    #: Whether the command itself reports a plugin claiming a built-in name as an error (a
+    #: registry's refusal, check's row); if not, the inventory warns of it.
+    reports_conflicts = True
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         """Run the command; exit status 2 for a usage slip (invalid configuration, a name
@@ -241,28 +241,23 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             return _EXIT_USAGE
         return status or (1 if self.failed else 0)
 
-    def survey(
+    def inventory(
         self, parsed_args: argparse.Namespace, *, model_type_checked: bool = True
-    ) -> tuple[Settings, Survey]:
-        """The settings, and every installed plugin's status under their selection (imports
-        none); warns of listed names nothing provides (kept as :attr:`not_installed`) and,
-        unless the command checks it itself (not *model_type_checked*), of a ``model_type``
-        serve would refuse.
+    ) -> tuple[Settings, Inventory]:
+        """The settings, and the command's one inventory under their selection (imports no
+        plugin), which warns of their slips: a listed name nothing provides, a ``model_type``
+        serve would refuse (unless the command says so itself: not *model_type_checked*),
+        and a conflict the command does not report itself.
         """
         settings = self.settings(parsed_args)
-        installed = survey(
+        inventory = take_inventory(
+            settings,
             default_builtins(),
-            enabled=settings.enabled,
-            disabled=settings.disabled,
             installed=self.installed_distributions,
+            warn_conflicts=not self.reports_conflicts,
+            warn_model_type=model_type_checked,
         )
-        self.not_installed = installed.warn_unknown(
-            settings.list_origins(), preferred=settings.preferred
-        )
-        problem = _model_type_problem(settings, installed) if model_type_checked else None
-        if problem:
-            self.app.LOG.warning("%s", problem)
-        return settings, installed
+        return settings, inventory
 
     def settings(self, parsed_args: argparse.Namespace) -> Settings:
         """Read configuration and apply the command-line overrides.
@@ -289,38 +284,12 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             settings = settings._replace(disabled=disable)
         settings = settings._replace(flag_origins=flagged)
         if problems:  # and the model_type serve would refuse next: every problem at once
-            installed = survey(
-                default_builtins(),
-                enabled=settings.enabled,
-                disabled=settings.disabled,
-                installed=self.installed_distributions,
+            inventory = take_inventory(
+                settings, default_builtins(), installed=self.installed_distributions
             )
-            problem = _model_type_problem(settings, installed)
+            problem = model_type_problem(settings, inventory)
             raise ConfigurationError("\n".join([*problems, *([problem] if problem else [])]))
         return settings
-
-
-def _model_type_problem(settings: Settings, installed: Survey) -> str | None:
-    """Why the configured ``model_type`` would make ``serve`` fail, or ``None``."""
-    model_type = settings.model_type
-    dist, name = split_qualified_name(model_type)
-    if model_type == "auto" or (dist is None and name in installed.builtins):
-        return None
-    matching = [] if name in installed.builtins else installed.designated(model_type)
-    if any(r.status.usable for r in matching):
-        return None
-    where = settings.describe("model_type")
-    if matching:
-        return (
-            f"model_type {model_type!r} ({where}) names a disabled plugin; serve will refuse "
-            "it until the enabled/disabled lists allow it"
-        )
-    values = ("auto", *installed.available_names)
-    closest, _ = closest_name(model_type, values, installed.discovered, installed.builtins)
-    return (
-        f"model_type {model_type!r} ({where}) names no installed serve backend; serve will "
-        f"fail{meant(closest)} Available values: {', '.join(values)}"
-    )
 
 
 def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:

@@ -27,24 +27,6 @@ from sglang_backends.usage import metadata_help
 __all__ = ["OperatorApp"]
 
 
-class _ConsoleFilter(PrintableRecords):
-    """Escape control characters in messages (never tracebacks); show each message once:
-    metadata is read more than once per command, and its warnings would repeat.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[tuple[int, str]] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        super().filter(record)
-        key = (record.levelno, record.msg)
-        if key in self._seen:
-            return False
-        self._seen.add(key)
-        return True
-
-
 #: Serve's options that are global only before the command name.
 _CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
 
@@ -107,10 +89,7 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.cmd == ["serve"]:
-            text, warnings = metadata_help(Settings())
-            for warning in warnings:
-                self.app.LOG.warning("%s", warning)
-            self.app.stdout.write(text)
+            self.app.stdout.write(metadata_help(Settings()))
             return 0
         return super().take_action(parsed_args)
 
@@ -198,7 +177,8 @@ class OperatorApp(App):
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
-        console_filter = _ConsoleFilter()
+        # Messages escaped; each is given once because each command reads metadata once.
+        console_filter = PrintableRecords()
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler

@@ -15,20 +15,17 @@ from sglang_backends.commands._base import (
     positive_seconds,
 )
 from sglang_backends.console import printable
-from sglang_backends.discovery import (
-    PluginEntryPoint,
-    split_qualified_name,
-)
-from sglang_backends.errors import UnknownBackendError, did_you_mean, meant
+from sglang_backends.discovery import PluginEntryPoint
+from sglang_backends.errors import did_you_mean
 from sglang_backends.foresight import distributions_of, shadowed_text, unmet_clause
 from sglang_backends.selection import (
     PluginRecord,
     PluginStatus,
-    closest_name,
     conflict_warning,
+    unknown_backend,
 )
 from sglang_backends.settings import Settings
-from sglang_backends.survey import Survey
+from sglang_backends.survey import Inventory
 
 __all__ = ["CheckBackends"]
 
@@ -150,14 +147,14 @@ class CheckBackends(SelectionOptions, Lister):
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends.commands._worker import Job, last_line, run_loads
 
-        settings, survey = self.survey(parsed_args)
-        builtins, chosen = survey.builtins, _chosen(survey, parsed_args.names)
+        settings, inventory = self.inventory(parsed_args)
+        builtins, chosen = inventory.builtins, _chosen(inventory, parsed_args.names)
         for warning in _sglang_script_warnings(record for record, _ in chosen):
             self.app.LOG.warning(printable(warning))
         unmet = _foretold(self.app.LOG, [record.plugin for record, _ in chosen])
         if parsed_args.names:
             builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
-        conflicts = {plugin.name for plugin in survey.conflicts}
+        conflicts = {plugin.name for plugin in inventory.conflicts}
         to_load = sorted({key for record, key in chosen if record.status.usable})
         base = Job(
             action="contract" if parsed_args.contract else "load",
@@ -213,7 +210,7 @@ class CheckBackends(SelectionOptions, Lister):
                 )
             rows.append((*head, "ok", seconds, detail))
         rows = [_with_unmet(row, unmet) for row in rows]
-        rows += _not_installed(settings, survey, self.not_installed["enabled"])
+        rows += _not_installed(settings, inventory)
         self.failed = any(row[4] in FAILURES for row in rows)
         if parsed_args.contract:  # whether SGLang's own host was asked too, row by row
             unasked = "not checked: not loaded"
@@ -253,12 +250,10 @@ def _with_unmet(row: tuple[Any, ...], unmet: dict[str, str]) -> tuple[Any, ...]:
     return (*row[:6], f"{row[6]}; {clause}")
 
 
-def _not_installed(
-    settings: Settings, survey: Survey, names: Sequence[str]
-) -> list[tuple[Any, ...]]:
-    """A failing row for each of *names*, those ``enabled_backends`` (or ``--enable``) gives
-    that no installed plugin provides, as the survey warned: a deployment gate must not
-    pass a service missing one.
+def _not_installed(settings: Settings, inventory: Inventory) -> list[tuple[Any, ...]]:
+    """A failing row for each name ``enabled_backends`` (or ``--enable``) gives that no
+    installed plugin provides, as the inventory warned: a deployment gate must not pass a
+    service missing one.
     """
     where = settings.list_origins().get("enabled", "the enabled list")
     return [
@@ -270,9 +265,9 @@ def _not_installed(
             "not installed",
             0.0,
             f"enabled by {where}, but no installed distribution provides serve backend "
-            f"{name!r}{did_you_mean(name, survey.installed)}",
+            f"{name!r}{did_you_mean(name, inventory.installed)}",
         )
-        for name in names
+        for name in inventory.not_installed["enabled"]
     ]
 
 
@@ -304,28 +299,21 @@ def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
     return lines
 
 
-def _chosen(installed: Survey, names: Sequence[str]) -> list[tuple[PluginRecord, str]]:
+def _chosen(inventory: Inventory, names: Sequence[str]) -> list[tuple[PluginRecord, str]]:
     """The records *names* designate (``NAME`` or ``DIST:NAME``), all without names, each
     with the name it is loaded as: ``DIST:NAME`` where that picked its provider.
 
-    :raises UnknownBackendError: a name that matches no installed plugin.
+    :raises UnknownBackendError: a name that is neither a built-in's nor an installed
+        plugin's, worded as serve words it, with every such name as the values.
     """
     if not names:
-        return [(record, record.plugin.name) for record in installed.records]
+        return [(record, record.plugin.name) for record in inventory.records]
     chosen: dict[int, tuple[PluginRecord, str]] = {}
     for name in names:
-        dist, plain = split_qualified_name(name)
-        found = installed.designated(name)
-        if not found and not (dist is None and plain in installed.builtins):
-            plugins = sorted(installed.installed)
-            known = sorted({*installed.builtins, *plugins})
-            close, _ = closest_name(name, known, installed.discovered, installed.builtins)
-            raise UnknownBackendError(
-                f"No installed plugin provides serve backend {name!r}{meant(close)} "
-                f"Installed plugins: {', '.join(plugins) or 'none'}. "
-                "'sglang-backends list' shows every backend.",
-                name=name,
-            )
+        found = inventory.designated(name)
+        if not found and name not in inventory.builtins:
+            values = list(dict.fromkeys([*inventory.builtins, *sorted(inventory.installed)]))
+            raise unknown_backend(name, values, inventory.discovered, inventory.builtins)
         for record in found:
             _, key = chosen.get(id(record), (record, record.plugin.name))
             chosen[id(record)] = (record, name if key == record.plugin.name else key)

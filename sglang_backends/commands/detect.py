@@ -24,7 +24,7 @@ from sglang_backends.errors import ServeBackendError
 from sglang_backends.names import AUTO
 from sglang_backends.selection import PluginStatus
 from sglang_backends.settings import Settings
-from sglang_backends.survey import Survey
+from sglang_backends.survey import Inventory
 
 __all__ = ["DetectBackend"]
 
@@ -97,7 +97,7 @@ def _why(
 
 
 def _chosen(
-    given: str | None, settings: Settings, survey: Survey
+    given: str | None, settings: Settings, inventory: Inventory
 ) -> tuple[str, str | None, str] | None:
     """The backend serve would use by name (``--model-type`` in the request, else the
     configured ``model_type``): its name, distribution and why; ``None`` for ``auto``.
@@ -109,7 +109,7 @@ def _chosen(
         return None
     where = "--model-type in the request" if given else settings.describe("model_type")
     origin = None if given else settings.set_in("model_type")
-    plugin = survey.by_name(name, set_in=origin, origins=settings.list_origins())
+    plugin = inventory.by_name(name, set_in=origin)
     detail = f"serve uses {name!r} by name ({where}), not detection{_fails(name)}"
     return (name, None, detail) if plugin is None else (plugin.name, plugin.distribution, detail)
 
@@ -297,8 +297,8 @@ class DetectBackend(SelectionOptions, Lister):
                 "give them before the request, as detect's own options"
             )
 
-        configured, survey = self.survey(parsed_args, model_type_checked=False)
-        chosen = _chosen(host.model_type, configured, survey)  # as serve, before detecting
+        configured, inventory = self.inventory(parsed_args, model_type_checked=False)
+        chosen = _chosen(host.model_type, configured, inventory)  # as serve, before detecting
         if chosen is not None:
             self.app.LOG.warning("Configured: %s", chosen[2])
         settings = Settings(  # the registry's, for the worker
@@ -325,7 +325,7 @@ class DetectBackend(SelectionOptions, Lister):
             crashed = worker.failure == "crashed"
             raise ServeBackendError(
                 f"Automatic detection did not complete: {worker.detail}. "
-                f"{_why(underway, settings, survey.records, timeout, crashed=crashed)}"
+                f"{_why(underway, settings, inventory.records, timeout, crashed=crashed)}"
             )
         if result.error is not None:
             raise ServeBackendError(result.error)

@@ -61,6 +61,9 @@ class ListBackends(SelectionOptions, Lister):
           this interpreter; extras' requirements skipped); empty when its
           metadata is unreadable
 
+    A plugin claiming a built-in name gets a warning saying how to
+    resolve it, as the general help gives it.
+
     Examples::
 
       sglang-backends list
@@ -70,13 +73,15 @@ class ListBackends(SelectionOptions, Lister):
     """
 
     command_name = "list"
+    #: A conflict is a status here, not an error: the inventory warns of it.
+    reports_conflicts = False
 
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        _, survey = self.survey(parsed_args)
-        general = general_plugins(survey.distributions, sglang=sglang_installed())
-        plugins = [*(record.plugin for record in survey.records), *(g.plugin for g in general)]
+        _, inventory = self.inventory(parsed_args)
+        general = general_plugins(inventory.distributions, sglang=sglang_installed())
+        plugins = [*(record.plugin for record in inventory.records), *(g.plugin for g in general)]
         # Read once per distribution: several entry points share one.
         unmet = {key: unmet_text(plugin) for key, plugin in distributions_of(plugins).items()}
 
@@ -84,10 +89,10 @@ class ListBackends(SelectionOptions, Lister):
             key = normalize_distribution(plugin.distribution or "")
             return requirements_cell(unmet.get(key))
 
-        rows = [(*builtin_row(name, b), None) for name, b in survey.builtins.items()]
+        rows = [(*builtin_row(name, b), None) for name, b in inventory.builtins.items()]
         rows += [
             (*plugin_row(record.plugin, record.status.value), requirements(record.plugin))
-            for record in survey.records
+            for record in inventory.records
         ]
         rows += [
             (*plugin_row(g.plugin, g.status, "general"), requirements(g.plugin)) for g in general

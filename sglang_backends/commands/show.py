@@ -98,7 +98,8 @@ class ShowBackend(SelectionOptions, ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
         from sglang_backends.registry import ServeBackendRegistry
 
-        registry = ServeBackendRegistry.from_settings(self.settings(parsed_args))
+        settings, inventory = self.inventory(parsed_args)  # read and warned of once
+        registry = ServeBackendRegistry.from_settings(settings, inventory=inventory)
         started = time.perf_counter()
         with _output_to_stderr():
             registered = registry.get(parsed_args.name)
