@@ -114,7 +114,7 @@ class ServeBackendRegistry:
         if inventory is None:
             if builtins is None:
                 builtins = default_builtins()
-            selection.check_lists(builtins, enabled, disabled)
+            selection.check_lists(builtins, enabled, disabled)  # before tuple() splits a str
             selected = Settings(
                 enabled=None if enabled is None else tuple(enabled),
                 disabled=tuple(disabled),

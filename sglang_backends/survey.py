@@ -144,7 +144,9 @@ def take_inventory(
 
     :param installed: the distributions to read (a command's, read for its formatters
         too), :func:`~sglang_backends.discovery.distributions` by default.
+    :raises ConfigurationError: a built-in is named ``auto``, or a list is a string.
     """
+    selection.check_lists(builtins, settings.enabled, settings.disabled)
     allowed = None if settings.enabled is None else frozenset(settings.enabled)
     refused = frozenset(settings.disabled)
     origins = settings.list_origins()

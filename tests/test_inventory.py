@@ -129,12 +129,17 @@ def test_check_words_an_unknown_name_as_serve_does(omni):
 
 @pytest.mark.parametrize("argv", [["list"], ["show", "omni"], ["check"], ["detect", "/m"]])
 def test_every_operator_command_warns_of_a_model_type_in_serves_words(omni, tmp_path, argv):
+    """detect answers what serve would do: it fails with serve's own error and status."""
     conf = tmp_path / "ehco.conf"
     conf.write_text("[serve_backends]\nmodel_type = omin\n")
     _, served = counted_run(omni, ["serve", "--config-file", str(conf), "m"])
     [error] = [e for e in served.stderr.splitlines() if e.startswith("sglang-backends serve:")]
     said = error.removeprefix("sglang-backends serve: error: ").split(" It was set by")[0]
     _, result = counted_run(omni, ["--config-file", str(conf), *argv])
+    if argv[0] == "detect":
+        assert result.returncode == served.returncode == 2
+        assert error.removeprefix("sglang-backends serve: error: ") in result.stderr
+        return
     [warning] = lines_with("model_type 'omin'", result)
     assert warning == (
         f"model_type 'omin' ([serve_backends] model_type, set in {conf}) would make serve "
