@@ -199,3 +199,17 @@ def test_the_readme_is_a_landing_page():
     for claim, cell in README_FIGURES.items():
         assert claim in readme
         assert re.search(rf"^\s*- {re.escape(cell)}$", benchmarks, re.M), claim
+
+
+def test_the_readme_says_what_serve_shares_with_sglang_serve_and_what_not(site):
+    """Identical: arguments, routing, targeted help, general plugins; not: the general help."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    landing = readme.split("## Two commands", 1)[0]
+    for same in ("**Arguments:**", "**Routing:**", "**Targeted help:**", "**General plugins:**"):
+        assert same in landing
+    assert "deliberately different: the **general help**" in landing
+    assert "exactly as `sglang serve`" not in re.sub(r"\s+", " ", landing)
+    # "about 30 lines", with the built-ins and the example installed
+    printed = run_cli(site, "serve", "--help", env={"COLUMNS": "80"}).stdout
+    assert abs(len(printed.splitlines()) - 30) <= 5, printed
+
