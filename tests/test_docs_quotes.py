@@ -213,3 +213,26 @@ def test_the_readme_says_what_serve_shares_with_sglang_serve_and_what_not(site):
     printed = run_cli(site, "serve", "--help", env={"COLUMNS": "80"}).stdout
     assert abs(len(printed.splitlines()) - 30) <= 5, printed
 
+
+def test_ci_runs_every_declared_python():
+    """Each Python setup.cfg declares has a tox environment; the README's command runs them."""
+    import configparser
+
+    setup = (ROOT / "setup.cfg").read_text(encoding="utf-8")
+    declared = {f"py3{minor}" for minor in re.findall(r"Python :: 3\.(\d+)$", setup, re.M)}
+    assert declared == {"py310", "py311", "py312", "py313"}
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini", encoding="utf-8")
+    assert tox["tox"]["skip_missing_interpreters"].strip() == "true"
+    defined = set()
+    for section in tox.sections():
+        if match := re.fullmatch(r"testenv:py3\{([\d,]+)\}", section):
+            defined |= {f"py3{minor}" for minor in match[1].split(",")}
+    assert declared <= defined
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [command] = re.findall(r"^pip install tox && tox -e (\S+)$", readme, re.M)
+    envs = command.split(",")
+    # py3 runs the whole suite under CI's python3 (3.11); the others each run FOCUSED.
+    assert "py3" in envs
+    assert declared - set(envs) == {"py311"}
+    assert "PYENV_VERSION" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
