@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,35 @@ def _get(
             time.sleep(0.1)
 
 
+def _serve_until_ctrl_c(
+    command: list[str],
+    port: int,
+    log: Path,
+    *,
+    env: dict[str, str],
+    wait: float,
+    cwd: Path | None = None,
+    also: Callable[[str, float], None] | None = None,
+) -> tuple[int, str]:
+    """Start *command*, wait for its /health on *port*, Ctrl+C it: (exit status, output)."""
+    with log.open("w+") as out:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + wait
+            url = f"http://127.0.0.1:{port}"
+            assert _get(f"{url}/health", deadline, proc) == {"status": "ok"}
+            if also is not None:
+                also(url, deadline)
+            proc.send_signal(signal.SIGINT)  # Ctrl+C
+            status = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        out.seek(0)
+        return status, out.read()
+
+
 @pytest.mark.parametrize("by", ["name", "detection"])
 def test_serve_serves_it_until_ctrl_c(installed, tmp_path, by):
     _, env = installed
@@ -210,29 +240,22 @@ def test_serve_serves_it_until_ctrl_c(installed, tmp_path, by):
     (model / "my-format.json").write_text("{}")
     port = _free_port()
     chosen = ["--model-type", "my_runtime"] if by == "name" else []
-    with (tmp_path / "err").open("w+") as err:
-        proc = subprocess.Popen(
-            [CLI, "serve", str(model), *chosen, "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            assert _get(f"http://127.0.0.1:{port}/health", deadline) == {"status": "ok"}
-            models = _get(f"http://127.0.0.1:{port}/v1/models", deadline)
-            assert models["data"] == [{"id": str(model), "card": {}}]
-            proc.send_signal(signal.SIGINT)  # Ctrl+C
-            status = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-        err.seek(0)
-        stderr = err.read()
-    assert status == 130, stderr  # KeyboardInterrupt out of run(): serve's stop by SIGINT
-    assert "Traceback" not in stderr
-    assert "'my_runtime' (from my-runtime)" in stderr
+
+    def models_listed(url: str, deadline: float) -> None:
+        models = _get(f"{url}/v1/models", deadline)
+        assert models["data"] == [{"id": str(model), "card": {}}]
+
+    status, output = _serve_until_ctrl_c(
+        [CLI, "serve", str(model), *chosen, "--port", str(port)],
+        port,
+        tmp_path / "err",
+        env=env,
+        wait=60,
+        also=models_listed,
+    )
+    assert status == 130, output  # KeyboardInterrupt out of run(): serve's stop by SIGINT
+    assert "Traceback" not in output
+    assert "'my_runtime' (from my-runtime)" in output
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -307,21 +330,14 @@ def test_the_sglang_section_runs_verbatim(tmp_path):
         ]
     )
     port = int(re.findall(r"--port (\d+)", script)[-1])
-    with (tmp_path / "out").open("w+") as out:
-        proc = subprocess.Popen(
-            ["bash", "-euc", script], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            deadline = time.monotonic() + 600  # the installs download from the index
-            assert _get(f"http://127.0.0.1:{port}/health", deadline, proc) == {"status": "ok"}
-            proc.send_signal(signal.SIGINT)  # Ctrl+C
-            status = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-        out.seek(0)
-        output = out.read()
+    status, output = _serve_until_ctrl_c(
+        ["bash", "-euc", script],
+        port,
+        tmp_path / "out",
+        env=env,
+        cwd=tmp_path,
+        wait=600,  # the installs download from the index
+    )
     assert status == 130, output
     # The kit saw SGLang: its acceptance and the stop under sglang serve were checked.
     assert "3 passed" in output, output
