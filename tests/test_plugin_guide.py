@@ -345,3 +345,23 @@ def test_the_sglang_section_runs_verbatim(tmp_path):
     assert "Traceback" not in output, output
     assert (project / "overlay" / "sglang_backends" / "__init__.py").is_file()
     assert "'my_runtime' (from my-runtime)" in output
+
+
+def test_the_guide_gives_every_kit_timeout_with_its_default():
+    """Each timeout parameter of the kit's functions, with its default, as the guide shows it."""
+    import inspect
+
+    from sglang_backends import testing
+
+    text = GUIDE.read_text(encoding="utf-8")
+    documented = []
+    for name in testing.__all__:
+        function = getattr(testing, name)
+        if not inspect.isfunction(function):
+            continue
+        bounds = [p for p in inspect.signature(function).parameters.values() if "timeout" in p.name]
+        if bounds:
+            shown = ", ".join(f"{p.name}={p.default!r}" for p in bounds)
+            assert f"``{name}(..., {shown})``" in text
+            documented.append(name)
+    assert {"assert_backend_contract", "assert_stops_cleanly"} <= set(documented)
