@@ -236,3 +236,21 @@ def test_ci_runs_every_declared_python():
     assert "py3" in envs
     assert declared - set(envs) == {"py311"}
     assert "PYENV_VERSION" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_omni_in_the_documents_is_the_real_sglang_omni():
+    """sglang-omni 0.1.9 has no detector: no example detects it, or gives it another source."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "doc" / "source").rglob("*.rst"))]
+    documents += sorted((ROOT / "sglang_backends" / "commands").glob("*.py"))  # the helps
+    claims = ("has a detector", "automatic detection", "detector matched", "matched:", "Selected")
+    wrong = []
+    for document in documents:
+        for line in document.read_text(encoding="utf-8").splitlines():
+            if re.search(r"\bomni\b", line) and (
+                "omni-runtime" in line or any(claim in line for claim in claims)
+            ):
+                wrong.append(f"{document.relative_to(ROOT)}: {line.strip()}")
+            for version in re.findall(r"sglang-omni (\d[\w.]*)", line):
+                if version != "0.1.9":
+                    wrong.append(f"{document.relative_to(ROOT)}: {line.strip()}")
+    assert wrong == []
