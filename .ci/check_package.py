@@ -13,10 +13,10 @@
    kit test (the ``serve_backends`` fixture and ``assert_backend_contract``)
    against a plugin installed as a real distribution;
 5. the plugin guide's complete plugin is written out as the guide gives it,
-   and the guide's own commands are run verbatim in it, with
-   ``SGLANG_BACKENDS`` naming the wheel: a fresh virtual environment, the
-   installs, the plugin's kit tests, and ``serve``, answering ``/health``
-   until Ctrl+C.
+   and the guide's own commands are run verbatim, in one shell: its wheel
+   block in the sdist's source tree (building the wheel ``SGLANG_BACKENDS``
+   names), then, in the plugin, a fresh virtual environment, the installs,
+   the plugin's kit tests, and ``serve``, answering ``/health`` until Ctrl+C.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main(workdir: Path) -> None:
 
     (away / "test_packaged_kit.py").write_text(textwrap.dedent(KIT_TEST), encoding="utf-8")
     print(run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=away, env=env), end="")
-    follow_the_guide(workdir / "guide" / "my-runtime", wheel, env)
+    follow_the_guide(workdir / "guide" / "my-runtime", sdist, env)
     print(f"ok: {sdist.name} and {wheel.name} build, pass twine check, and the wheel works alone")
 
 
@@ -144,10 +144,21 @@ _FILE = re.compile(
     r"^\.\. code-block:: \w+\n   :caption: (?P<path>\S+)\n\n(?P<body>(?:   .*\n|\n)+)",
     re.MULTILINE,
 )
-_COMMANDS = re.compile(r"^\.\. code-block:: console\n\n(?P<lines>(?:   \$ .*\n)+)", re.MULTILINE)
+_COMMANDS = re.compile(
+    r"^\.\. code-block:: console\n   :caption: (?P<caption>.+)\n\n(?P<lines>(?:   \$ .*\n)+)",
+    re.MULTILINE,
+)
 
 
-def follow_the_guide(project: Path, wheel: Path, env: dict[str, str]) -> None:
+def guide_commands(text: str, caption: str) -> list[str]:
+    """The commands of the guide's console block captioned *caption*."""
+    for block in _COMMANDS.finditer(text):
+        if block.group("caption") == caption:
+            return [line.strip()[2:] for line in block.group("lines").splitlines()]
+    sys.exit(f"the plugin guide has no console block captioned {caption!r}")
+
+
+def follow_the_guide(project: Path, sdist: Path, env: dict[str, str]) -> None:
     """Write the guide's plugin and run the guide's commands on it, exactly as given."""
     text = GUIDE.read_text(encoding="utf-8")
     for match in _FILE.finditer(text):
@@ -155,15 +166,20 @@ def follow_the_guide(project: Path, wheel: Path, env: dict[str, str]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         body = "\n".join(line[3:] for line in match.group("body").splitlines())
         path.write_text(body.strip("\n") + "\n", encoding="utf-8")
-    block = _COMMANDS.search(text)
-    if block is None:
-        sys.exit("the plugin guide has no console block of commands")
-    commands = [line.strip()[2:] for line in block.group("lines").splitlines()]
-    *setup, serve = commands
-    env = {**env, "SGLANG_BACKENDS": str(wheel)}
+    source = project.parent
+    run("tar", "-xzf", sdist, "-C", source, cwd=source)
+    [tree] = source.glob("sglang_backends-*/")
+    *setup, serve = guide_commands(text, "In my-runtime")
+    script = [
+        f"cd {tree}",
+        *guide_commands(text, "In the sglang-backends checkout, for a wheel"),
+        f"cd {project}",
+        *setup,
+    ]
+    env = dict(env)
     env.pop("VIRTUAL_ENV", None)
     started = time.monotonic()
-    print(run("bash", "-euc", "\n".join(setup), cwd=project, env=env), end="")
+    print(run("bash", "-euc", "\n".join(script), cwd=project, env=env), end="")
     # The last command serves until Ctrl+C: in the guide's environment, then stopped.
     print("+", serve, flush=True)
     proc = subprocess.Popen(

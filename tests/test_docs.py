@@ -179,5 +179,8 @@ def test_plugin_list_shows_the_echo_summary(built):
 
 
 def test_plugin_guide_says_how_to_get_the_kit(built):
+    """From the checkout or wheel SGLANG_BACKENDS names: the package is on no index yet."""
     page = _text(built / "user" / "plugins.html")
-    assert 'pip install "sglang-backends[testing]"' in page
+    assert '$ pip install "$SGLANG_BACKENDS[testing]"' in page
+    assert '$ pip install "sglang-backends[testing]"' not in page
+    assert '$ export SGLANG_BACKENDS="$PWD"' in page

@@ -199,3 +199,58 @@ def test_the_readme_is_a_landing_page():
     for claim, cell in README_FIGURES.items():
         assert claim in readme
         assert re.search(rf"^\s*- {re.escape(cell)}$", benchmarks, re.M), claim
+
+
+def test_the_readme_says_what_serve_shares_with_sglang_serve_and_what_not(site):
+    """Identical: arguments, routing, targeted help, general plugins; not: the general help."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    landing = readme.split("## Two commands", 1)[0]
+    for same in ("**Arguments:**", "**Routing:**", "**Targeted help:**", "**General plugins:**"):
+        assert same in landing
+    assert "deliberately different: the **general help**" in landing
+    assert "exactly as `sglang serve`" not in re.sub(r"\s+", " ", landing)
+    # "about 30 lines", with the built-ins and the example installed
+    printed = run_cli(site, "serve", "--help", env={"COLUMNS": "80"}).stdout
+    assert abs(len(printed.splitlines()) - 30) <= 5, printed
+
+
+def test_ci_runs_every_declared_python():
+    """Each Python setup.cfg declares has a tox environment; the README's command runs them."""
+    import configparser
+
+    setup = (ROOT / "setup.cfg").read_text(encoding="utf-8")
+    declared = {f"py3{minor}" for minor in re.findall(r"Python :: 3\.(\d+)$", setup, re.M)}
+    assert declared == {"py310", "py311", "py312", "py313"}
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini", encoding="utf-8")
+    assert tox["tox"]["skip_missing_interpreters"].strip() == "true"
+    defined = set()
+    for section in tox.sections():
+        if match := re.fullmatch(r"testenv:py3\{([\d,]+)\}", section):
+            defined |= {f"py3{minor}" for minor in match[1].split(",")}
+    assert declared <= defined
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [command] = re.findall(r"^pip install tox && tox -e (\S+)$", readme, re.M)
+    envs = command.split(",")
+    # py3 runs the whole suite under CI's python3 (3.11); the others each run FOCUSED.
+    assert "py3" in envs
+    assert declared - set(envs) == {"py311"}
+    assert "PYENV_VERSION" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_omni_in_the_documents_is_the_real_sglang_omni():
+    """sglang-omni 0.1.9 has no detector: no example detects it, or gives it another source."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "doc" / "source").rglob("*.rst"))]
+    documents += sorted((ROOT / "sglang_backends" / "commands").glob("*.py"))  # the helps
+    claims = ("has a detector", "automatic detection", "detector matched", "matched:", "Selected")
+    wrong = []
+    for document in documents:
+        for line in document.read_text(encoding="utf-8").splitlines():
+            if re.search(r"\bomni\b", line) and (
+                "omni-runtime" in line or any(claim in line for claim in claims)
+            ):
+                wrong.append(f"{document.relative_to(ROOT)}: {line.strip()}")
+            for version in re.findall(r"sglang-omni (\d[\w.]*)", line):
+                if version != "0.1.9":
+                    wrong.append(f"{document.relative_to(ROOT)}: {line.strip()}")
+    assert wrong == []

@@ -4,8 +4,11 @@ Every ``code-block`` of doc/source/user/plugins.rst with a ``:caption:``
 naming a file is written to that path in a temporary directory, exactly as
 a newcomer copies it. The result is installed with pip, its own kit tests
 run in a subprocess, and ``sglang-backends serve`` serves it, by name and by
-auto-detection, answering over HTTP until SIGINT. If the guide goes stale,
-this fails.
+auto-detection, answering over HTTP until SIGINT. The guide's console
+blocks (captioned with where they run) are run verbatim: the section on
+testing inside an SGLang installation here, in an environment holding the
+stand-in SGLang; the fresh virtual environment's by ``tox -e package``
+(.ci/check_package.py). If the guide goes stale, this fails.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,15 +44,20 @@ def guide_files() -> dict[str, str]:
     return files
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """The guide's plugin, written out and installed into a private site; (project, env)."""
-    root = tmp_path_factory.mktemp("guide")
-    project = root / "my-runtime"
+def write_project(project: Path) -> Path:
+    """Write the guide's files into *project*, as a reader copies them."""
     for relative, text in guide_files().items():
         path = project / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+    return project
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The guide's plugin, written out and installed into a private site; (project, env)."""
+    root = tmp_path_factory.mktemp("guide")
+    project = write_project(root / "my-runtime")
     site = root / "site"
     pip = subprocess.run(
         [
@@ -85,23 +94,58 @@ def test_the_guide_gives_a_whole_project():
     }
 
 
-def guide_commands() -> list[str]:
-    """The shell commands of the guide's console block that sets the plugin up, in order."""
-    text = GUIDE.read_text(encoding="utf-8")
-    block = re.search(r"^\.\. code-block:: console\n\n((?:   \$ .*\n)+)", text, re.MULTILINE)
-    assert block is not None
-    return [line.strip()[2:] for line in block.group(1).splitlines()]
+_CONSOLE = re.compile(
+    r"^\.\. code-block:: console\n(?:   :caption: (?P<caption>.+)\n)?\n(?P<lines>(?:   \$ .*\n)+)",
+    re.MULTILINE,
+)
+
+
+def console_blocks() -> list[tuple[str | None, list[str]]]:
+    """The guide's console blocks in order: (caption, the shell commands)."""
+    return [
+        (match["caption"], [line.strip()[2:] for line in match["lines"].splitlines()])
+        for match in _CONSOLE.finditer(GUIDE.read_text(encoding="utf-8"))
+    ]
+
+
+def guide_commands(caption: str) -> list[str]:
+    """The commands of the guide's console block captioned *caption*."""
+    [commands] = [commands for shown, commands in console_blocks() if shown == caption]
+    return commands
+
+
+CHECKOUT = "In the sglang-backends checkout"
+SGLANG_ENV = "In my-runtime, with SGLang's environment active"
 
 
 def test_the_guide_installs_sglang_backends_before_the_plugin():
     """sglang-backends is on no index: pip install -e ".[test]" alone cannot resolve it."""
-    commands = guide_commands()
-    assert commands[:4] == [
+    assert guide_commands(CHECKOUT) == ['export SGLANG_BACKENDS="$PWD"']
+    assert guide_commands("In my-runtime")[:4] == [
         "python3 -m venv .venv",
         ". .venv/bin/activate",
         'pip install "$SGLANG_BACKENDS[testing]"',
         'pip install -e ".[test]"',
     ]
+
+
+def test_every_variable_is_set_in_a_block_before_it_is_used():
+    """A reader running the blocks in order never meets a variable nothing has set."""
+    given = {"PWD", "PYTHONPATH"}  # the shell's; PYTHONPATH is only extended
+    blocks = console_blocks()
+    assert [caption for caption, _ in blocks if caption] == [
+        CHECKOUT,
+        "In the sglang-backends checkout, for a wheel",
+        "In my-runtime",
+        SGLANG_ENV,
+    ]
+    unset = []
+    for caption, commands in blocks:
+        for command in commands:
+            used = set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", command)) - given
+            unset += [f"{caption}: {command}: ${name}" for name in sorted(used)]
+            given |= set(re.findall(r"^(?:export )?([A-Z_][A-Z0-9_]*)=", command))
+    assert unset == []
 
 
 def _kit_tests(project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -146,15 +190,46 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _get(url: str, deadline: float) -> dict[str, object]:
+def _get(
+    url: str, deadline: float, proc: subprocess.Popen[bytes] | None = None
+) -> dict[str, object]:
     while True:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return dict(json.load(response))
         except OSError:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
                 raise
             time.sleep(0.1)
+
+
+def _serve_until_ctrl_c(
+    command: list[str],
+    port: int,
+    log: Path,
+    *,
+    env: dict[str, str],
+    wait: float,
+    cwd: Path | None = None,
+    also: Callable[[str, float], None] | None = None,
+) -> tuple[int, str]:
+    """Start *command*, wait for its /health on *port*, Ctrl+C it: (exit status, output)."""
+    with log.open("w+") as out:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + wait
+            url = f"http://127.0.0.1:{port}"
+            assert _get(f"{url}/health", deadline, proc) == {"status": "ok"}
+            if also is not None:
+                also(url, deadline)
+            proc.send_signal(signal.SIGINT)  # Ctrl+C
+            status = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        out.seek(0)
+        return status, out.read()
 
 
 @pytest.mark.parametrize("by", ["name", "detection"])
@@ -165,29 +240,22 @@ def test_serve_serves_it_until_ctrl_c(installed, tmp_path, by):
     (model / "my-format.json").write_text("{}")
     port = _free_port()
     chosen = ["--model-type", "my_runtime"] if by == "name" else []
-    with (tmp_path / "err").open("w+") as err:
-        proc = subprocess.Popen(
-            [CLI, "serve", str(model), *chosen, "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            assert _get(f"http://127.0.0.1:{port}/health", deadline) == {"status": "ok"}
-            models = _get(f"http://127.0.0.1:{port}/v1/models", deadline)
-            assert models["data"] == [{"id": str(model), "card": {}}]
-            proc.send_signal(signal.SIGINT)  # Ctrl+C
-            status = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-        err.seek(0)
-        stderr = err.read()
-    assert status == 130, stderr  # KeyboardInterrupt out of run(): serve's stop by SIGINT
-    assert "Traceback" not in stderr
-    assert "'my_runtime' (from my-runtime)" in stderr
+
+    def models_listed(url: str, deadline: float) -> None:
+        models = _get(f"{url}/v1/models", deadline)
+        assert models["data"] == [{"id": str(model), "card": {}}]
+
+    status, output = _serve_until_ctrl_c(
+        [CLI, "serve", str(model), *chosen, "--port", str(port)],
+        port,
+        tmp_path / "err",
+        env=env,
+        wait=60,
+        also=models_listed,
+    )
+    assert status == 130, output  # KeyboardInterrupt out of run(): serve's stop by SIGINT
+    assert "Traceback" not in output
+    assert "'my_runtime' (from my-runtime)" in output
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -214,3 +282,86 @@ def test_the_template_stops_cleanly_under_both_hosts(installed, tmp_path, signum
         stop_timeout=5.0,  # serve's default stop timeout
     )
     assert statuses == dict.fromkeys(hosts, 128 + signum)
+
+
+def test_the_sglang_section_runs_verbatim(tmp_path):
+    """Overlay, kit tests and serve inside an environment that has (the stand-in) SGLang.
+
+    The environment holds the stand-in ``sglang`` and sees the base
+    interpreter's packages (pip among them), not sglang-backends' dependencies
+    nor pytest, which the overlay must bring; the guide's commands
+    run in one shell, in order, as a reader runs them, after the checkout's
+    block sets ``SGLANG_BACKENDS``. The last command serves until Ctrl+C; it is
+    run on a free port rather than 30000, which a parallel run may hold.
+    """
+    from sglang_standin import install_sglang
+
+    from sglang_backends.testing import PluginSite
+
+    sglang_env = tmp_path / "sglang-env"
+    # pip from the base interpreter's site-packages: seeding the environment with
+    # its own copy (ensurepip) takes tens of seconds on a busy machine.
+    command = [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages"]
+    subprocess.run([*command, sglang_env], check=True, timeout=240)
+    python = sglang_env / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    install_sglang(PluginSite(purelib))
+    project = write_project(tmp_path / "my-runtime")
+    *setup, serve = guide_commands(SGLANG_ENV)
+    env = {
+        key: value
+        for key, value in clean_environ(os.environ).items()
+        if key not in ("PYTHONPATH", "VIRTUAL_ENV", "SGLANG_PLUGINS")
+        and not key.startswith(("PIP_", "PYTEST_"))
+    }
+    script = "\n".join(
+        [
+            f". {sglang_env}/bin/activate",
+            f"cd {Path(__file__).resolve().parents[1]}",
+            *guide_commands(CHECKOUT),
+            f"cd {project}",
+            *setup,
+            f"exec {serve.replace('--port 30000', f'--port {_free_port()}')}",
+        ]
+    )
+    port = int(re.findall(r"--port (\d+)", script)[-1])
+    status, output = _serve_until_ctrl_c(
+        ["bash", "-euc", script],
+        port,
+        tmp_path / "out",
+        env=env,
+        cwd=tmp_path,
+        wait=600,  # the installs download from the index
+    )
+    assert status == 130, output
+    # The kit saw SGLang: its acceptance and the stop under sglang serve were checked.
+    assert "3 passed" in output, output
+    assert "SGLangNotCheckedWarning" not in output, output
+    assert "Traceback" not in output, output
+    assert (project / "overlay" / "sglang_backends" / "__init__.py").is_file()
+    assert "'my_runtime' (from my-runtime)" in output
+
+
+def test_the_guide_gives_every_kit_timeout_with_its_default():
+    """Each timeout parameter of the kit's functions, with its default, as the guide shows it."""
+    import inspect
+
+    from sglang_backends import testing
+
+    text = GUIDE.read_text(encoding="utf-8")
+    documented = []
+    for name in testing.__all__:
+        function = getattr(testing, name)
+        if not inspect.isfunction(function):
+            continue
+        bounds = [p for p in inspect.signature(function).parameters.values() if "timeout" in p.name]
+        if bounds:
+            shown = ", ".join(f"{p.name}={p.default!r}" for p in bounds)
+            assert f"``{name}(..., {shown})``" in text
+            documented.append(name)
+    assert {"assert_backend_contract", "assert_stops_cleanly"} <= set(documented)

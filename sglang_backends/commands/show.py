@@ -81,7 +81,7 @@ class ShowBackend(SelectionOptions, ShowOne):
     Examples::
 
       sglang-backends show omni
-      sglang-backends show omni-runtime:omni -f json
+      sglang-backends show sglang-omni:omni -f json
       sglang-backends show diffusion -c "Has detector" -f value
     """
 
