@@ -36,7 +36,7 @@ def factory():
 DETECTION = """
 import time
 from sglang_backends import ServeBackendRegistry, ServeRequest
-from sglang_backends.host import default_builtins
+from sglang_backends._sglang.host import default_builtins
 t = time.perf_counter()
 registry = ServeBackendRegistry(default_builtins(), load_timeout=5, detect_timeout=10)
 report = registry.explain(ServeRequest(argv=(), model_path="org/model"))
@@ -48,7 +48,7 @@ print(time.perf_counter() - t)
 
 ARGUMENT_LINE = """
 import contextlib, io, sys, time
-from sglang_backends.cli import main
+from sglang_backends._cli import main
 argv = ["detect", "-f", "value", "org/model"] + ["--flag", "value"] * ({count} // 2)
 t = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()):

@@ -22,6 +22,8 @@ TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
 if TYPE_CHECKING:
     from typing import Any
 
+    from sglang_backends._core.detection import DetectionReport
+    from sglang_backends._core.settings import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
     from sglang_backends.contract import (
         RESERVED_SERVE_BACKEND_NAMES,
         SERVE_BACKEND_API_VERSION,
@@ -35,9 +37,7 @@ if TYPE_CHECKING:
         portable_backend,
         stop_quietly,
     )
-    from sglang_backends.detection import DetectionReport
     from sglang_backends.registry import ServeBackendRegistry
-    from sglang_backends.settings import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
 
 __all__ = [
     "DEFAULT_DETECT_TIMEOUT",
@@ -75,9 +75,9 @@ _LAZY = {
         ),
         "sglang_backends.contract",
     ),
-    "DEFAULT_DETECT_TIMEOUT": "sglang_backends.settings",
-    "DEFAULT_LOAD_TIMEOUT": "sglang_backends.settings",
-    "DetectionReport": "sglang_backends.detection",
+    "DEFAULT_DETECT_TIMEOUT": "sglang_backends._core.settings",
+    "DEFAULT_LOAD_TIMEOUT": "sglang_backends._core.settings",
+    "DetectionReport": "sglang_backends._core.detection",
     "ServeBackendRegistry": "sglang_backends.registry",
 }
 

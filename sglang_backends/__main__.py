@@ -2,7 +2,7 @@
 
 import sys
 
-from sglang_backends.cli import main
+from sglang_backends._cli import main
 
 __all__: list[str] = []
 

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
-from sglang_backends.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
+from sglang_backends._core.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
 
 __all__ = [
     "RESERVED_SERVE_BACKEND_NAMES",
@@ -53,7 +53,7 @@ SERVE_BACKEND_API_VERSION = 1
 #: SGLang's contract module: ``sglang serve`` imports it before it loads a plugin.
 SGLANG_CONTRACT_MODULE = "sglang.cli.serve_backends"
 #: This package's ``serve`` module: imported in every process that runs a backend for it.
-HOST_MODULE = "sglang_backends.serve"
+HOST_MODULE = "sglang_backends._serve.main"
 
 
 class ServeBackendDetection(str, enum.Enum):
@@ -91,7 +91,9 @@ class ServeRequest:
         :raises ValueError: a ``--model-type`` or a leading option of
             ``serve``'s without its value.
         """
-        from sglang_backends import dispatch  # serve's argv rules: not for a plugin's import
+        from sglang_backends._serve import (
+            argv as dispatch,  # serve's argv rules: not for a plugin's import
+        )
 
         return dispatch.normalize(dispatch.parse_host_options(argv).argv)
 

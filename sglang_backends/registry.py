@@ -1,8 +1,8 @@
 """The registry: built-ins plus installed plugins, resolved, loaded, validated, memoised.
 
 :class:`ServeBackendRegistry` re-implements SGLang's registry of the same
-name on stevedore (:mod:`~sglang_backends.selection` decides which plugins
-may be used, :mod:`~sglang_backends.loading` loads them). Listing imports
+name on stevedore (:mod:`~sglang_backends._core.selection` decides which plugins
+may be used, :mod:`~sglang_backends._core.loading` loads them). Listing imports
 neither plugins nor stevedore.
 """
 
@@ -14,7 +14,26 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TypeVar
 
-from sglang_backends import errors, selection
+from sglang_backends import errors
+from sglang_backends._core import selection
+from sglang_backends._core.detection import DetectionOutcome, DetectionReport, report
+from sglang_backends._core.discovery import PluginEntryPoint
+from sglang_backends._core.inventory import Inventory, take_inventory
+from sglang_backends._core.loading import (
+    BackendLoader,
+    Candidate,
+    call_plugin_code,
+    load_failure,
+    load_plugin,
+)
+from sglang_backends._core.names import FALLBACK_BACKEND
+from sglang_backends._core.settings import (
+    DEFAULT_DETECT_TIMEOUT,
+    DEFAULT_LOAD_TIMEOUT,
+    Settings,
+    seconds,
+)
+from sglang_backends._sglang.host import default_builtins
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     RegisteredServeBackend,
@@ -22,24 +41,6 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_backend,
 )
-from sglang_backends.detection import DetectionOutcome, DetectionReport, report
-from sglang_backends.discovery import PluginEntryPoint
-from sglang_backends.host import default_builtins
-from sglang_backends.loading import (
-    BackendLoader,
-    Candidate,
-    call_plugin_code,
-    load_failure,
-    load_plugin,
-)
-from sglang_backends.names import FALLBACK_BACKEND
-from sglang_backends.settings import (
-    DEFAULT_DETECT_TIMEOUT,
-    DEFAULT_LOAD_TIMEOUT,
-    Settings,
-    seconds,
-)
-from sglang_backends.survey import Inventory, take_inventory
 
 __all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry"]
 
@@ -80,14 +81,14 @@ class ServeBackendRegistry:
     :param preferred: backend names in order of preference: when several
         detectors match, :meth:`explain` selects the first of them listed.
     :param inventory: the inventory a command already took
-        (:func:`~sglang_backends.survey.take_inventory`), whose built-ins,
+        (:func:`~sglang_backends._core.inventory.take_inventory`), whose built-ins,
         selection and origins this registry uses, without reading package
         metadata or warning again; then give none of *builtins*, *enabled*,
         *disabled* and *selection_origins*.
     :raises BackendConflictError: a usable plugin claims a reserved or built-in name.
     :raises ConfigurationError: a built-in is named ``auto`` or a timeout is not a number of
-        seconds from :data:`~sglang_backends.settings.MIN_TIMEOUT` to
-        :data:`~sglang_backends.settings.MAX_TIMEOUT` (a ``ValueError``); *enabled* or
+        seconds from :data:`~sglang_backends._core.settings.MIN_TIMEOUT` to
+        :data:`~sglang_backends._core.settings.MAX_TIMEOUT` (a ``ValueError``); *enabled* or
         *disabled* is a string, not a collection (a ``TypeError`` too).
     """
 
@@ -209,7 +210,7 @@ class ServeBackendRegistry:
         )
 
     def _resolve(self, name: str) -> Candidate:
-        """The :data:`~sglang_backends.loading.Candidate` *name* designates."""
+        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates."""
         if name in self._builtins:
             return ("built-in", name), None, partial(self._produce, None, name)
         plugin = self.inventory.choose(name)  # outlives every load

@@ -72,6 +72,6 @@ def imported_by(
 def serve_in_process(args: Sequence[str]) -> str:
     """Code running ``sglang-backends serve ARGS`` in the interpreter, exiting with its status."""
     return (
-        "from sglang_backends.cli import main\n"
+        "from sglang_backends._cli import main\n"
         f"raise SystemExit(main(['serve', *{list(args)!r}]))\n"
     )

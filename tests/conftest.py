@@ -57,7 +57,7 @@ def preinstalled() -> tuple[str, ...]:
     Tests that expect an exact list of backends add these, so they hold in any
     environment.
     """
-    from sglang_backends.discovery import discover
+    from sglang_backends._core.discovery import discover
 
     return tuple(sorted(discover()))
 

@@ -182,7 +182,7 @@ def test_formatters_and_columns_work(plugins, preinstalled):
 
 
 def test_commands_package_imports_no_cliff_until_main():
-    loaded, out = imported_by("import sglang_backends.commands", ("cliff",))
+    loaded, out = imported_by("import sglang_backends._operators.commands", ("cliff",))
     assert out.returncode == 0, out.stderr
     assert loaded == []
 

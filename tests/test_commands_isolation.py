@@ -347,7 +347,7 @@ def test_workers_start_with_the_interpreters_isolation_flags(site, tmp_path, fla
 #: What a worker's own flags are, as it reports them.
 REPORT_FLAGS = """
 import json, subprocess, sys
-from sglang_backends.commands._worker import interpreter_flags
+from sglang_backends._operators.worker import interpreter_flags
 
 def flags():
     names = ("isolated", "ignore_environment", "no_user_site", "no_site",

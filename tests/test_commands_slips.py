@@ -206,7 +206,7 @@ def test_a_malformed_unrelated_distribution_breaks_no_command(omni, command):
     ],
 )
 def test_configuration_options_are_global_before_the_command_name_only(argv, config, rest):
-    from sglang_backends.commands.app import OperatorApp
+    from sglang_backends._operators.app import OperatorApp
 
     options, remainder = OperatorApp().parser.parse_known_args(argv)
     assert (options.config_args, remainder) == (config, rest)
@@ -227,8 +227,8 @@ def test_configuration_options_are_global_before_the_command_name_only(argv, con
 def test_global_options_are_read_as_cliffs_own_parser_reads_them(argv):
     from cliff.app import App
 
-    from sglang_backends.commands._base import add_config_options
-    from sglang_backends.commands.app import OperatorApp
+    from sglang_backends._operators.app import OperatorApp
+    from sglang_backends._operators.commands.base import add_config_options
 
     app = OperatorApp()
     plain = App.build_option_parser(app, "d", "1", {"allow_abbrev": False})
@@ -265,14 +265,15 @@ def test_commands_use_no_argparse_cliff_or_python_internals_but_the_documented_o
     import re
     from pathlib import Path
 
-    import sglang_backends.commands as package
+    import sglang_backends._operators as package
 
     private = re.compile(r"\.(_[a-z][a-z_]*)\b|\b(cliff\._\w+|__class__)\b")
-    paths = sorted(Path(package.__file__).parent.glob("*.py"))
+    paths = sorted(Path(package.__file__).parent.rglob("*.py"))
     sources = {path.name: path.read_text() for path in paths}
-    # Our own private names (functions, methods, modules) are ours to use, and
-    # public ones with an underscore: os._exit, a named tuple's _replace.
-    ours = {path.stem for path in paths} | {"_exit", "_replace"}
+    # Our own private names (functions, methods, modules, the package's private layers)
+    # are ours to use, and public ones with an underscore: os._exit, _replace.
+    layers = {p.name for p in Path(package.__file__).parent.parent.iterdir()}
+    ours = {path.stem for path in paths} | {"_exit", "_replace"} | layers
     for text in sources.values():
         ours.update(re.findall(r"def (_\w+)", text))
         ours.update(re.findall(r"self\.(_\w+)(?:: [^=]+)? = ", text))
@@ -287,10 +288,11 @@ def test_commands_use_no_argparse_cliff_or_python_internals_but_the_documented_o
                 if used not in ours:
                     found[(name, used)] = number
     assert set(found) == {
-        ("_worker.py", "_xoptions"),  # -X frozen_modules, which sys.flags does not give
+        ("worker.py", "_xoptions"),  # -X frozen_modules, which sys.flags does not give
     }
     # The formatter hook is overridden by name (a def), not reached into.
-    assert "def _load_formatter_plugins" in (Path(package.__file__).parent / "_base.py").read_text()
+    base = Path(package.__file__).parent / "commands" / "base.py"
+    assert "def _load_formatter_plugins" in base.read_text()
 
 
 def test_configuration_before_serve_reaches_serve(omni, tmp_path):
@@ -424,7 +426,7 @@ def test_serves_own_options_after_the_model_get_the_corrected_command(site):
 
 def test_the_llm_fallback_without_sglang_says_first_why_nothing_claimed_the_model(omni, tmp_path):
     """A disabled plugin, or a path that does not exist, comes before the install hint."""
-    from sglang_backends.host import sglang_installed
+    from sglang_backends._sglang.host import sglang_installed
 
     if sglang_installed():
         pytest.skip("SGLang is installed here: llm runs")

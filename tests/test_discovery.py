@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from sglang_backends import ServeBackendRegistry
-from sglang_backends.discovery import discover, split_qualified_name
-from sglang_backends.host import default_builtins
-from sglang_backends.selection import designates
+from sglang_backends._core.discovery import discover, split_qualified_name
+from sglang_backends._core.selection import designates
+from sglang_backends._sglang.host import default_builtins
 
 
 def run_python(site, code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -96,7 +96,7 @@ def test_entry_points_rewritten_in_place_are_seen_by_a_new_registry(
         + f"""
     import importlib, json, pathlib, sys
     from sglang_backends import ServeBackendRegistry
-    from sglang_backends.host import default_builtins
+    from sglang_backends._sglang.host import default_builtins
 
     from sglang_backends.testing import write_distribution
 
@@ -151,7 +151,7 @@ def test_corrupted_stevedore_cache_does_not_break_the_registry(
         """
         import json
         from sglang_backends import ServeBackendRegistry, ServeRequest
-        from sglang_backends.host import default_builtins
+        from sglang_backends._sglang.host import default_builtins
 
         registry = ServeBackendRegistry(default_builtins())
         names = registry.available_names
@@ -395,7 +395,7 @@ def test_an_egg_info_directory_is_a_distribution(site):
 
 def test_a_later_copy_of_a_distribution_is_shadowed_and_kept(site, tmp_path, monkeypatch):
     """One normalized name is one distribution, the first on sys.path, as importlib.metadata."""
-    from sglang_backends.discovery import distributions
+    from sglang_backends._core.discovery import distributions
     from sglang_backends.testing import write_distribution
 
     site.install("Omni_Runtime", entry_points={"first": "omni_first:factory"})

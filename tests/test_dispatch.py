@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_backends.contract import ServeRequest
-from sglang_backends.dispatch import (
+from sglang_backends._serve.argv import (
     model_path_from,
     normalize,
     parse_host_options,
     wants_help,
 )
+from sglang_backends.contract import ServeRequest
 from sglang_backends.errors import ConfigurationError
 
 

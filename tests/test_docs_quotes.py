@@ -148,7 +148,7 @@ def test_a_quoted_name_warning_is_what_the_program_prints(
 @pytest.mark.parametrize("document", ["doc/source/user/operators.rst"])
 def test_the_sample_configuration_sets_every_option(document):
     """The sample [serve_backends] file of the operator guide names every option, once."""
-    from sglang_backends.config import OPTS
+    from sglang_backends._operators.config import OPTS
 
     text = (ROOT / document).read_text(encoding="utf-8")
     sample = text.split("[serve_backends]\n", 1)[1].split("```", 1)[0].split("\n\n.. ", 1)[0]
@@ -159,8 +159,8 @@ def test_the_sample_configuration_sets_every_option(document):
 @pytest.mark.parametrize("document", ["doc/source/user/operators.rst"])
 def test_the_quoted_tables_have_the_commands_columns(document):
     """Every full ``list`` table and ``show`` table quoted has the command's columns or fields."""
-    from sglang_backends.commands.listing import COLUMNS
-    from sglang_backends.commands.show import FIELDS
+    from sglang_backends._operators.commands.listing import COLUMNS
+    from sglang_backends._operators.commands.show import FIELDS
 
     text = (ROOT / document).read_text(encoding="utf-8")
     headers = re.findall(r"^\s*\| Name +\| Origin .*\|$", text, re.M)

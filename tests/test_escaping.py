@@ -15,7 +15,7 @@ import pytest
 from clitools import run_cli
 from servetools import run_serve
 
-from sglang_backends.console import printable
+from sglang_backends._core.console import printable
 
 #: A distribution name that recolours the terminal and reverses what follows.
 EVIL = "evil\x1b[31m\u202e\u061cexe.txt"

@@ -31,9 +31,8 @@ from sglang_standin import (
 )
 
 from sglang_backends import ServeBackendDetection, ServeRequest
-from sglang_backends.discovery import discover
-from sglang_backends.errors import BackendLoadError
-from sglang_backends.host import (
+from sglang_backends._core.discovery import discover
+from sglang_backends._sglang.host import (
     BUILTIN_NOTES,
     DIFFUSION_INSTALL_HINT,
     GENERAL_PLUGINS_GROUP,
@@ -45,6 +44,7 @@ from sglang_backends.host import (
     sglang_installed,
     sglang_unusable,
 )
+from sglang_backends.errors import BackendLoadError
 
 # What the host does first when it uses SGLang, as sglang serve does on import.
 QUIET = ["import sglang", "suppress_noisy_warnings"]
@@ -262,7 +262,7 @@ def test_run_general_plugins_is_once_per_process(site, sglang_env):
     env, log = sglang_env
     install_general_plugin(site)
     code = (
-        "from sglang_backends import host\n"
+        "from sglang_backends._sglang import host\n"
         "print(host.run_general_plugins(), host.run_general_plugins())\n"
     )
     result = subprocess.run(
@@ -540,7 +540,7 @@ NOTE_SOURCES = {
 def test_the_help_note_is_read_without_importing_sglang_when_it_is_literal(
     site, tmp_path, monkeypatch, caplog, case
 ):
-    from sglang_backends.host import help_note
+    from sglang_backends._sglang.host import help_note
 
     source, expected, imports = NOTE_SOURCES[case]
     monkeypatch.setenv("SGLANG_STANDIN_LOG", str(tmp_path / "events.jsonl"))
@@ -549,7 +549,7 @@ def test_the_help_note_is_read_without_importing_sglang_when_it_is_literal(
     (site.path / "sglang" / "cli" / "urls.py").write_text(
         'COOKBOOK_URL = "https://example.org/imported"\n'
     )
-    caplog.set_level(logging.DEBUG, logger="sglang_backends.host")
+    caplog.set_level(logging.DEBUG, logger="sglang_backends._sglang.host")
     assert help_note() == expected
     assert ("sglang" in sys.modules) is imports
     fallback = [r for r in caplog.records if "Importing sglang.cli.main" in r.getMessage()]
@@ -564,7 +564,11 @@ def test_a_help_note_file_that_is_not_regular_is_never_opened(site, tmp_path, mo
     os.mkfifo(main)
     # Neither read nor imported (an import would block as well): no note, no hang.
     result = subprocess.run(
-        [sys.executable, "-c", "from sglang_backends.host import help_note; print(help_note())"],
+        [
+            sys.executable,
+            "-c",
+            "from sglang_backends._sglang.host import help_note; print(help_note())",
+        ],
         env=site.environ(),
         capture_output=True,
         text=True,
@@ -575,7 +579,7 @@ def test_a_help_note_file_that_is_not_regular_is_never_opened(site, tmp_path, mo
 
 
 def test_without_sglang_there_is_no_note_and_nothing_is_imported(site):
-    from sglang_backends.host import help_note
+    from sglang_backends._sglang.host import help_note
 
     assert help_note() is None
     assert "sglang" not in sys.modules

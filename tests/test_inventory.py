@@ -1,7 +1,7 @@
 """One inventory per command: installed distributions read once, each warning given once.
 
 Every command (list, show, check, detect, serve and its help) takes its inventory with
-:func:`~sglang_backends.survey.take_inventory`; a registry it builds reuses it. The
+:func:`~sglang_backends._core.inventory.take_inventory`; a registry it builds reuses it. The
 commands run for real, in a subprocess against a site of installed distributions, with
 :func:`importlib.metadata.distributions` (what every metadata scan starts from) counted.
 """
@@ -17,10 +17,10 @@ import pytest
 from clitools import clean_environ
 
 from sglang_backends import errors
-from sglang_backends.host import default_builtins
+from sglang_backends._core.inventory import take_inventory
+from sglang_backends._core.settings import Settings
+from sglang_backends._sglang.host import default_builtins
 from sglang_backends.registry import ServeBackendRegistry
-from sglang_backends.settings import Settings
-from sglang_backends.survey import take_inventory
 
 #: Runs ``sglang-backends ARGV`` in this interpreter, counting metadata scans.
 COUNTED = """
@@ -32,7 +32,7 @@ def counted(**kwargs):
     return real(**kwargs)
 importlib.metadata.distributions = counted
 atexit.register(lambda: print(f"SCANS {{len(scans)}}", file=sys.stderr, flush=True))
-from sglang_backends.cli import main
+from sglang_backends._cli import main
 sys.exit(main({argv!r}))
 """
 

@@ -28,15 +28,15 @@ def imported_after(
         "from sglang_backends import host_prog, stop_quietly\nwith stop_quietly(): host_prog('x')",
         "import sglang_backends.contract",
         "import sglang_backends.errors",
-        "from sglang_backends.host import default_builtins; default_builtins()",
+        "from sglang_backends._sglang.host import default_builtins; default_builtins()",
     ],
 )
 def test_contract_import_is_lean(code):
     inner = (
         "sglang_backends.registry",
-        "sglang_backends.discovery",
-        "sglang_backends.loading",
-        "sglang_backends.detection",
+        "sglang_backends._core.discovery",
+        "sglang_backends._core.loading",
+        "sglang_backends._core.detection",
     )
     assert imported_after(code, (*HEAVY, *inner)) == set()
 
@@ -63,7 +63,7 @@ def test_listing_in_a_fresh_interpreter_imports_no_plugin_and_no_sglang(site, in
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.host import default_builtins
+        from sglang_backends._sglang.host import default_builtins
         assert "omni" in ServeBackendRegistry(default_builtins()).available_names
         """,
         (module, "sglang", "stevedore"),
@@ -80,7 +80,7 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends.host import default_builtins
+        from sglang_backends._sglang.host import default_builtins
         ServeBackendRegistry(default_builtins()).get("omni")
         """,
         (wanted, other, "stevedore"),
@@ -123,11 +123,11 @@ GENERAL_HELP_DEFERS = (
     "dataclasses",
     "sglang_backends.contract",
     "sglang_backends.registry",
-    "sglang_backends.detection",
-    "sglang_backends.config",
-    "sglang_backends.supervisor",
-    "sglang_backends.backend_process",
-    "sglang_backends.commands",
+    "sglang_backends._core.detection",
+    "sglang_backends._operators.config",
+    "sglang_backends._serve.supervise.supervisor",
+    "sglang_backends._serve.supervise.backend",
+    "sglang_backends._operators.commands",
     "cliff",
     "oslo_config",
     "difflib",
@@ -156,9 +156,9 @@ def test_the_general_help_imports_only_what_it_needs(site, install_backend):
             ["list"],
             (
                 "sglang_backends.registry",
-                "sglang_backends.serve",
-                "sglang_backends.commands._worker",
-                "sglang_backends.backend_process",
+                "sglang_backends._serve.main",
+                "sglang_backends._operators.worker",
+                "sglang_backends._serve.supervise.backend",
                 "concurrent.futures",
             ),
         ),
@@ -166,14 +166,14 @@ def test_the_general_help_imports_only_what_it_needs(site, install_backend):
             ["check"],
             (
                 "sglang_backends.registry",
-                "sglang_backends.loading",
-                "sglang_backends.backend_process",
+                "sglang_backends._core.loading",
+                "sglang_backends._serve.supervise.backend",
                 "sglang_backends.testing",
             ),
         ),
-        (["detect", "org/model"], ("sglang_backends.registry", "sglang_backends.loading")),
-        (["show", "--help"], ("sglang_backends.registry", "sglang_backends.commands._worker")),
-        (["--help"], ("sglang_backends.registry", "sglang_backends.commands._worker")),
+        (["detect", "org/model"], ("sglang_backends.registry", "sglang_backends._core.loading")),
+        (["show", "--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
+        (["--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
     ],
     ids=lambda value: value[0] if isinstance(value, list) else None,
 )
@@ -181,7 +181,7 @@ def test_operator_commands_import_only_what_they_use(site, install_backend, args
     """Listing loads nothing; check and detect load plugins in workers, never in their own
     process, which so imports neither the registry nor its loader."""
     install_backend("omni-runtime", "omni")
-    code = f"from sglang_backends.cli import main\nraise SystemExit(main({args!r}))\n"
+    code = f"from sglang_backends._cli import main\nraise SystemExit(main({args!r}))\n"
     loaded, result = imported_by(code, deferred, clean_environ(site.environ()))
     assert result.returncode == 0, result.stderr
     assert loaded == []
@@ -189,9 +189,13 @@ def test_operator_commands_import_only_what_they_use(site, install_backend, args
 
 def test_the_pytest_plugin_imports_no_registry_until_a_test_asks():
     """pytest loads it in every session of an environment that has this package."""
-    watched = ("sglang_backends.registry", "sglang_backends.settings", "sglang_backends.processes")
+    watched = (
+        "sglang_backends.registry",
+        "sglang_backends._core.settings",
+        "sglang_backends._core.processes",
+    )
     watched += ("psutil",)
-    assert imported_after("import sglang_backends.testing.pytest_plugin", watched) == set()
+    assert imported_after("import sglang_backends.testing._pytest_plugin", watched) == set()
 
 
 @pytest.mark.parametrize(
@@ -215,7 +219,7 @@ def test_serve_and_the_commands_import_oslo_config_only_to_read_configuration(
     conf = tmp_path / "serve.conf"
     conf.write_text("[serve_backends]\nmodel_type = omni\n")
     argv = [arg.format(conf=conf) for arg in args]
-    code = f"from sglang_backends.cli import main\nraise SystemExit(main({argv!r}))\n"
+    code = f"from sglang_backends._cli import main\nraise SystemExit(main({argv!r}))\n"
     watched = ("oslo_config", "cliff")
     loaded, result = imported_by(code, watched, {**clean_environ(site.environ()), **env})
     assert result.returncode == 0, result.stderr
@@ -225,8 +229,8 @@ def test_serve_and_the_commands_import_oslo_config_only_to_read_configuration(
 
 def test_configuration_imports_neither_cliff_nor_the_registry():
     """config imports the registry only to build one (registry_from_conf, select_backend)."""
-    watched = ("cliff", "sglang_backends.registry", "sglang_backends.loading")
-    assert imported_after("import sglang_backends.config", watched) == set()
+    watched = ("cliff", "sglang_backends.registry", "sglang_backends._core.loading")
+    assert imported_after("import sglang_backends._operators.config", watched) == set()
 
 
 def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglang(site, tmp_path):
@@ -265,7 +269,7 @@ def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglan
     env = clean_environ(site.environ())
     env["SGLANG_STANDIN_LOG"] = str(site.path.parent / "events.jsonl")
     env.pop("SGLANG_PLUGINS", None)
-    from sglang_backends.discovery import discover
+    from sglang_backends._core.discovery import discover
 
     if discover("sglang.srt.plugins"):  # installed here beside a real SGLang: left out
         env["SGLANG_PLUGINS"] = "none"
@@ -301,7 +305,7 @@ import json, os, sys
 from sglang_backends import ServeBackend, ServeBackendDetection
 
 def run(request):
-    watched = ("packaging", "sglang_backends.foresight")
+    watched = ("packaging", "sglang_backends._core.findings")
     loaded = [w for w in watched if any(m == w or m.startswith(w + ".") for m in sys.modules)]
     with open(os.environ["MODULES_RECORD"], "w", encoding="utf-8") as stream:
         json.dump(loaded, stream)
@@ -340,7 +344,7 @@ def test_serving_a_healthy_plugin_reads_no_requirements(site, tmp_path, args):
 def test_listing_imports_packaging_only_for_a_requirement_more_than_a_name(site):
     """A requirement that is a bare name needs no parser (packaging costs some 25 ms)."""
     site.install("bare-runtime", entry_points={"bare": "bare_plugin:factory"}, requires=["cliff"])
-    code = "from sglang_backends.cli import main\nraise SystemExit(main(['list']))\n"
+    code = "from sglang_backends._cli import main\nraise SystemExit(main(['list']))\n"
     env = clean_environ(site.environ())
     loaded, result = imported_by(code, ("packaging",), env)
     assert result.returncode == 0, result.stderr

@@ -18,7 +18,7 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
 )
-from sglang_backends.host import default_builtins
+from sglang_backends._sglang.host import default_builtins
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
 MATCH = "return ServeBackendDetection.MATCH"
@@ -65,7 +65,7 @@ def test_each_outcome_reports_its_own_load_time(install_backend):
 
 
 def test_a_slow_load_is_logged_while_it_runs(install_backend, caplog, monkeypatch):
-    from sglang_backends import loading
+    from sglang_backends._core import loading
 
     monkeypatch.setattr(loading, "SLOW_LOAD_NOTICE", 0.3)
     caplog.set_level(logging.INFO, logger="sglang_backends")
@@ -75,7 +75,7 @@ def test_a_slow_load_is_logged_while_it_runs(install_backend, caplog, monkeypatc
     notices = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "sglang_backends.loading" and "Still loading" in r.getMessage()
+        if r.name == "sglang_backends._core.loading" and "Still loading" in r.getMessage()
     ]
     assert notices and "'heavy'" in notices[0] and "heavy-runtime" in notices[0]
 
@@ -265,7 +265,7 @@ def test_an_exact_entry_point_name_wins_over_a_real_distribution(site, install_b
 
 
 def test_load_timeout_from_settings_reaches_the_registry(monkeypatch):
-    from sglang_backends.config import load_settings
+    from sglang_backends._operators.config import load_settings
 
     monkeypatch.setenv("OS_SERVE_BACKENDS__LOAD_TIMEOUT", "42")
     settings = load_settings()
@@ -274,7 +274,7 @@ def test_load_timeout_from_settings_reaches_the_registry(monkeypatch):
 
 
 def test_invalid_load_timeout_in_configuration_is_refused(monkeypatch):
-    from sglang_backends.config import load_settings
+    from sglang_backends._operators.config import load_settings
     from sglang_backends.errors import ConfigurationError
 
     monkeypatch.setenv("OS_SERVE_BACKENDS__LOAD_TIMEOUT", "0")

@@ -19,8 +19,8 @@ from clitools import run_cli
 
 import sglang_backends
 from sglang_backends import ServeBackendRegistry
-from sglang_backends.commands.detect import DetectBackend
-from sglang_backends.dispatch import (
+from sglang_backends._operators.commands.detect import DetectBackend
+from sglang_backends._serve.argv import (
     CONFIG_DIR,
     CONFIG_FILE,
     HELP,

@@ -10,8 +10,8 @@ import psutil
 import pytest
 from servetools import alive, descendants, kill_all, start_serve, wait_for
 
-from sglang_backends import supervisor
-from sglang_backends.backend_process import title_for
+from sglang_backends._serve.supervise import supervisor
+from sglang_backends._serve.supervise.backend import title_for
 
 pytestmark = pytest.mark.skipif(not supervisor.SUPPORTED, reason="serve supervises on Linux only")
 

@@ -25,10 +25,12 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
     UnknownBackendError,
+)
+from sglang_backends._core.selection import PluginStatus
+from sglang_backends._sglang import (
     host,
 )
-from sglang_backends.host import default_builtins
-from sglang_backends.selection import PluginStatus
+from sglang_backends._sglang.host import default_builtins
 
 # -- listing -------------------------------------------------------------------
 

@@ -167,7 +167,7 @@ def test_configuration_needs_no_temporary_directory(recorder, tmp_path, command)
     env = {**env, "TMPDIR": str(tmp_path / "no-such-dir")}
     code = (
         "import sys, tempfile; tempfile.tempdir = sys.argv[1]\n"
-        "from sglang_backends.cli import main; raise SystemExit(main(sys.argv[2:]))"
+        "from sglang_backends._cli import main; raise SystemExit(main(sys.argv[2:]))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "no-such-dir"), command[0],

@@ -328,7 +328,7 @@ def test_invalid_stop_timeout_option_names_the_file(spawner, tmp_path):
 
 EMBEDDED = """
 import os, signal, subprocess, sys
-from sglang_backends.serve import main
+from sglang_backends._serve.main import main
 
 def mine(signum, frame):
     pass
@@ -373,9 +373,10 @@ def test_main_in_process_leaves_the_programs_children_and_handlers_alone(spawner
 
 IN_PROCESS = """
 import sys
-import sglang_backends.supervisor
-sglang_backends.supervisor.SUPPORTED = False  # as on a system without the supervisor
-from sglang_backends.cli import main
+import sglang_backends._serve.supervise.supervisor
+# as on a system without the supervisor
+sglang_backends._serve.supervise.supervisor.SUPPORTED = False
+from sglang_backends._cli import main
 raise SystemExit(main(["serve", *sys.argv[1:]]))
 """
 

@@ -7,8 +7,8 @@ import re
 import pytest
 from clitools import run_cli
 
-from sglang_backends.settings import Settings
-from sglang_backends.usage import metadata_help
+from sglang_backends._core.settings import Settings
+from sglang_backends._serve.help import metadata_help
 
 #: Every option name the general help mentions.
 OPTIONS = ("--model-path", "--model-type", "--config-file", "--config-dir")

@@ -10,7 +10,7 @@
 - :func:`assert_stops_cleanly` serves the backend under each installed host
   and stops it as Ctrl+C does: no traceback, no process left.
 - SGLang counts as installed where its package has the serve-backend API
-  (:func:`sglang_backends.host.sglang_installed`): beside a fork shipping
+  (:func:`sglang_backends._sglang.host.sglang_installed`): beside a fork shipping
   ``sglang`` without it, SGLang is reported as not checked, naming the fork.
 - A failing check is a pytest failure showing the plugin's test and the breach
   in a few lines: the kit's own frames are hidden (``__tracebackhide__``).
@@ -18,10 +18,10 @@
   ``pip install "sglang-backends[testing]"``.
 """
 
-from sglang_backends.testing import conformance as _conformance
-from sglang_backends.testing.conformance import *  # noqa: F403 - the kit's checks, all of them
-from sglang_backends.testing.distributions import PluginSite, write_distribution
-from sglang_backends.testing.stopping import assert_stops_cleanly, installed_hosts
+from sglang_backends.testing import _conformance
+from sglang_backends.testing._conformance import *  # noqa: F403 - the kit's checks, all of them
+from sglang_backends.testing._distributions import PluginSite, write_distribution
+from sglang_backends.testing._stopping import assert_stops_cleanly, installed_hosts
 
 __all__ = ["PluginSite", "assert_stops_cleanly", "installed_hosts", "write_distribution"]
 __all__ += _conformance.__all__

@@ -38,9 +38,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sglang_backends._serve.argv import normalize
+from sglang_backends._sglang.host import GENERAL_PLUGINS_GROUP, default_builtins
 from sglang_backends.contract import ServeRequest
-from sglang_backends.dispatch import normalize
-from sglang_backends.host import GENERAL_PLUGINS_GROUP, default_builtins
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import PluginSite
 
@@ -395,7 +395,7 @@ def test_the_kit_stops_the_echo_example_cleanly_under_both_hosts(upstream, tmp_p
 
 def test_the_kit_checks_the_echo_example_against_sglangs_own_registry(upstream):
     from sglang_backends.testing import assert_backend_contract
-    from sglang_backends.testing.conformance import assert_sglang_accepts
+    from sglang_backends.testing._conformance import assert_sglang_accepts
 
     _echo_installed()
     assert_sglang_accepts("echo")
@@ -404,7 +404,7 @@ def test_the_kit_checks_the_echo_example_against_sglangs_own_registry(upstream):
 
 def test_the_kit_refuses_a_backend_sglang_would_refuse(upstream, tmp_path):
     from sglang_backends.testing import ContractViolation, PluginSite
-    from sglang_backends.testing.conformance import assert_sglang_accepts
+    from sglang_backends.testing._conformance import assert_sglang_accepts
 
     site = PluginSite(tmp_path / "site")
     site.install(
@@ -428,7 +428,7 @@ def test_the_help_note_is_read_from_sglangs_file_without_importing_it(upstream):
 
     code = (
         "import json, sys\n"
-        "from sglang_backends.host import help_note\n"
+        "from sglang_backends._sglang.host import help_note\n"
         "print(json.dumps([help_note(), 'sglang' in sys.modules]))\n"
     )
     result = _run([sys.executable, "-c", code], _environ())

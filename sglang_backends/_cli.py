@@ -1,0 +1,84 @@
+"""The ``sglang-backends`` console script: routes to ``serve`` or the operator commands.
+
+This is the one route to ``serve``: it is taken before anything else is
+imported, so serving a model never pays for the operator machinery (cliff,
+oslo.config), and ``serve`` is never a cliff command (cliff reads its
+global options anywhere on the line, a backend's arguments included).
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from sglang_backends._core import console
+from sglang_backends._serve.argv import PROG
+
+__all__ = ["main"]
+
+#: Options before a command name that take a value: serve's (kept for it), then cliff's.
+_VALUED = ("--config-file", "--config-dir", "--log-file")
+
+
+#: The exit status of a command whose reader went away, as cliff's commands give it.
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``sglang-backends ARGS`` and return the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):
+        # Metadata may hold what the stream's encoding cannot carry (PYTHONIOENCODING=ascii).
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    index, options = 0, []  # the options before the command name, as (name, tokens)
+    while index < len(args) and args[index].startswith("-"):
+        name, sep, _ = args[index].partition("=")
+        width = 2 if not sep and name in _VALUED else 1
+        options.append((name, args[index : index + width]))
+        index += width
+    if index < len(args) and args[index] == "serve":
+        from sglang_backends._serve.main import main as serve_main
+
+        debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
+        kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
+        return _writing(lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
+    from sglang_backends._operators.app import OperatorApp
+
+    # cliff words a failed write itself; what it left buffered is flushed here, not at exit.
+    return _writing(lambda: OperatorApp().run(args))
+
+
+def _writing(step: Callable[[], int]) -> int:
+    """Run *step* and flush its output; a gone reader or a full disk ends it as cliff does.
+
+    A closed pipe (``serve --help | head -1``) exits with
+    :data:`EXIT_BROKEN_PIPE`, silently; any other failure to write (a full
+    disk) is one error line and status 1. Either way the output left in the
+    buffer is dropped, so that the interpreter's own flush at exit cannot fail again.
+    """
+    try:
+        status = step()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_output()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        _drop_output()
+        console.error(PROG, exc)
+        return 1
+    return status
+
+
+def _drop_output() -> None:
+    """Point stdout at the null device: what is still buffered goes nowhere."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no file descriptor behind stdout
+        pass

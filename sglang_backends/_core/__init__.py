@@ -1,0 +1,1 @@
+"""The core: discovery, selection, loading and detection of serve backends."""

@@ -1,0 +1,330 @@
+"""Discovery: which plugins are installed, read from package metadata.
+
+Every distribution :func:`importlib.metadata.distributions` finds takes part:
+``*.dist-info`` and ``*.egg-info`` directories, either one inside a zip on
+:data:`sys.path`, ``.egg`` directories and zipped eggs, and the distributions
+of custom finders (editable installs). Each is read through the
+:class:`~importlib.metadata.Distribution` API (``read_text``,
+``entry_points``), and one normalized name is one distribution, the first
+on the path winning, as :func:`importlib.metadata.entry_points` decides;
+later copies are kept as :attr:`InstalledDistribution.shadowed`.
+stevedore's on-disk entry-point cache is never consulted: it can serve a
+stale list for minutes after a reinstall, drops the distribution of each
+entry point, folds two providers with the same target into one and fails
+on a damaged cache file. Nothing here imports plugin code. Which of the
+discovered plugins may be used is decided in :mod:`sglang_backends._core.selection`.
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import os
+import pathlib
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from importlib.metadata import Distribution
+from typing import NamedTuple
+
+from sglang_backends._core.names import SERVE_BACKENDS_GROUP
+from sglang_backends.errors import describe_typed
+
+__all__ = [
+    "InstalledDistribution",
+    "PluginEntryPoint",
+    "discover",
+    "distributions",
+    "has_metadata",
+    "header_block",
+    "is_regular_file",
+    "normalize_distribution",
+    "read_metadata",
+    "split_qualified_name",
+]
+
+
+LOG = logging.getLogger(__name__)
+
+
+class InstalledDistribution:
+    """One installed distribution: the first on :data:`sys.path` of its normalized name.
+
+    :param distribution: what :mod:`importlib.metadata` found; ask it for
+        ``requires``, ``files`` or any group's entry points.
+    :param key: its normalized name (PEP 503), as :mod:`importlib.metadata`
+        compares them; ``None`` when no name can be read.
+    :param location: where its metadata lives, for messages.
+    :param shadowed: later copies of the same normalized name, in path order:
+        never loaded, as :func:`importlib.metadata.entry_points` ignores them.
+    """
+
+    __slots__ = ("_entry_points", "distribution", "key", "location", "shadowed")
+
+    def __init__(
+        self,
+        distribution: importlib.metadata.Distribution,
+        key: str | None,
+        location: str,
+        shadowed: tuple[importlib.metadata.Distribution, ...] = (),
+    ) -> None:
+        self.distribution = distribution
+        self.key = key
+        self.location = location
+        self.shadowed = shadowed
+        self._entry_points: tuple[importlib.metadata.EntryPoint, ...] | None = None
+
+    def entry_points(self, group: str) -> list[importlib.metadata.EntryPoint]:
+        """Its entry points in *group*, read only from a regular file.
+
+        ``entry_points.txt`` is parsed on the first call and kept: a listing asks
+        the same distributions for several groups.
+
+        :raises OSError: ``entry_points.txt`` is not a regular file, or cannot be read.
+        :raises ValueError: it is malformed, or not UTF-8.
+        """
+        if self._entry_points is None:
+            found = has_metadata(self.distribution, "entry_points.txt")
+            self._entry_points = tuple(self.distribution.entry_points) if found else ()
+        return [ep for ep in self._entry_points if ep.group == group]
+
+    def identity(self) -> tuple[str, str | None]:
+        """Its ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
+        # Only the two header fields are needed: read them from the header block
+        # rather than parse the whole file (a long description included) with
+        # the email parser, as ``dist.metadata`` would, for every plugin listed.
+        dist = self.distribution
+        text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
+        if text is None:
+            raise ValueError("it has no METADATA")
+        fields: dict[str, str] = {}
+        for key, value in header_block(text):
+            if key in ("Name", "Version"):
+                fields.setdefault(key, value)
+        if not fields.get("Name"):
+            raise ValueError("its METADATA names no distribution")
+        return fields["Name"], fields.get("Version")
+
+
+class PluginEntryPoint(NamedTuple):
+    """One installed ``sglang.serve_backends`` entry point.
+
+    :param name: the backend name (the entry point's name).
+    :param target: the entry point's value, ``module:attr``.
+    :param distribution: the providing distribution's name, if known; read
+        from its ``METADATA``, or from its metadata directory's name when
+        that cannot be read (see *problem*).
+    :param version: that distribution's version, if known.
+    :param entry_point: the entry point itself, handed to stevedore to load.
+    :param problem: why the distribution's metadata was not read
+        (``metadata unreadable: PATH``), or ``None``.
+    :param installed: the distribution it comes from, with its shadowed copies.
+    """
+
+    name: str
+    target: str
+    distribution: str | None
+    version: str | None
+    entry_point: importlib.metadata.EntryPoint
+    problem: str | None = None
+    installed: InstalledDistribution | None = None
+
+    @property
+    def distribution_label(self) -> str | None:
+        """The distribution as shown to people: its name, with *problem* if any."""
+        if self.distribution and self.problem:
+            return f"{self.distribution} ({self.problem})"
+        return self.distribution
+
+    @property
+    def provider(self) -> str:
+        """:attr:`distribution_label`, or the target when the distribution is unknown."""
+        return self.distribution_label or self.target
+
+
+def _metadata_path(dist: importlib.metadata.Distribution) -> object:
+    """The traversable *dist* reads its metadata from (a directory, or a folder in a zip).
+
+    :class:`~importlib.metadata.PathDistribution` keeps it in ``_path`` and
+    offers no public name for it; a distribution of another finder may have
+    none (``None``). Used only to name a distribution whose ``METADATA``
+    cannot be read, and to refuse a FIFO before ``read_text`` opens it.
+    """
+    return getattr(dist, "_path", None)
+
+
+def is_regular_file(path: str | os.PathLike[str]) -> bool:
+    """Whether *path* is a regular file: opening a FIFO blocks until a writer comes."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def header_block(text: str) -> Iterator[tuple[str, str]]:
+    """The ``Key: value`` lines of a ``METADATA`` file's header block, its first lines up to
+    a blank one: what the email parser behind ``dist.metadata`` reads the whole file for."""
+    for line in text.splitlines():
+        if not line:
+            return
+        key, sep, value = line.partition(":")
+        if sep:
+            yield key, value.strip()
+
+
+def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool:
+    """Whether *dist* may hold *filename*, without reading it: on disk, whether its metadata
+    directory holds it; elsewhere (a zip, another finder) ``True``, ``read_text`` deciding.
+
+    :raises OSError: it exists on disk but is not a regular file (a FIFO would block the read).
+    """
+    root = _metadata_path(dist)
+    if not isinstance(root, pathlib.Path):
+        return True
+    path = root / filename
+    if not os.path.lexists(path):
+        return False
+    if not is_regular_file(path):
+        raise OSError(f"{path} is not a regular file")
+    return True
+
+
+def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str | None:
+    """``dist.read_text(filename)``, refusing what would block it; ``None`` when it has none.
+
+    :raises OSError: it exists on disk but is not a regular file, or cannot be read.
+    :raises UnicodeDecodeError: it is not UTF-8.
+    """
+    return dist.read_text(filename) if has_metadata(dist, filename) else None
+
+
+def _location(dist: importlib.metadata.Distribution) -> str:
+    """Where *dist*'s metadata lives, as messages name it."""
+    root = _metadata_path(dist)
+    return repr(dist) if root is None else str(root).rstrip("/" + os.sep)
+
+
+def _key(dist: importlib.metadata.Distribution) -> str | None:
+    """*dist*'s normalized name: its directory's, else its ``METADATA``'s; ``None`` if neither."""
+    stem_name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
+    if stem_name is not None:
+        return normalize_distribution(stem_name)
+    try:
+        name, _ = InstalledDistribution(dist, None, "").identity()
+    except Exception:  # noqa: BLE001 - reported when its entry points are read
+        return None
+    return normalize_distribution(name)
+
+
+def distributions() -> list[InstalledDistribution]:
+    """Every installed distribution in :data:`sys.path` order, one per normalized name.
+
+    A later distribution of a name already seen is one of the first one's
+    :attr:`~InstalledDistribution.shadowed`; one whose name cannot be read at
+    all stands alone. Reads no file of a ``*.dist-info`` directory.
+    """
+    found: dict[str | int, tuple[Distribution, str | None, list[Distribution]]] = {}
+    for dist in importlib.metadata.distributions():
+        key = _key(dist)
+        first, _, shadowed = found.setdefault(id(dist) if key is None else key, (dist, key, []))
+        if first is not dist:
+            shadowed.append(dist)
+    return [
+        InstalledDistribution(dist, key, _location(dist), tuple(shadowed))
+        for dist, key, shadowed in found.values()
+    ]
+
+
+@functools.cache
+def _warn_once(message: str, *args: object) -> None:
+    """Log a WARNING about a distribution once per process, however many groups are read."""
+    LOG.warning(message, *args)
+
+
+def discover(
+    group: str = SERVE_BACKENDS_GROUP, installed: Iterable[InstalledDistribution] | None = None
+) -> dict[str, tuple[PluginEntryPoint, ...]]:
+    """Return the installed entry points of *group*, by backend name, each sorted by provider.
+
+    Every entry point :func:`importlib.metadata.entry_points` would give, with
+    the same shadowing; nothing is imported, and only regular metadata files
+    are opened. A distribution whose ``METADATA`` cannot be used still
+    contributes its entry points under its metadata directory's name
+    (:attr:`PluginEntryPoint.problem`); one whose ``entry_points.txt`` cannot
+    be read is skipped. Each case logs one WARNING naming the path.
+
+    :param installed: the distributions to read, :func:`distributions` by default.
+    """
+    found: dict[str, list[PluginEntryPoint]] = {}
+    for dist in distributions() if installed is None else installed:
+        for plugin in _plugins(dist, group):
+            found.setdefault(plugin.name, []).append(plugin)
+    return {
+        name: tuple(sorted(entries, key=lambda e: e.provider)) for name, entries in found.items()
+    }
+
+
+def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPoint]:
+    """*installed*'s entry points of *group*; each problem with its metadata logged once."""
+    try:
+        selected = installed.entry_points(group)
+    except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
+        _warn_once(
+            "Ignoring the distribution at %s: its metadata is unreadable (%s)",
+            installed.location,
+            describe_typed(exc),
+        )
+        return []
+    if not selected:
+        return []
+    problem = None
+    name: str | None
+    try:
+        name, version = installed.identity()
+    except Exception as exc:  # noqa: BLE001 - its entry points are still served
+        # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
+        name, version = _directory_name(installed.distribution), None
+        problem = f"metadata unreadable: {installed.location}"
+        _warn_once(
+            "Using the entry points of the distribution at %s under the name %r: "
+            "its METADATA is unreadable (%s)",
+            installed.location,
+            name,
+            describe_typed(exc),
+        )
+    return [
+        PluginEntryPoint(ep.name, ep.value, name, version, ep, problem, installed)
+        for ep in selected
+    ]
+
+
+def _directory_name(dist: importlib.metadata.Distribution) -> str | None:
+    """The distribution name *dist*'s metadata directory bears (``NAME-VERSION.dist-info``).
+
+    ``None`` for an ``EGG-INFO`` directory, which bears none.
+    """
+    root = _metadata_path(dist)
+    stem, suffix = os.path.splitext(getattr(root, "name", ""))
+    if suffix not in (".dist-info", ".egg-info"):
+        return None
+    return stem.partition("-")[0] or None
+
+
+def normalize_distribution(name: str) -> str:
+    """Normalize a distribution name as packaging tools compare them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def split_qualified_name(name: str) -> tuple[str | None, str]:
+    """Split ``DIST:NAME`` into ``(DIST, NAME)``; a plain name gives ``(None, NAME)``.
+
+    At the first colon: a distribution name cannot hold one (PEP 508), an entry
+    point's name can (``dist-a:ns:omni`` is ``ns:omni`` from ``dist-a``).
+    """
+    dist, colon, backend = name.partition(":")
+    if not colon or not dist:  # no colon, or nothing before it
+        return None, name
+    return dist, backend

@@ -1,0 +1,293 @@
+"""Foresight: what will break, read from package metadata before anything loads.
+
+Three things an operator can be told in advance, each a pure reading of
+:mod:`importlib.metadata` (nothing here imports a plugin):
+
+* a plugin distribution's ``Requires-Dist`` lines that what is installed does
+  not meet (:func:`unmet_requirements`), evaluated with :mod:`packaging` as pip
+  would: markers for this interpreter, requirements of extras nobody asked
+  for skipped;
+* SGLang's general plugins (entry-point group ``sglang.srt.plugins``) and
+  whether the next serve runs them (:func:`general_plugins`), by the rules of
+  SGLang's ``load_plugins``: ``SGLANG_PLUGINS``, a comma-separated allow-list
+  (unset or empty allows all), and ``SGLANG_PLATFORM``, which skips the
+  general plugins of the distributions providing another platform;
+* later copies of a distribution on the path, which the first copy shadows
+  (:func:`shadowed_copies`).
+
+The commands render these; serve reads none of it, and the registry only
+:func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
+:func:`sglang_backends._core.names.general_plugins_allowed`, which serve uses too.
+:mod:`packaging` is imported by the functions that need it.
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+from sglang_backends._core.discovery import (
+    InstalledDistribution,
+    PluginEntryPoint,
+    discover,
+    header_block,
+    normalize_distribution,
+    read_metadata,
+)
+from sglang_backends._core.names import general_plugins_allowed
+from sglang_backends._sglang.host import GENERAL_PLUGINS_GROUP
+
+if TYPE_CHECKING:
+    from importlib.metadata import Distribution
+
+__all__ = [
+    "GENERAL_PLUGINS_GROUP",
+    "NEEDS_SGLANG",
+    "NOT_ALLOWED",
+    "OTHER_PLATFORM",
+    "PLATFORM_PLUGINS_GROUP",
+    "RUNS",
+    "Copy",
+    "GeneralPlugin",
+    "distributions_of",
+    "general_plugins",
+    "shadowed_copies",
+    "shadowed_text",
+    "unmet_clause",
+    "unmet_requirements",
+    "unmet_text",
+]
+
+LOG = logging.getLogger(__name__)
+
+#: Entry-point group of SGLang's hardware platform plugins (``SGLANG_PLATFORM`` picks one).
+PLATFORM_PLUGINS_GROUP = "sglang.srt.platforms"
+
+#: A general plugin's status: the next serve runs it.
+RUNS = "runs before serve"
+#: A general plugin's status: ``SGLANG_PLUGINS`` leaves it out.
+NOT_ALLOWED = "not in SGLANG_PLUGINS"
+#: A general plugin's status: its distribution provides a platform ``SGLANG_PLATFORM`` did not pick.
+OTHER_PLATFORM = "skipped: its distribution's platform is not SGLANG_PLATFORM"
+#: A general plugin's status without SGLang, which is what runs them (when no filter of
+#: SGLang's leaves it out: those say so, with or without SGLang).
+NEEDS_SGLANG = "needs SGLang, which runs it (pip install sglang)"
+
+
+def unmet_requirements(dist: Distribution) -> tuple[str, ...]:
+    """Each of *dist*'s requirements that is not met, with what is installed.
+
+    ``sglang==0.5.22 (installed: 0.5.23)``, ``torch==2.14.1 (not installed)``.
+    A requirement whose marker is false for this interpreter, or which only an
+    extra asks for (no extra is requested), is skipped; so is a line
+    :mod:`packaging` cannot parse. A pre-release installed meets a
+    specifier, as it does for pip once installed. :mod:`packaging` (some 25 ms
+    to import) is imported only for a requirement that is more than a name.
+    """
+    unmet: list[str] = []
+    for line in _requires(dist):
+        if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
+            if _installed_version(line) is None:
+                unmet.append(f"{line} (not installed)")
+            continue
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement as exc:
+            LOG.debug("Ignoring the requirement %r of %r: %s", line, dist, exc)
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+        wanted = f"{requirement.name}{extras}{requirement.specifier}"
+        installed = _installed_version(requirement.name)
+        if installed is None:
+            unmet.append(f"{wanted} (not installed)")
+        elif not _meets(requirement, installed):
+            unmet.append(f"{wanted} (installed: {installed})")
+    return tuple(unmet)
+
+
+#: A requirement that is a distribution name alone (PEP 508), needing no parser.
+_BARE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def _requires(dist: Distribution) -> list[str]:
+    """*dist*'s ``Requires-Dist`` lines; none when its metadata cannot be read.
+
+    An egg's ``requires.txt``, outside the header block, is left to ``dist.requires``.
+    """
+    try:
+        metadata = read_metadata(dist, "METADATA")
+        if metadata is None and read_metadata(dist, "requires.txt"):
+            return list(dist.requires or ())
+        return _header(dist, "Requires-Dist", metadata or None)
+    except Exception as exc:  # noqa: BLE001 - discovery already warned about its metadata
+        LOG.debug("Cannot read the requirements of %r: %s", dist, exc)
+        return []
+
+
+def _header(dist: Distribution, field: str, text: str | None = None) -> list[str]:
+    """Every value of *field* in *dist*'s ``METADATA`` (or ``PKG-INFO``) header block, or in
+    *text*, its ``METADATA`` already read: the header alone, as discovery reads Name.
+
+    :raises OSError: the file is not a regular file (a FIFO would block the read).
+    """
+    if text is None:
+        text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO") or ""
+    return [value for key, value in header_block(text) if key.strip().lower() == field.lower()]
+
+
+def _installed_version(name: str) -> str | None:
+    """The installed version of distribution *name*, ``None`` when it is not installed."""
+    try:
+        versions = _header(importlib.metadata.distribution(name), "Version")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - unreadable metadata: installed, version unknown
+        return "unknown"
+    return versions[0] if versions and versions[0] else "unknown"
+
+
+def _meets(requirement: object, installed: str) -> bool:
+    """Whether version *installed* satisfies *requirement*'s specifier."""
+    from packaging.requirements import Requirement
+    from packaging.version import InvalidVersion, Version
+
+    assert isinstance(requirement, Requirement)
+    try:
+        version = Version(installed)
+    except InvalidVersion:
+        return False
+    return requirement.specifier.contains(version, prereleases=True)
+
+
+def _distribution_of(plugin: PluginEntryPoint) -> Distribution | None:
+    """The distribution that installed *plugin*, when its metadata was readable."""
+    if plugin.problem is not None or plugin.installed is None:
+        return None
+    return plugin.installed.distribution
+
+
+def unmet_text(plugin: PluginEntryPoint) -> str | None:
+    """*plugin*'s distribution's unmet requirements joined by "; ": empty when all are
+    met, ``None`` when its metadata could not be read (nothing is known).
+    """
+    dist = _distribution_of(plugin)
+    return "; ".join(unmet_requirements(dist)) if dist is not None else None
+
+
+def unmet_clause(plugin: PluginEntryPoint) -> str:
+    """``unmet requirements of DIST VERSION: …``, to end a line about *plugin*; or empty."""
+    text = unmet_text(plugin)
+    if not text:
+        return ""
+    version = f" {plugin.version}" if plugin.version else ""
+    return f"unmet requirements of {plugin.provider}{version}: {text}"
+
+
+class GeneralPlugin(NamedTuple):
+    """One installed ``sglang.srt.plugins`` entry point and whether serve runs it."""
+
+    plugin: PluginEntryPoint
+    status: str
+
+
+def _other_platforms(
+    environ: Mapping[str, str], installed: Iterable[InstalledDistribution]
+) -> frozenset[str]:
+    """Distributions providing a platform ``SGLANG_PLATFORM`` did not pick (normalized)."""
+    selected = environ.get("SGLANG_PLATFORM", "")
+    if not selected:
+        return frozenset()
+    return frozenset(
+        normalize_distribution(plugin.distribution)
+        for name, found in discover(PLATFORM_PLUGINS_GROUP, installed).items()
+        if name != selected
+        for plugin in found
+        if plugin.distribution
+    )
+
+
+def general_plugins(
+    installed: Iterable[InstalledDistribution],
+    *,
+    sglang: bool,
+    environ: Mapping[str, str] | None = None,
+) -> list[GeneralPlugin]:
+    """Every general plugin of *installed*, sorted by name then provider, with its status.
+
+    :param installed: the distributions to read (a survey's), so the path is read once.
+
+    :param sglang: whether SGLang, which runs them, is installed.
+    :param environ: where ``SGLANG_PLUGINS`` and ``SGLANG_PLATFORM`` are read;
+        ``os.environ`` by default.
+    """
+    env = os.environ if environ is None else environ
+    installed = tuple(installed)
+    found = discover(GENERAL_PLUGINS_GROUP, installed)
+    if not found:
+        return []
+    allowed = general_plugins_allowed(env.get("SGLANG_PLUGINS", ""))
+    excluded = _other_platforms(env, installed)
+    plugins: list[GeneralPlugin] = []
+    for name in sorted(found):
+        for plugin in found[name]:
+            # SGLang's own filters first: what they leave out would not run with SGLang either.
+            if allowed is not None and name not in allowed:
+                status = NOT_ALLOWED
+            elif normalize_distribution(plugin.distribution or "") in excluded:
+                status = OTHER_PLATFORM
+            elif not sglang:
+                status = NEEDS_SGLANG
+            else:
+                status = RUNS
+            plugins.append(GeneralPlugin(plugin, status))
+    return plugins
+
+
+class Copy(NamedTuple):
+    """A later copy of a distribution on the path: its version and where it is."""
+
+    version: str | None
+    path: str
+
+    def __str__(self) -> str:
+        return f"{self.version or 'unknown version'} at {self.path}"
+
+
+def _copy(dist: Distribution) -> Copy:
+    try:
+        version = next(iter(_header(dist, "Version")), None)
+    except Exception:  # noqa: BLE001 - an unreadable copy is still a copy
+        version = None
+    return Copy(version, str(dist.locate_file("")))
+
+
+def shadowed_copies(plugin: PluginEntryPoint) -> tuple[Copy, ...]:
+    """The copies of *plugin*'s distribution after the first on the path, which is the one
+    used (discovery keeps them).
+    """
+    shadowed = plugin.installed.shadowed if plugin.installed is not None else ()
+    return tuple(_copy(dist) for dist in shadowed)
+
+
+def shadowed_text(plugin: PluginEntryPoint) -> str:
+    """:func:`shadowed_copies` of *plugin* joined by "; "; empty when there is one copy."""
+    return "; ".join(str(copy) for copy in shadowed_copies(plugin))
+
+
+def distributions_of(plugins: Iterable[PluginEntryPoint]) -> dict[str, PluginEntryPoint]:
+    """The first plugin of each distribution among *plugins*, by normalized name, in order."""
+    first: dict[str, PluginEntryPoint] = {}
+    for plugin in plugins:
+        if plugin.distribution:
+            first.setdefault(normalize_distribution(plugin.distribution), plugin)
+    return first

@@ -1,0 +1,331 @@
+"""Loading: one stevedore ``DriverManager`` per backend load, each run once and guarded.
+
+A plugin's load is ``DriverManager(group, name, invoke_on_load=True,
+on_load_failure_callback=...)`` over the one entry point the survey chose,
+handed over by overriding its public ``list_entry_points()``: stevedore
+reads no cache of its own, imports the plugin and calls its factory, and its
+failure callback words the error. The registry validates what comes back.
+That entry point's ``load()`` refuses a malformed target and one that is not
+callable; whatever the plugin raises becomes an :class:`Exception`.
+
+stevedore's ``NamedExtensionManager`` would load a named set in one go, but
+no set is loaded so in one process without losing a guarantee. Automatic
+detection loads every candidate, each bounded by ``load_timeout`` from its
+own start, a failure being that candidate's outcome alone; the manager's
+construction is serial and all or nothing (every load runs one after the
+other, and none is handed back until all have finished), it imports every
+provider of a duplicated name (a conflict is decided here before any
+import, naming the distributions), and its lookup by name misses
+non-adjacent duplicates (``itertools.groupby``). ``check`` and ``detect``
+load in worker processes, one backend each.
+
+:class:`BackendLoader` runs each backend's load once, however many threads
+ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar, cast
+
+from sglang_backends._core.detection import DetectionOutcome, Verdict, skipped, start_each
+from sglang_backends._core.discovery import PluginEntryPoint
+from sglang_backends._core.names import SERVE_BACKENDS_GROUP
+from sglang_backends._core.processes import from_signal
+from sglang_backends.contract import RegisteredServeBackend
+from sglang_backends.errors import (
+    BackendLoadError,
+    ServeBackendError,
+    backend_named,
+    describe,
+    describe_typed,
+)
+
+__all__ = [
+    "BackendLoader",
+    "Candidate",
+    "call_plugin_code",
+    "load_failure",
+    "load_plugin",
+]
+
+LOG = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound=BaseException)
+
+#: Seconds a load may run before a line says it is still loading.
+SLOW_LOAD_NOTICE = 5.0
+#: Seconds between further "still loading" lines for the same load.
+_NOTICE_EVERY = 30.0
+
+#: What a candidate resolves to: ``(key, plugin, produce)``, ``plugin``
+#: ``None`` for a built-in; ``produce()`` loads and validates the backend.
+Candidate = tuple[Hashable, PluginEntryPoint | None, Callable[[], RegisteredServeBackend]]
+
+
+def call_plugin_code(function: Callable[[], _T], failure: Callable[[BaseException], _E]) -> _T:
+    """Call plugin code; whatever it raises becomes ``failure(exc)``, raised from it.
+
+    Only a stop signal's unwinding (:func:`~sglang_backends._core.processes.from_signal`:
+    a ``KeyboardInterrupt`` or ``SystemExit`` a signal caused) is the user's and
+    propagates; a plugin's own raise of either is its failure, as any other
+    ``BaseException`` is. An error of this package's (a failure stevedore's
+    callback already worded) passes as it is.
+    """
+    try:
+        return function()
+    except ServeBackendError:
+        raise
+    except BaseException as exc:
+        if from_signal(exc):
+            raise
+        raise failure(exc) from exc
+
+
+def _cause(exc: BaseException) -> str:
+    """What plugin code did, in a failure's words: a ``sys.exit``, a failed ``assert`` or
+    another ``BaseException`` by its type, an exception by its message.
+    """
+    if isinstance(exc, SystemExit):
+        return f"plugin called sys.exit({exc.code!r}) while loading"
+    if isinstance(exc, AssertionError):
+        return describe_typed(exc)
+    if not isinstance(exc, Exception):
+        return f"plugin code raised {describe_typed(exc)}"
+    return describe(exc)
+
+
+class _GuardedEntryPoint(importlib.metadata.EntryPoint):
+    """An entry point whose ``load()`` refuses a malformed target and a non-callable one."""
+
+    def load(self) -> Any:
+        if self.pattern.fullmatch(self.value) is None:
+            raise ValueError(
+                f"malformed entry point target {self.value!r}; expected 'module:attribute'"
+            )
+        factory = super().load()
+        if not callable(factory):
+            raise TypeError("the entry point must resolve to a callable factory")
+        return factory
+
+
+@functools.cache
+def _chosen_driver_manager() -> type[Any]:
+    """stevedore's ``DriverManager`` over one given entry point; stevedore imported on first use."""
+    from stevedore import DriverManager
+
+    class ChosenDriverManager(DriverManager):  # type: ignore[type-arg]  # generic only in newer stevedore
+        def __init__(self, entry_point: importlib.metadata.EntryPoint, **options: Any) -> None:
+            self._chosen = entry_point
+            super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, **options)
+
+        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+            return [self._chosen]
+
+    return ChosenDriverManager
+
+
+def load_failure(
+    name: str, plugin: PluginEntryPoint | None, exc: BaseException
+) -> BackendLoadError:
+    """The one wording of a failed load of *name* (*plugin*'s, or a built-in's)."""
+    named = backend_named(name, plugin.provider if plugin else None, builtin=plugin is None)
+    unmet = ""
+    if plugin is not None:  # a mismatched requirement is the commonest cause: say so
+        from sglang_backends._core.findings import (
+            unmet_clause,  # packaging: only once a load failed
+        )
+
+        unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
+    return BackendLoadError(
+        f"Failed to load {named}: {_cause(exc)}{unmet}",
+        name=name,
+        distribution=plugin.distribution if plugin else None,
+    )
+
+
+def load_plugin(plugin: PluginEntryPoint) -> object:
+    """What *plugin*'s factory returns, imported and called by a ``DriverManager`` of its own.
+
+    :raises BackendLoadError: the import failed, the target is malformed or
+        not callable, or the factory raised (whatever it raised).
+    """
+
+    def failed(manager: object, entry_point: object, exc: BaseException) -> None:
+        raise load_failure(plugin.name, plugin, exc) from exc
+
+    entry_point = plugin.entry_point
+    guarded = _GuardedEntryPoint(entry_point.name, entry_point.value, entry_point.group)
+    manager = _chosen_driver_manager()
+    # stevedore hands an Exception to the callback and lets the rest through.
+    loaded = call_plugin_code(
+        lambda: manager(guarded, invoke_on_load=True, on_load_failure_callback=failed),
+        functools.partial(load_failure, plugin.name, plugin),
+    )
+    # Not ``loaded.driver``: for a factory returning something falsy it gives the factory.
+    return loaded.extensions[0].obj
+
+
+def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None = None) -> None:
+    """The one "still loading" line; *timeout* is the bound, when there is one."""
+    LOG.info(
+        "Still loading serve backend %r (%s) after %.0f s%s",
+        load.name,
+        load.provider,
+        running,
+        "" if timeout is None else f"; giving up on it after {timeout:g} s (load_timeout)",
+    )
+
+
+class _BackendLoad:
+    """One backend's load, run by one caller and awaited by the others."""
+
+    def __init__(self, name: str, plugin: PluginEntryPoint | None) -> None:
+        self.name = name
+        self.provider = plugin.provider if plugin else "built-in"
+        self.distribution = plugin.distribution if plugin else None
+        self.thread: threading.Thread | None = None
+        self.started: float | None = None
+        self.seconds = 0.0
+        self._value: RegisteredServeBackend | None = None
+        self._error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def run(self, produce: Callable[[], RegisteredServeBackend]) -> None:
+        """Run *produce* in this thread and keep its result or exception."""
+        self.thread = threading.current_thread()
+        self.started = time.perf_counter()
+        try:
+            self._value = produce()
+        except BaseException as exc:  # kept for every waiter; the user's Ctrl-C goes on
+            self._error = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.seconds = time.perf_counter() - self.started
+            self.finished.set()
+
+    def result(self) -> RegisteredServeBackend:
+        """The loaded backend; raises the load's exception if it failed."""
+        if self._error is not None:
+            raise self._error
+        return cast(RegisteredServeBackend, self._value)
+
+
+def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.Event) -> None:
+    """Until *done*, log the loads still running after :data:`SLOW_LOAD_NOTICE` s, and later again.
+
+    One pass a second over *loads*, from the first that can be due: N loads cost O(N), not O(N²).
+    """
+    noticed: dict[int, float] = {}
+    pause = SLOW_LOAD_NOTICE
+    while not done.wait(pause):
+        pause, now = 1.0, time.perf_counter()
+        for load in loads:
+            if load.finished.is_set() or load.started is None:
+                continue
+            running, last = now - load.started, noticed.get(id(load))
+            if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
+                noticed[id(load)] = running
+                _log_still_loading(load, running, timeout)
+
+
+class BackendLoader:
+    """Loads each backend once, by key, however many callers ask: a factory runs once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loads: dict[Hashable, _BackendLoad] = {}
+
+    def _claim(self, name: str, candidate: Candidate) -> tuple[_BackendLoad, bool]:
+        """*candidate*'s load, and whether this caller created it (so must run it)."""
+        fresh = _BackendLoad(name, candidate[1])
+        with self._lock:
+            load = self._loads.setdefault(candidate[0], fresh)
+        return load, load is fresh
+
+    def load(self, name: str, candidate: Candidate) -> RegisteredServeBackend:
+        """Load *candidate* here unless another caller has; return its backend, unbounded.
+
+        :raises BackendLoadError: the load is under way in this very thread
+            (a factory asked the registry for its own backend).
+        """
+        key, _, produce = candidate
+        load, mine = self._claim(name, candidate)
+        if mine:
+            timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, SLOW_LOAD_NOTICE))
+            timer.daemon = True
+            timer.start()
+            try:
+                load.run(produce)
+            except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
+                with self._lock:
+                    self._loads.pop(key, None)
+                raise
+            finally:
+                timer.cancel()
+        elif not load.finished.is_set() and load.thread is threading.current_thread():
+            raise BackendLoadError(
+                f"Failed to load {backend_named(name, load.provider)}: its factory asked the "
+                "registry for it while it was loading",
+                name=name,
+            )
+        load.finished.wait()
+        return load.result()
+
+    def load_each_within(
+        self, names: Sequence[str], resolve: Callable[[str], Candidate], *, timeout: float
+    ) -> list[RegisteredServeBackend | DetectionOutcome]:
+        """Load the backends *names* concurrently, each bounded by *timeout* from its own start.
+
+        Loads run in daemon workers (:func:`~sglang_backends._core.detection.start_each`):
+        one that overruns keeps running there, as an import cannot be interrupted.
+
+        :param resolve: a name's :data:`Candidate`; a :class:`ServeBackendError`
+            it raises is that name's outcome.
+        :returns: in order, each backend or the outcome (logged) that replaced it.
+        """
+        loads: list[tuple[str, _BackendLoad] | DetectionOutcome] = []
+        mine: list[tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]] = []
+        for name in names:
+            try:
+                candidate = resolve(name)
+            except ServeBackendError as exc:
+                loads.append(skipped(name, exc.distribution, 0.0, str(exc)))
+                continue
+            load, created = self._claim(name, candidate)
+            if created:
+                mine.append((load, candidate[2]))
+            loads.append((name, load))
+        start_each(mine, lambda job: job[0].run(job[1]), name=lambda job: f"load-{job[0].name}")
+        waited = threading.Event()
+        notices = [load for load, _ in mine], timeout, waited
+        threading.Thread(target=_notice_slow, args=notices, daemon=True).start()
+        result: list[RegisteredServeBackend | DetectionOutcome] = []
+        try:
+            for item in loads:
+                if isinstance(item, DetectionOutcome):
+                    result.append(item)
+                    continue
+                name, load = item
+                deadline = (load.started or time.perf_counter()) + timeout
+                if not load.finished.wait(max(0.0, deadline - time.perf_counter())):
+                    cause = (
+                        f"loading from {load.provider} did not finish within {timeout:g} s "
+                        "(load_timeout)"
+                    )
+                    result.append(skipped(name, load.distribution, timeout, cause, Verdict.TIMEOUT))
+                    continue
+                try:
+                    result.append(load.result())
+                except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
+                    result.append(skipped(name, load.distribution, load.seconds, str(exc)))
+        finally:
+            waited.set()
+        return result

@@ -1,0 +1,530 @@
+"""Selection: which installed plugins may be used, and why not.
+
+The enabled/disabled rules, applied to what discovery found: a plugin
+outside the selection is never imported, none may take a reserved or
+built-in name, and a name several distributions register is a duplicate.
+Pure: no file access, no plugin import.
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from sglang_backends._core.discovery import (
+    PluginEntryPoint,
+    normalize_distribution,
+    split_qualified_name,
+)
+from sglang_backends._core.names import RESERVED_SERVE_BACKEND_NAMES
+from sglang_backends.errors import (
+    BackendConflictError,
+    ConfigurationError,
+    DisabledBackendError,
+    UnknownBackendError,
+    backend_named,
+    closest,
+    did_you_mean,
+    meant,
+)
+
+__all__ = [
+    "PluginRecord",
+    "PluginStatus",
+    "by_name",
+    "check_lists",
+    "choose",
+    "classify",
+    "closest_name",
+    "conflict_warning",
+    "designated",
+    "designates",
+    "duplicate_text",
+    "not_asked",
+    "qualified",
+    "refuse_conflicts",
+    "unavailable_because",
+    "unknown_backend",
+    "usable_names",
+    "warn_unknown_selection",
+]
+
+LOG = logging.getLogger(__name__)
+
+
+class PluginStatus(str, enum.Enum):
+    """Why a plugin may or may not be used."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    DUPLICATE = "duplicate"
+    CONFLICT = "conflicts with a built-in"
+
+    @property
+    def usable(self) -> bool:
+        """Whether a plugin of this status may be loaded (a duplicate, as ``DIST:NAME``)."""
+        return self in (PluginStatus.ENABLED, PluginStatus.DUPLICATE)
+
+
+class PluginRecord(NamedTuple):
+    """An installed plugin entry point and its status under a selection.
+
+    Read flat: :attr:`name`, :attr:`distribution`, :attr:`version`, :attr:`target` and
+    :attr:`status`; :attr:`plugin` is the entry point they come from.
+    """
+
+    plugin: PluginEntryPoint
+    status: PluginStatus
+
+    @property
+    def name(self) -> str:
+        """The backend name: what ``--model-type`` is given."""
+        return self.plugin.name
+
+    @property
+    def distribution(self) -> str | None:
+        """The providing distribution's name, if known."""
+        return self.plugin.distribution
+
+    @property
+    def version(self) -> str | None:
+        """The providing distribution's version, if known."""
+        return self.plugin.version
+
+    @property
+    def target(self) -> str:
+        """The factory, as ``module:attribute``."""
+        return self.plugin.target
+
+
+def usable_names(records: Iterable[PluginRecord]) -> list[str]:
+    """The names of the usable plugins among *records*, sorted, each once."""
+    return sorted({r.plugin.name for r in records if r.status.usable})
+
+
+def designates(name: str, plugin: PluginEntryPoint) -> bool:
+    """Whether *name*, ``NAME`` or ``DIST:NAME``, names *plugin*: the one ``DIST:NAME`` rule.
+
+    ``DIST`` is compared as packaging tools compare distribution names
+    (PEP 503). :func:`choose` lets an entry point named exactly *name* win.
+    """
+    if plugin.name == name:
+        return True
+    dist, plain = split_qualified_name(name)
+    return (
+        dist is not None
+        and plain == plugin.name
+        and normalize_distribution(dist) == normalize_distribution(plugin.distribution or "")
+    )
+
+
+def designated(
+    name: str, discovered: Mapping[str, Sequence[PluginEntryPoint]]
+) -> tuple[PluginEntryPoint, ...]:
+    """The entry points *name* designates: those named exactly *name*, else those
+    ``DIST:NAME`` names (:func:`designates`), as :func:`choose` picks among them."""
+    exact = discovered.get(name)
+    if exact:
+        return tuple(exact)
+    plain = split_qualified_name(name)[1]
+    return tuple(c for c in discovered.get(plain, ()) if designates(name, c))
+
+
+def by_name(plugins: Iterable[PluginEntryPoint]) -> dict[str, tuple[PluginEntryPoint, ...]]:
+    """*plugins* by backend name, as :func:`.discovery.discover` gives them."""
+    found: dict[str, list[PluginEntryPoint]] = {}
+    for plugin in plugins:
+        found.setdefault(plugin.name, []).append(plugin)
+    return {name: tuple(entries) for name, entries in found.items()}
+
+
+def qualified(
+    plugin: PluginEntryPoint, discovered: Mapping[str, Sequence[PluginEntryPoint]]
+) -> str | None:
+    """The ``DIST:NAME`` that picks *plugin* alone, or ``None`` when none does.
+
+    Advice is given only where following it works: not for a plugin whose
+    distribution is unknown, or registers the name more than once, or when
+    an entry point is named exactly ``DIST:NAME``.
+    """
+    if not plugin.distribution:
+        return None
+    name = f"{plugin.distribution}:{plugin.name}"
+    found = designated(name, discovered)
+    return name if len(found) == 1 and found[0] is plugin else None
+
+
+def _example(
+    providers: Iterable[PluginEntryPoint], discovered: Mapping[str, Sequence[PluginEntryPoint]]
+) -> str | None:
+    """The first ``DIST:NAME`` that picks one of *providers* (:func:`qualified`), if any."""
+    return next((q for p in providers if (q := qualified(p, discovered))), None)
+
+
+def duplicate_text(
+    name: str,
+    providers: Sequence[PluginEntryPoint],
+    discovered: Mapping[str, Sequence[PluginEntryPoint]],
+) -> str:
+    """Why serve backend *name* has several *providers* and how to pick one: the one
+    wording of a duplicate, with ``DIST:NAME`` advice only where it picks one.
+    """
+    groups: dict[object, list[PluginEntryPoint]] = {}
+    for plugin in providers:
+        key = normalize_distribution(plugin.distribution) if plugin.distribution else id(plugin)
+        groups.setdefault(key, []).append(plugin)
+    repeated = [
+        f"{group[0].provider} registers serve backend {name!r} {len(group)} times: "
+        f"{', '.join(p.target for p in group)}."
+        for group in groups.values()
+        if len(group) > 1
+    ]
+    if len(groups) > 1:
+        listed = ", ".join(p.provider for p in providers)
+        repeated.insert(0, f"Multiple distributions register serve backend {name!r}: {listed}.")
+    else:
+        repeated[0] = f"Distribution {repeated[0]}"
+    example = _example(providers, discovered)
+    if example is not None:
+        advice = (
+            "Uninstall one provider or choose another backend name, or select one provider "
+            f"as DIST:NAME (e.g. {example!r})."
+        )
+    elif len(groups) > 1:
+        advice = "Uninstall one provider or choose another backend name; no DIST:NAME picks one."
+    else:
+        advice = (
+            "No DIST:NAME picks one entry point of a distribution: uninstall it or choose "
+            "another backend name, and ask its authors to register the name once."
+        )
+    return " ".join([*repeated, advice])
+
+
+def check_lists(builtin_names: Collection[str], enabled: object, disabled: object) -> None:
+    """Refuse a reserved built-in name and a list given as a string.
+
+    :raises ConfigurationError: a built-in is named ``auto``, or *enabled* or *disabled*
+        is a string, not a collection (a ``TypeError`` too).
+    """
+    reserved = sorted(set(builtin_names) & RESERVED_SERVE_BACKEND_NAMES)
+    if reserved:
+        raise ConfigurationError(
+            f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
+        )
+    for label, names in (("enabled", enabled), ("disabled", disabled)):
+        if isinstance(names, str):
+            raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
+
+
+def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
+    """Whether the enabled/disabled lists let plugin *name* be used.
+
+    :param enabled: names allowed; ``None`` allows every name.
+    :param disabled: names refused, even when also enabled.
+    """
+    if name in disabled:
+        return False
+    return enabled is None or name in enabled
+
+
+def classify(
+    discovered: Mapping[str, Iterable[PluginEntryPoint]],
+    builtin_names: Collection[str],
+    *,
+    enabled: Collection[str] | None = None,
+    disabled: Collection[str] = (),
+) -> list[PluginRecord]:
+    """Classify every discovered entry point, sorted by name then provider.
+
+    A plugin outside the enabled/disabled selection is ``DISABLED`` whatever
+    else is wrong with it, since it will never be loaded; otherwise a
+    reserved or built-in name is a ``CONFLICT`` and a name with several
+    providers a ``DUPLICATE``.
+    """
+    reserved = set(builtin_names) | RESERVED_SERVE_BACKEND_NAMES
+    records: list[PluginRecord] = []
+    for name in sorted(discovered):
+        entries = tuple(discovered[name])
+        if not is_allowed(name, enabled, disabled):
+            status = PluginStatus.DISABLED
+        elif name in reserved:
+            status = PluginStatus.CONFLICT
+        elif len(entries) > 1:
+            status = PluginStatus.DUPLICATE
+        else:
+            status = PluginStatus.ENABLED
+        records.extend(PluginRecord(plugin=plugin, status=status) for plugin in entries)
+    return records
+
+
+def conflict_warning(plugin: PluginEntryPoint) -> str:
+    """What to tell an operator about *plugin*, which claims a built-in or reserved name."""
+    version = f" {plugin.version}" if plugin.version else ""
+    return (
+        f"Plugin {plugin.name!r} from {plugin.provider}{version} claims the built-in name "
+        f"{plugin.name!r}; every serve fails until you uninstall it (pip uninstall "
+        f"{plugin.distribution or '...'}) or add {plugin.name!r} to disabled_backends"
+    )
+
+
+def refuse_conflicts(records: Iterable[PluginRecord]) -> None:
+    """Refuse usable plugins that claim a reserved or built-in name.
+
+    :raises BackendConflictError: naming every such plugin and its provider.
+    """
+    conflicts = [r.plugin for r in records if r.status is PluginStatus.CONFLICT]
+    if conflicts:
+        names = ", ".join(f"{p.name} (from {p.provider})" for p in conflicts)
+        raise BackendConflictError(
+            f"Out-of-tree serve backends cannot replace reserved or built-in backends: {names}",
+            name=conflicts[0].name,
+            distribution=conflicts[0].distribution,
+        )
+
+
+def unavailable_because(
+    name: str,
+    *,
+    disabled: Collection[str],
+    origins: Mapping[str, str] | None = None,
+) -> str:
+    """Why installed plugin *name* is left out: ``is disabled by WHERE`` (or not enabled).
+
+    The one wording of it, for every message that says so. *origins* maps
+    ``"enabled"``/``"disabled"`` to where that list was set (see
+    :meth:`~sglang_backends._core.settings.Settings.list_origins`).
+    """
+    label = "disabled" if name in disabled else "enabled"
+    where = (origins or {}).get(label, f"the {label} list")
+    return f"is disabled by {where}" if label == "disabled" else f"is not enabled by {where}"
+
+
+def choose(
+    name: str,
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    builtin_names: Collection[str],
+    available: Iterable[str],
+    *,
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+    origins: Mapping[str, str] | None = None,
+) -> PluginEntryPoint:
+    """The one installed plugin *name* designates (``NAME`` or ``DIST:NAME``).
+
+    An entry point named exactly *name* wins over reading *name* as
+    ``DIST:NAME``, as upstream does.
+
+    :param builtin_names: names that are never plugins' (with ``auto``).
+    :param available: every usable name, built-ins first, for the error.
+    :param origins: where the enabled and disabled lists were set, for the errors.
+    :raises UnknownBackendError: nothing usable has that name (built-in and
+        reserved names are never plugins).
+    :raises DisabledBackendError: the lists exclude it.
+    :raises BackendConflictError: several distributions provide it.
+    """
+    plain = name if name in discovered else split_qualified_name(name)[1]
+    candidates = designated(name, discovered)
+    if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
+        values = ("auto", *available)
+        raise unknown_backend(
+            name,
+            values,
+            discovered,
+            builtin_names,
+            enabled=enabled,
+            disabled=disabled,
+            origins=origins,
+        )
+    if not is_allowed(plain, enabled, disabled):
+        remedy = "remove it from" if plain in disabled else "add it to"
+        raise DisabledBackendError(
+            f"{backend_named(plain, ', '.join(c.provider for c in candidates), start=True)} "
+            f"{unavailable_because(plain, disabled=disabled, origins=origins)}; "
+            f"{remedy} that list to use it.",
+            name=plain,
+            distribution=candidates[0].distribution,
+        )
+    if len(candidates) > 1:
+        raise BackendConflictError(
+            duplicate_text(plain, candidates, discovered),
+            name=plain,
+            providers=tuple(c.provider for c in candidates),
+        )
+    return candidates[0]
+
+
+def unknown_backend(
+    name: str,
+    values: Collection[str],
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    builtin_names: Collection[str] = (),
+    *,
+    enabled: Collection[str] | None = None,
+    disabled: Collection[str] = (),
+    origins: Mapping[str, str] | None = None,
+) -> UnknownBackendError:
+    """The one wording of a name that designates nothing usable, with the closest name.
+
+    :param values: what may be given instead (``serve``: ``auto`` and :func:`choose`'s
+        available names; ``check``: every built-in and installed plugin).
+    :param discovered: every installed entry point, for the closest name.
+    :param builtin_names: names that are never plugins', for the closest name.
+    """
+    return UnknownBackendError(
+        f"Unknown serve backend {name!r}"
+        f"{_suggestion(name, values, discovered, builtin_names, enabled, disabled, origins)} "
+        f"Available values: {', '.join(values)}.",
+        name=name,
+    )
+
+
+def _suggestion(
+    name: str,
+    values: Collection[str],
+    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    builtin_names: Collection[str],
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+    origins: Mapping[str, str] | None,
+) -> str:
+    """``; did you mean 'x'?`` among every installed name (:func:`closest_name`); a
+    left-out one is said to be.
+    """
+    close, found = closest_name(name, values, discovered, builtin_names)
+    if close is None or found is None or is_allowed(found.name, enabled, disabled):
+        return meant(close)
+    why = unavailable_because(found.name, disabled=disabled, origins=origins)
+    return (
+        f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
+        "so it is not available."
+    )
+
+
+def closest_name(
+    name: str,
+    values: Iterable[str],
+    discovered: Mapping[str, Sequence[PluginEntryPoint]],
+    builtin_names: Collection[str],
+) -> tuple[str | None, PluginEntryPoint | None]:
+    """The name to offer for *name*, which designates nothing usable, and its plugin
+    (``None`` for a built-in of *values*); ``(None, None)`` when none is close.
+
+    ``DIST:NAME`` with a wrong ``DIST`` and an installed ``NAME`` gets that
+    name's ``DIST:NAME`` (:func:`qualified`), the closest distribution first;
+    otherwise the closest of *values*, the installed names, and, for a name
+    with a colon, each plugin's ``DIST:NAME`` that picks it.
+    """
+    dist, plain = split_qualified_name(name)
+    offers: dict[str, PluginEntryPoint] = {}
+    if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
+        for plugin in discovered.get(plain, ()):
+            if q := qualified(plugin, discovered):
+                offers[q] = plugin
+    if offers:
+        pick = closest(name, offers) or next(iter(offers))
+        return pick, offers[pick]
+    known: dict[str, PluginEntryPoint | None] = dict.fromkeys(values)
+    for found in discovered.values():
+        for plugin in found:
+            known.setdefault(plugin.name, plugin)
+            if dist is not None and (q := qualified(plugin, discovered)):
+                known.setdefault(q, plugin)
+    close = closest(name, known)
+    return (None, None) if close is None else (close, known[close])
+
+
+def warn_unknown_selection(
+    installed: Collection[str],
+    builtin_names: Collection[str],
+    *,
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
+    preferred: Collection[str] = (),
+    origins: Mapping[str, str] | None = None,
+) -> dict[str, list[str]]:
+    """Warn about names in the enabled/disabled/preferred lists that name no installed plugin.
+
+    A typo in a list must not pass silently, nor a built-in's name, which
+    changes nothing (the lists apply to plugins; built-ins are always
+    available) unless a plugin claims that name. Each warning goes to this
+    module's logger and, when *origins* maps ``"enabled"``, ``"disabled"`` or
+    ``"preferred"`` to where that list was set (an option in a file, a
+    command-line flag), says so. A built-in in the preferred list is no slip:
+    a built-in's detector (diffusion's) may be preferred.
+
+    :returns: by list (``enabled``, ``disabled``, ``preferred``), the names warned about
+        as not installed, sorted; a built-in's name, warned about apart, is not among them.
+    """
+    unknown: dict[str, list[str]] = {}
+    listed: str | None = None  # the installed names, joined once however many are unknown
+    lists = (("enabled", enabled or ()), ("disabled", disabled), ("preferred", preferred))
+    for label, names in lists:
+        origin = (origins or {}).get(label)
+        missing: list[str] = []
+        unknown[label] = missing
+        for name in sorted(names):
+            if name in installed or (label == "preferred" and name in builtin_names):
+                continue
+            if name in builtin_names:
+                LOG.warning(
+                    "Built-in %r in the %s list changes nothing: the lists apply to plugins "
+                    "only and built-ins are always available; remove it%s",
+                    name,
+                    label,
+                    f" ({origin})" if origin else "",
+                )
+                continue
+            missing.append(name)
+            if listed is None:
+                listed = ", ".join(sorted(installed)) or "none"
+            LOG.warning(
+                "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
+                name,
+                label,
+                did_you_mean(name, installed),
+                listed,
+                f" (check {origin})" if origin else "",
+            )
+    return unknown
+
+
+def not_asked(
+    records: Iterable[PluginRecord], *, disabled: Collection[str], origins: Mapping[str, str]
+) -> tuple[list[str], set[str]]:
+    """Why automatic detection asked none of these plugins, one reason each, and their names.
+
+    A plugin the lists refuse, saying which list and where (*origins*, as
+    :func:`warn_unknown_selection` takes them); a name several distributions
+    provide, with how to pick one.
+    """
+    reasons: list[str] = []
+    records = tuple(records)
+    discovered = by_name(r.plugin for r in records)
+    duplicates: dict[str, list[PluginEntryPoint]] = {}
+    names: set[str] = set()
+    for record in records:
+        plugin = record.plugin
+        if record.status is PluginStatus.DUPLICATE:
+            duplicates.setdefault(plugin.name, []).append(plugin)
+        if record.status is not PluginStatus.DISABLED:
+            continue
+        names.add(plugin.name)
+        why = unavailable_because(plugin.name, disabled=disabled, origins=origins)
+        reasons.append(f"plugin {plugin.name!r} from {plugin.provider} {why}, so it was not asked")
+    for name, providers in sorted(duplicates.items()):
+        names.add(name)
+        listed = ", ".join(p.provider for p in providers)
+        example = _example(providers, discovered)
+        advice = (
+            f"select one as DIST:NAME (e.g. {example!r})"
+            if example
+            else "no DIST:NAME picks one of them"
+        )
+        reasons.append(
+            f"plugin {name!r} has duplicate providers ({listed}), so none was asked; {advice}"
+        )
+    return reasons, names

@@ -1,0 +1,1 @@
+"""The operator side: configuration, the cliff commands and their workers."""

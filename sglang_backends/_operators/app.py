@@ -1,0 +1,192 @@
+"""The cliff application behind the operator commands, read in linear time over a long line."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.metadata
+import itertools
+import logging
+from typing import Any
+
+from cliff.app import App
+from cliff.command import Command
+from cliff.commandmanager import CommandManager
+from cliff.help import HelpCommand
+
+from sglang_backends._core.console import LOG_FORMAT, PrintableRecords
+from sglang_backends._core.settings import Settings
+from sglang_backends._operators.commands.base import OptionSpans, SafeCommand, add_config_options
+from sglang_backends._operators.commands.check import CheckBackends
+from sglang_backends._operators.commands.detect import DetectBackend
+from sglang_backends._operators.commands.listing import ListBackends
+from sglang_backends._operators.commands.show import ShowBackend
+from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
+from sglang_backends._serve.help import metadata_help
+
+__all__ = ["OperatorApp"]
+
+
+#: Serve's options that are global only before the command name.
+_CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
+
+
+class _GlobalOptions(argparse.ArgumentParser):
+    """The global options, read from anywhere on the command line in linear time.
+
+    argparse before 3.13 is O(N²) over a long line (a detect request): only the
+    global options and their values reach it here; the rest is returned as it
+    came. ``--config-file`` and ``--config-dir`` are global only before the
+    command name: after it they are the command's own (or the request's).
+    """
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if args is None:
+            return super().parse_known_args(args, namespace)
+        args = list(args)
+        mine: list[str] = []
+        rest: list[str] = []
+        commanded = False  # whether the command name has been read
+        spans = OptionSpans(self)  # a cluster of short options too: -vv, -vx
+        tokens = iter(args)
+        for token in tokens:
+            if token == "--":  # argparse reads no option after it
+                rest += [token, *tokens]
+                break
+            span = spans.span(token)
+            config = token.partition("=")[0] in _CONFIG_FLAGS
+            if span is not None and not (commanded and config):
+                mine += [token, *itertools.islice(tokens, span - 1)]  # --log-file FILE: both
+            else:
+                rest.append(token)
+                commanded = commanded or not token.startswith("-")
+        # Into a copy: should argparse read them otherwise than this scan assumed (-vx:
+        # Python 3.13 takes -v and leaves -x), it reads the whole line into the original.
+        found, extras = super().parse_known_args(mine, copy.copy(namespace))
+        if extras:
+            return super().parse_known_args(args, namespace)
+        if namespace is None:
+            return found, rest
+        vars(namespace).update(vars(found))
+        return namespace, rest
+
+
+class _Commands(CommandManager):
+    """The commands, found by the first word only (cliff's own search is O(N²) over the
+    line); anything else, an unknown command included, is cliff's to report.
+    """
+
+    def find_command(self, argv: list[str]) -> tuple[type[Command], str, list[str]]:
+        try:
+            command, name, _ = super().find_command(argv[:1])
+        except ValueError:
+            return super().find_command(argv)
+        return command, name, argv[1:]
+
+
+class Help(SafeCommand, HelpCommand):
+    """print detailed help for another command, or for serve"""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        if parsed_args.cmd == ["serve"]:
+            self.app.stdout.write(metadata_help(Settings()))
+            return 0
+        return super().take_action(parsed_args)
+
+
+class Serve(SafeCommand):
+    """Serve a model with the backend --model-type names, or the one detection picks"""
+
+    # Routed before cliff by the console script; registered for the command list and help.
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        raise AssertionError("serve is routed before cliff")  # pragma: no cover
+
+
+_DESCRIPTION = """\
+Serve a model with a serve backend (serve), and inspect and check the
+backends installed (list, show, check, detect).
+
+--config-file PATH and --config-dir DIR may come before or after the command name.
+Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for details,
+"sglang-backends help serve" for serve's. Serve a model with
+"sglang-backends serve MODEL [--model-type NAME] ...".
+"""
+
+
+class OperatorApp(App):
+    """``sglang-backends``: list, show, check and explain serve backends."""
+
+    NAME = "sglang-backends"
+    LOG = logging.getLogger(NAME)
+    #: Warnings look the same from every command, serve included.
+    CONSOLE_MESSAGE_FORMAT = LOG_FORMAT
+
+    def __init__(self) -> None:
+        try:
+            own_version = importlib.metadata.version("sglang-backends")
+        except importlib.metadata.PackageNotFoundError:
+            own_version = "unknown"
+        manager = _Commands(None)
+        super().__init__(
+            description=_DESCRIPTION,
+            version=own_version,
+            command_manager=manager,
+            deferred_help=True,
+        )
+        # Commands added by name, no namespace: one malformed entry_points.txt of an
+        # unrelated package would break a stevedore scan of every entry point.
+        commands: dict[str, type[Command]] = {
+            "list": ListBackends,
+            "show": ShowBackend,
+            "check": CheckBackends,
+            "detect": DetectBackend,
+            "serve": Serve,
+            "help": Help,
+        }
+        for name, command in commands.items():
+            manager.add_command(name, command)
+
+    def build_option_parser(
+        self,
+        description: str | None,
+        version: str | None,
+        argparse_kwargs: dict[str, Any] | None = None,
+    ) -> argparse.ArgumentParser:
+        """The global options, ``--config-file`` and ``--config-dir`` among them.
+
+        No abbreviations: ``--deb`` or ``--log`` in a ``detect`` request stay the request's.
+        """
+        kwargs = dict(argparse_kwargs or {})
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("prog", self.NAME)
+        kwargs.setdefault("allow_abbrev", False)
+        cliffs = super().build_option_parser(description, version, kwargs)
+        # The same options in a parser that reads them in linear time (argparse's ``parents``).
+        parser = _GlobalOptions(
+            parents=[cliffs], description=cliffs.description, add_help=False, **kwargs
+        )
+        # As OpenStack clients take them: "sglang-backends --config-file F list".
+        add_config_options(parser, documented=False)
+        return parser
+
+    def configure_logging(self) -> None:
+        """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``;
+        control characters (in untrusted package metadata) escaped.
+        """
+        super().configure_logging()
+        levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
+        level = levels.get(self.options.verbose_level, logging.DEBUG)
+        # Messages escaped; each is given once because each command reads metadata once.
+        console_filter = PrintableRecords()
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler
+            ):
+                handler.setLevel(level)
+                handler.addFilter(console_filter)
+
+    def interact(self) -> None:
+        """No interactive shell: without a command, print the help."""
+        self.parser.print_help(self.stdout)
+        self.stdout.write("\nCommands: serve, list, show, check, detect, help.\n")

@@ -1,0 +1,408 @@
+"""What every operator command shares: configuration options, error handling, safe output."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib.metadata
+import io
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+import stevedore
+from cliff.command import Command
+from cliff.display import DisplayCommandBase
+
+from sglang_backends._core.console import printable
+from sglang_backends._core.discovery import (
+    InstalledDistribution,
+    PluginEntryPoint,
+    discover,
+    distributions,
+)
+from sglang_backends._core.inventory import Inventory, model_type_problem, take_inventory
+from sglang_backends._core.selection import PluginStatus
+from sglang_backends._core.settings import Settings, configured, seconds
+from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
+from sglang_backends._sglang.host import (
+    INSTALL_COMMANDS,
+    default_builtins,
+    install_hint,
+    sglang_installed,
+)
+from sglang_backends.errors import ConfigurationError, UnknownBackendError
+
+__all__ = [
+    "ENABLED",
+    "OptionSpans",
+    "SafeCommand",
+    "SelectionOptions",
+    "add_config_options",
+    "builtin_row",
+    "builtin_status",
+    "plugin_row",
+    "positive_seconds",
+    "requirements_cell",
+    "shortened",
+]
+
+
+_CONFIG_EPILOG = """\
+configuration:
+  Options are read from the [serve_backends] group of the files given with
+  --config-file and --config-dir (before or after the command name), and from
+  OS_SERVE_BACKENDS__<OPTION> environment variables (e.g.
+  OS_SERVE_BACKENDS__ENABLED_BACKENDS=omni,vlm), which override the files.
+  --enable/--disable override both. A misspelt option, group or variable is
+  a warning. Exit status 2 means the configuration is invalid: every
+  problem is reported, a line each.
+"""
+
+
+class _ConfigArgument(argparse.Action):
+    """Appends ``FLAG VALUE`` to ``config_args``: oslo.config reads files and directories
+    in their command-line order, which separate lists would lose.
+    """
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        given = [self.option_strings[0], values]
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), *given])
+
+
+def add_config_options(parser: Any, *, documented: bool = True) -> None:
+    """Add ``--config-file`` and ``--config-dir`` to *parser* (or an argument group), as
+    serve declares them; undocumented in the global parser, whose description mentions them.
+
+    Global options before the command name (as OpenStack clients take them), each
+    command's own after it; the command reads both.
+    """
+    for option in (CONFIG_FILE, CONFIG_DIR):
+        parser.add_argument(
+            *option.flags,
+            metavar=option.metavar,
+            help=option.help if documented else argparse.SUPPRESS,
+            action=_ConfigArgument,
+            dest="config_args",
+            default=[],
+        )
+
+
+#: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
+_EXIT_USAGE = 2
+
+#: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
+_HUMAN_FORMATS = frozenset({"table", "value", "csv"})
+#: The formats read on a terminal, row by row: a long cell is shortened (JSON, YAML
+#: and CSV, read by programs, keep every character).
+_TERMINAL_FORMATS = frozenset({"table", "value"})
+#: The longest cell table and value formats show whole: a row of a few such cells
+#: still fits a wide terminal.
+MAX_CELL = 100
+
+
+class _MetadataFormatters(stevedore.ExtensionManager[Any]):
+    """cliff's formatter plugins, listed by :func:`~sglang_backends._core.discovery.discover`
+    from *installed* (through stevedore's public hook), which skips an unrelated package's
+    broken metadata.
+    """
+
+    def __init__(
+        self, namespace: str, installed: Sequence[InstalledDistribution], **options: Any
+    ) -> None:
+        self._installed = installed
+        super().__init__(namespace, **options)
+
+    def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        found = discover(self.namespace, self._installed)
+        return [plugin.entry_point for plugins in found.values() for plugin in plugins]
+
+
+class SafeCommand(Command):
+    """A cliff command that survives an unrelated distribution's malformed metadata: its
+    constructor takes no ``cmd_name``, so cliff loads no hooks (a scan of every entry point).
+    """
+
+    def __init__(self, app: Any, app_args: argparse.Namespace | None) -> None:
+        super().__init__(app, app_args)
+
+    def get_epilog(self) -> str:
+        """The configuration notes every command shares."""
+        return _CONFIG_EPILOG
+
+
+def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
+    """Flatten repeated and comma-separated ``--enable``/``--disable`` values, by
+    ``enabled_backends``' rule: one empty value alone is an empty list.
+
+    :raises ConfigurationError: an empty name among others.
+    """
+    if values is None:
+        return None
+    if values == [""]:
+        return ()
+    names = tuple(name.strip() for value in values for name in value.split(","))
+    if any(not name for name in names):
+        given = " ".join(f"{flag} {value!r}" for value in values)
+        raise ConfigurationError(
+            f"{given} on the command line holds an empty backend name; give names "
+            f"separated by commas, or {flag} '' alone for an empty list"
+        )
+    return names
+
+
+def _flag_names(values: list[str] | None, flag: str, problems: list[str]) -> tuple[str, ...] | None:
+    """:func:`_names`, its error added to *problems* (then ``None``: no override)."""
+    try:
+        return _names(values, flag)
+    except ConfigurationError as exc:
+        problems.append(str(exc))
+        return None
+
+
+class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
+    """A display command honouring configuration, the environment and ``--enable``/``--disable``.
+
+    Its formatters are listed by :class:`_MetadataFormatters`. A
+    :class:`ConfigurationError` ends it with one line on stderr and exit
+    status 2 (a traceback too with ``--debug``).
+    """
+
+    # cliff has no public way to choose how formatter plugins are found; this
+    # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
+    def _load_formatter_plugins(self) -> Any:
+        installed = self.installed_distributions
+        return _MetadataFormatters(self.formatter_namespace, installed, invoke_on_load=True)
+
+    @functools.cached_property
+    def installed_distributions(self) -> tuple[InstalledDistribution, ...]:
+        """Every installed distribution, read once for the formatters and the inventory."""
+        return tuple(distributions())
+
+    #: The command's name, for the pointer ending a shortened cell (``see list -f json``);
+    #: empty for a command whose cells are never shortened (``show``: its one row is the
+    #: full text).
+    command_name = ""
+
+    def safe_rows(
+        self, parsed_args: argparse.Namespace, rows: Iterable[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """*rows* as the formatter should print them: unchanged for JSON and YAML (``null``
+        stays); for a human one, with control characters escaped and no value blank (not
+        ``None``); for table and value, each cell longer than :data:`MAX_CELL` shortened.
+        """
+        formatter = getattr(parsed_args, "formatter", None)
+        if formatter not in _HUMAN_FORMATS:
+            return [tuple(row) for row in rows]
+        pointer = f"see {self.command_name} -f json"
+        short = bool(self.command_name) and formatter in _TERMINAL_FORMATS
+        return [
+            tuple(
+                ""
+                if value is None
+                else shortened(printable(value), pointer)
+                if short
+                else printable(value)
+                for value in row
+            )
+            for row in rows
+        ]
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        group = parser.add_argument_group("configuration and selection")
+        add_config_options(group)
+        for flag, effect, option in (
+            ("--enable", "allow only", "enabled_backends"),
+            ("--disable", "never load", "disabled_backends"),
+        ):
+            group.add_argument(
+                flag,
+                metavar="NAME",
+                action="append",
+                help=f"{effect} these plugins (repeatable or comma-separated); overrides {option}",
+            )
+        return parser
+
+    #: Set by a command whose output reports a failure: the exit status becomes 1.
+    failed = False
+    #: Whether the command itself reports a plugin claiming a built-in name as an error (a
+    #: registry's refusal, check's row); if not, the inventory warns of it.
+    reports_conflicts = True
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        """Run the command; exit status 2 for a usage slip (invalid configuration, a name
+        nothing provides: as ``serve``), 1 if its output reports a failure.
+        """
+        try:
+            status = super().run(parsed_args)
+        except (ConfigurationError, UnknownBackendError) as exc:
+            if self.app_args is not None and self.app_args.debug:
+                self.app.LOG.exception(exc)
+            else:  # a configuration's problems, a line each
+                for line in str(exc).splitlines():
+                    self.app.LOG.error("%s", line)
+            return _EXIT_USAGE
+        return status or (1 if self.failed else 0)
+
+    def inventory(
+        self, parsed_args: argparse.Namespace, *, model_type_checked: bool = True
+    ) -> tuple[Settings, Inventory]:
+        """The settings, and the command's one inventory under their selection (imports no
+        plugin), which warns of their slips: a listed name nothing provides, a ``model_type``
+        serve would refuse (unless the command says so itself: not *model_type_checked*),
+        and a conflict the command does not report itself.
+        """
+        settings = self.settings(parsed_args)
+        inventory = take_inventory(
+            settings,
+            default_builtins(),
+            installed=self.installed_distributions,
+            warn_conflicts=not self.reports_conflicts,
+            warn_model_type=model_type_checked,
+        )
+        return settings, inventory
+
+    def settings(self, parsed_args: argparse.Namespace) -> Settings:
+        """Read configuration and apply the command-line overrides.
+
+        :raises ConfigurationError: a file is missing or unreadable, or a value is invalid:
+            every such problem, with the ``model_type`` serve would refuse, a line each.
+        """
+        before = self.app.options  # the global options, read before the command name
+        args = [*before.config_args, *parsed_args.config_args]
+        settings = Settings()
+        problems: list[str] = []
+        if configured(args):  # else the defaults, without importing oslo.config
+            from sglang_backends._operators.config import read_settings
+
+            settings, problems = read_settings(args)
+        enable = _flag_names(parsed_args.enable, "--enable", problems)
+        disable = _flag_names(parsed_args.disable, "--disable", problems)
+        flagged = settings.flag_origins
+        if enable is not None:
+            flagged += (("enabled", "--enable on the command line"),)
+            settings = settings._replace(enabled=enable or None)
+        if disable is not None:
+            flagged += (("disabled", "--disable on the command line"),)
+            settings = settings._replace(disabled=disable)
+        settings = settings._replace(flag_origins=flagged)
+        if problems:  # and the model_type serve would refuse next: every problem at once
+            inventory = take_inventory(
+                settings, default_builtins(), installed=self.installed_distributions
+            )
+            problem = model_type_problem(settings, inventory)
+            raise ConfigurationError("\n".join([*problems, *([problem] if problem else [])]))
+        return settings
+
+
+def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
+    """*value*, or when its text is longer than *width*, its beginning (to the end of a
+    ``"; "``-separated part if that loses a few characters only, else of a word), ``…``,
+    how many parts are left out and *pointer*: ``unmet: a (installed: 1); b… (+30 more;
+    see list -f json)``.
+    """
+    text = str(value)
+    if len(text) <= width:
+        return value
+    budget = width - len(pointer) - len(" (+999 more; )…")
+    head = text[:budget]
+    if "; " in head and head.rindex("; ") >= budget - 12:
+        head = head[: head.rindex("; ")]
+    elif " " in head[budget // 2 :]:  # not in the middle of a word
+        head = head[: head.rindex(" ")].removesuffix(";")
+    whole = text.startswith(f"{head}; ")  # its last part is whole
+    left = text.count("; ") + 1 - head.count("; ") - whole
+    more = f"+{left} more; " if left and "; " in text else ""
+    return f"{head.rstrip()}… ({more}{pointer})"
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a timeout, by the rule every timeout follows (see :func:`seconds`)."""
+    try:
+        return seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
+
+
+class _Probe(argparse.ArgumentParser):
+    """A parser that raises its errors, as ``exit_on_error=False`` does for most of them."""
+
+    def error(self, message: str) -> NoReturn:
+        raise argparse.ArgumentError(None, message)
+
+
+class OptionSpans:
+    """Which arguments are *parser*'s options, and how many arguments each spans (the option
+    and its value), as argparse reads them.
+
+    argparse keeps no public table of a parser's options, and cliff adds options of its own,
+    so this asks argparse: a copy of *parser*'s options (``parents``; the copy must hold no
+    positional) parses the argument alone, once per distinct argument, which keeps a long
+    command line linear. An option wanting values is taken to want one, as every option
+    here and in cliff does, unless the argument carries it (``--opt=V``, ``-fjson``).
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self._probe = _Probe(
+            parents=[parser], add_help=False, allow_abbrev=False, exit_on_error=False
+        )
+        self._spans: dict[str, int | None] = {}
+
+    def span(self, token: str) -> int | None:
+        """How many arguments option *token* spans from its place; ``None`` if not an option."""
+        if token not in self._spans:
+            self._spans[token] = self._ask(token)
+        return self._spans[token]
+
+    def _ask(self, token: str) -> int | None:
+        if not token.startswith("-") or token == "-":
+            return None  # argparse's positionals
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # --help and --version print
+                _, extras = self._probe.parse_known_args([token], argparse.Namespace())
+        except SystemExit:  # --help or --version, which take nothing
+            return 1
+        except argparse.ArgumentError:  # its value is missing (or refused if joined)
+            joined = "=" in token if token.startswith("--") else len(token) > 2
+            return 1 if joined else 2
+        return None if extras == [token] else 1
+
+
+#: How a usable backend's status reads, built-in or plugin.
+ENABLED = PluginStatus.ENABLED.value
+
+
+def builtin_status(name: str) -> str:
+    """How every command shows built-in *name*: enabled, or the SGLang it needs to serve
+    (not a failure: plugins serve without SGLang).
+    """
+    if name not in INSTALL_COMMANDS or sglang_installed():
+        return ENABLED
+    return f"needs SGLang ({install_hint(name)})"
+
+
+def builtin_row(name: str, backend: Any) -> tuple[Any, ...]:
+    """Built-in *name*'s Name, Origin, Distribution, Version, Target and Status, as ``list``
+    and ``show`` give them; the target is its ``run`` (a lazy one's factory) as ``module:function``.
+    """
+    run = getattr(backend, "run", backend)
+    target = f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
+    return (name, "built-in", None, None, target, builtin_status(name))
+
+
+def plugin_row(plugin: PluginEntryPoint, status: str, origin: str = "plugin") -> tuple[Any, ...]:
+    """The same columns for *plugin*, with *status*; *origin* ``general`` for an SGLang
+    general plugin.
+    """
+    return (plugin.name, origin, plugin.distribution_label, plugin.version, plugin.target, status)
+
+
+def requirements_cell(unmet: str | None) -> str | None:
+    """How ``list`` shows a distribution's requirements (:func:`~sglang_backends._core.findings.
+    unmet_text`): ``met``, ``unmet: …``, or nothing when its metadata could not be read.
+    """
+    if unmet is None:
+        return None
+    return f"unmet: {unmet}" if unmet else "met"

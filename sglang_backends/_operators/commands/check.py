@@ -1,0 +1,320 @@
+"""``sglang-backends check``: load every enabled plugin in isolation and validate it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cliff.lister import Lister
+
+from sglang_backends._core.console import printable
+from sglang_backends._core.discovery import PluginEntryPoint
+from sglang_backends._core.findings import distributions_of, shadowed_text, unmet_clause
+from sglang_backends._core.inventory import Inventory
+from sglang_backends._core.selection import (
+    PluginRecord,
+    PluginStatus,
+    conflict_warning,
+    unknown_backend,
+)
+from sglang_backends._core.settings import Settings
+from sglang_backends._operators.commands.base import (
+    ENABLED,
+    SelectionOptions,
+    builtin_status,
+    positive_seconds,
+)
+from sglang_backends.errors import did_you_mean
+
+__all__ = ["CheckBackends"]
+
+COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
+#: Results that make ``check`` exit with status 1.
+FAILURES = frozenset({"error", "timeout", "crashed", "not installed"})
+
+
+def _jobs(text: str) -> int:
+    """An argparse type: a whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+class CheckBackends(SelectionOptions, Lister):
+    """Load every enabled plugin, or the NAMEs given, and validate it; exit 1 if any fails.
+
+    Each plugin is imported in its own short-lived Python process, a few at
+    a time (--jobs), each bounded by --timeout: a plugin that hangs, crashes
+    the interpreter or exits at import is reported, never inherited, and
+    every process it started is killed. The worker runs exactly what serve
+    runs (registry.get(NAME), with serve's module search path): import, call
+    the factory, check it returned a ServeBackend of API version 1.
+
+    With --contract, that process also runs the plugin-author kit's checks
+    (sglang_backends.testing.assert_backend_contract): run(--help) returns
+    promptly without starting a server or processes, and the detector
+    answers awkward requests without raising. A breach is an error whose
+    Detail says what the plugin does wrong. Where SGLang is installed it also
+    checks that SGLang's own host accepts the plugin, and an SGLang column
+    says so: accepted, or not checked and why (SGLang is not installed).
+
+    Result column:
+      ok
+          loads and honours the contract (built-ins are not loaded)
+      error
+          import failed, factory raised, wrong type, wrong API version,
+          duplicate name or conflict with a built-in; Detail says which and
+          names the distribution
+      timeout
+          still loading after --timeout seconds; the process tree was killed
+      crashed
+          the interpreter died while loading (abort, os._exit, segfault)
+      skipped
+          disabled by configuration or --enable/--disable; not loaded
+      needs SGLang
+          a built-in on a machine without SGLang (as list and show say):
+          serving with it fails until SGLang is installed; not a failure
+      not installed
+          enabled_backends (or --enable) names a plugin no installed
+          distribution provides: the service would run without it; Detail
+          says where the list was set
+
+    A plugin whose distribution has unmet requirements (Requires-Dist lines
+    what is installed does not meet, as list and show give them) keeps the
+    Result its load gives; its Detail ends with them, and one WARNING line
+    per distribution says so on stderr. So does a distribution found more
+    than once on the module search path (the first copy is the one used).
+
+    Exit status: 0 if nothing failed, 1 if a plugin failed or an enabled one is not
+    installed, 2 for bad configuration.
+
+    A plugin distribution that installs a console script named sglang gets
+    a warning naming it: that replaces SGLang's own sglang command.
+
+    A NAME that no installed plugin provides ends the command with one line
+    on stderr (with the closest name, if one is close) and exit status 2.
+
+    Examples::
+
+      sglang-backends check
+      sglang-backends check omni --contract
+      sglang-backends check --timeout 10 --jobs 2 -f json
+      sglang-backends check --enable omni
+    """
+
+    command_name = "check"
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        from sglang_backends._operators.worker import default_jobs
+
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "--timeout",
+            metavar="SECONDS",
+            type=positive_seconds,
+            default=30.0,
+            help="seconds one plugin may take to load before it is killed (default: 30)",
+        )
+        parser.add_argument(
+            "--jobs",
+            metavar="N",
+            type=_jobs,
+            default=default_jobs(),
+            help="plugins loaded at once, each in its own process "
+            "(default: the number of CPUs, at most 4)",
+        )
+        parser.add_argument(
+            "--contract",
+            action="store_true",
+            help="also check that run(--help) returns promptly and the detector never "
+            "raises, as the plugin-author kit does",
+        )
+        parser.add_argument(
+            "names",
+            metavar="NAME",
+            nargs="*",
+            help="check only these plugins (a name, or DIST:NAME for one provider)",
+        )
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
+        from sglang_backends._operators.worker import Job, last_line, run_loads
+
+        settings, inventory = self.inventory(parsed_args)
+        builtins, chosen = inventory.builtins, _chosen(inventory, parsed_args.names)
+        for warning in _sglang_script_warnings(record for record, _ in chosen):
+            self.app.LOG.warning(printable(warning))
+        unmet = _foretold(self.app.LOG, [record.plugin for record, _ in chosen])
+        if parsed_args.names:
+            builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
+        conflicts = {plugin.name for plugin in inventory.conflicts}
+        to_load = sorted({key for record, key in chosen if record.status.usable})
+        base = Job(
+            action="contract" if parsed_args.contract else "load",
+            # A conflict makes every registry fail; set it aside to check the rest.
+            settings=Settings(
+                enabled=settings.enabled, disabled=tuple(sorted({*settings.disabled, *conflicts}))
+            ),
+            # The kit bounds each call; a third of the worker's time leaves room to report.
+            contract_timeout=parsed_args.timeout / 3,
+        )
+        results = run_loads(
+            base, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs
+        )
+
+        rows: list[tuple[Any, ...]] = []
+        sglang: dict[str, str] = {}  # with --contract: SGLang's verdict, by plugin name
+        for name in builtins:
+            status = builtin_status(name)
+            outcome = "ok" if status == ENABLED else status
+            rows.append((name, "built-in", None, None, outcome, 0.0, "built-in; not loaded"))
+        for record, key in chosen:
+            plugin = record.plugin
+            head = (plugin.name, "plugin", plugin.distribution, plugin.version)
+            if record.status is PluginStatus.DISABLED:
+                rows.append((*head, "skipped", 0.0, "disabled by the selection; not loaded"))
+                continue
+            if record.status is PluginStatus.CONFLICT:
+                rows.append((*head, "error", 0.0, conflict_warning(plugin)))
+                continue
+            worker = results[key]
+            seconds = round(worker.seconds, 3)
+            result = worker.result
+            if result is None:
+                detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
+                if worker.failure == "crashed" and last_line(worker.stderr):
+                    detail += f" (last output: {last_line(worker.stderr)})"
+                rows.append((*head, worker.failure, seconds, detail))
+                continue
+            if result.error is not None:
+                rows.append((*head, "error", seconds, result.error))
+                continue
+            detail = (
+                f"API version {result.api_version}, "
+                f"{'has a detector' if result.has_detector else 'no detector'}, "
+                f"{'requires' if result.requires_model_path else 'does not require'} "
+                "a model path"
+            )
+            if parsed_args.contract:
+                sglang[plugin.name] = result.sglang or "not checked"
+                detail += (
+                    f"; contract kept (--help in {result.help_seconds:.2f} s, "
+                    f"{result.detections} detector requests answered)"
+                )
+            rows.append((*head, "ok", seconds, detail))
+        rows = [_with_unmet(row, unmet) for row in rows]
+        rows += _not_installed(settings, inventory)
+        self.failed = any(row[4] in FAILURES for row in rows)
+        if parsed_args.contract:  # whether SGLang's own host was asked too, row by row
+            unasked = "not checked: not loaded"
+            rows = [(*row, sglang.get(row[0], unasked)) for row in rows]
+            return (*COLUMNS, "SGLang"), self.safe_rows(parsed_args, rows)
+        return COLUMNS, self.safe_rows(parsed_args, rows)
+
+
+def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
+    """Warn once per distribution of *plugins* with unmet requirements or shadowed copies;
+    return the unmet requirements' clause by distribution name.
+    """
+    unmet: dict[str, str] = {}
+    for plugin in distributions_of(plugins).values():
+        clause = unmet_clause(plugin)
+        if clause:
+            unmet[plugin.distribution or ""] = clause
+            log.warning(printable(f"Serve backend {plugin.name!r}: {clause}"))
+        shadowed = shadowed_text(plugin)
+        if shadowed:
+            version = f" {plugin.version}" if plugin.version else ""
+            log.warning(
+                printable(
+                    f"Distribution {plugin.provider} is on the module search path more than "
+                    f"once: {plugin.provider}{version}, found first, is the one used; later "
+                    f"copies, never loaded: {shadowed}"
+                )
+            )
+    return unmet
+
+
+def _with_unmet(row: tuple[Any, ...], unmet: dict[str, str]) -> tuple[Any, ...]:
+    """*row* with its distribution's unmet requirements ending its Detail (once)."""
+    clause = unmet.get(row[2] or "")
+    if not clause or str(row[6]).endswith(clause):  # a failed load's message ends with it
+        return row
+    return (*row[:6], f"{row[6]}; {clause}")
+
+
+def _not_installed(settings: Settings, inventory: Inventory) -> list[tuple[Any, ...]]:
+    """A failing row for each name ``enabled_backends`` (or ``--enable``) gives that no
+    installed plugin provides, as the inventory warned: a deployment gate must not pass a
+    service missing one.
+    """
+    where = settings.list_origins().get("enabled", "the enabled list")
+    return [
+        (
+            name,
+            "plugin",
+            None,
+            None,
+            "not installed",
+            0.0,
+            f"enabled by {where}, but no installed distribution provides serve backend "
+            f"{name!r}{did_you_mean(name, inventory.installed)}",
+        )
+        for name in inventory.not_installed["enabled"]
+    ]
+
+
+def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
+    """One line per plugin distribution installing a console script named ``sglang``,
+    which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
+    """
+    lines: list[str] = []
+    for key, plugin in distributions_of(record.plugin for record in records).items():
+        if key == "sglang" or plugin.installed is None:  # SGLang's own distribution installs it
+            continue
+        try:
+            scripts = [
+                ep
+                for group in ("console_scripts", "gui_scripts")
+                for ep in plugin.installed.entry_points(group)
+                if ep.name == "sglang"
+            ]
+        except Exception:  # noqa: BLE001 - discovery already warned about unreadable metadata
+            continue
+        if scripts:
+            lines.append(
+                f"Distribution {plugin.distribution_label} (serve backend {plugin.name!r}) "
+                f"installs a console script named 'sglang' ({scripts[0].value}): it replaces "
+                "SGLang's own 'sglang' command, and uninstalling it removes that command. "
+                "SGLang reserves the executable for the sglang distribution; the plugin "
+                "should install its script under another name"
+            )
+    return lines
+
+
+def _chosen(inventory: Inventory, names: Sequence[str]) -> list[tuple[PluginRecord, str]]:
+    """The records *names* designate (``NAME`` or ``DIST:NAME``), all without names, each
+    with the name it is loaded as: ``DIST:NAME`` where that picked its provider.
+
+    :raises UnknownBackendError: a name that is neither a built-in's nor an installed
+        plugin's, worded as serve words it, with every such name as the values.
+    """
+    if not names:
+        return [(record, record.plugin.name) for record in inventory.records]
+    chosen: dict[int, tuple[PluginRecord, str]] = {}
+    for name in names:
+        found = inventory.designated(name)
+        if not found and name not in inventory.builtins:
+            values = list(dict.fromkeys([*inventory.builtins, *sorted(inventory.installed)]))
+            raise unknown_backend(name, values, inventory.discovered, inventory.builtins)
+        for record in found:
+            _, key = chosen.get(id(record), (record, record.plugin.name))
+            chosen[id(record)] = (record, name if key == record.plugin.name else key)
+    return list(chosen.values())

@@ -1,0 +1,145 @@
+"""``sglang-backends show NAME``: load one backend and show its contract."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from cliff.show import ShowOne
+
+from sglang_backends._core.findings import shadowed_text, unmet_text
+from sglang_backends._operators.commands.base import (
+    ENABLED,
+    SelectionOptions,
+    builtin_row,
+    plugin_row,
+)
+from sglang_backends._operators.commands.listing import BACKEND_COLUMNS
+
+__all__ = ["FIELDS", "ShowBackend"]
+
+#: list's columns (the rows are the same), then what loading the backend tells, then
+#: what the metadata foretells.
+FIELDS = (
+    *BACKEND_COLUMNS,
+    "API version",
+    "Has detector",
+    "Requires model path",
+    "Summary",
+    "Load seconds",
+    "Unmet requirements",
+    "Shadowed copies",
+)
+
+
+class ShowBackend(SelectionOptions, ShowOne):
+    """Load one serve backend, as serve would, and show what it declares.
+
+    The plugin is imported and its factory called in this process, exactly as
+    "serve --model-type NAME" would; use "check" to load plugins in isolation.
+    Whatever the plugin prints while loading goes to stderr, so "-f json"
+    output stays clean.
+
+    Fields:
+      Status
+          enabled, or, for a built-in on a machine without SGLang, what to
+          install (as list and check show it)
+      API version
+          the contract version the backend declares (must be 1)
+      Has detector
+          whether it takes part in --model-type auto
+      Requires model path
+          whether serve insists on --model-path
+      Summary
+          first line of the factory's docstring
+      Load seconds
+          time to import the plugin and call its factory
+      Unmet requirements
+          each Requires-Dist of the plugin's distribution that what is
+          installed does not meet, with what is installed
+          ("sglang==0.5.22 (installed: 0.5.23); torch==2.14.1 (not
+          installed)"); empty when all are met (and for a built-in)
+      Shadowed copies
+          each later copy of the plugin's distribution on the module search
+          path, with its version and path: the first copy is the one used,
+          the others are never loaded; empty when there is one
+
+    An unknown name gives one line on stderr (with the closest name, if one
+    is close) and exit status 2, as bad configuration does; a disabled or
+    duplicate name, or a plugin that fails to load, one line and exit status 1;
+    that line ends with the distribution's unmet requirements, if any.
+    A built-in (llm, diffusion) on a machine without SGLang is shown, its
+    Status saying what serving with it needs, and exit status 0, as list
+    and check show it.
+
+    Examples::
+
+      sglang-backends show omni
+      sglang-backends show sglang-omni:omni -f json
+      sglang-backends show diffusion -c "Has detector" -f value
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "name",
+            metavar="NAME",
+            help="a backend name as listed by 'sglang-backends list', or DIST:NAME to pick "
+            "one provider of a duplicate name",
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
+        from sglang_backends.registry import ServeBackendRegistry
+
+        settings, inventory = self.inventory(parsed_args)  # read and warned of once
+        registry = ServeBackendRegistry.from_settings(settings, inventory=inventory)
+        started = time.perf_counter()
+        with _output_to_stderr():
+            registered = registry.get(parsed_args.name)
+            seconds = round(time.perf_counter() - started, 4)
+            backend = registered.backend
+            plugin = registry.plugin_of(registered)
+            # Already imported by registry.get(): this is a lookup, not a second import.
+            documented = backend.run if plugin is None else plugin.entry_point.load()
+        if plugin is None:
+            head, unmet, shadowed = builtin_row(registered.name, backend), None, None
+        else:
+            head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
+            unmet, shadowed = unmet_text(plugin), shadowed_text(plugin)
+        doc = (inspect.getdoc(documented) or "").strip()
+        summary = doc.splitlines()[0] if doc else None
+        values = (
+            *head,
+            backend.api_version,
+            backend.detect is not None,
+            backend.requires_model_path,
+            summary,
+            seconds,
+            unmet,
+            shadowed,
+        )
+        [safe] = self.safe_rows(parsed_args, [values])
+        return FIELDS, safe
+
+
+@contextlib.contextmanager
+def _output_to_stderr() -> Iterator[None]:
+    """Send what plugin code prints (``print`` or file descriptor 1) to stderr meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -1,0 +1,381 @@
+"""Driver selection by configuration, the OpenStack way (oslo.config).
+
+oslo.config reads the ``[serve_backends]`` group and validates its typed options; this adds a
+pipe read once, no FIFO in a directory hanging a command, and warnings about misspelt names.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from oslo_config import cfg, types
+
+from sglang_backends._core.settings import (
+    ENVIRONMENT_PREFIX,
+    MAX_TIMEOUT,
+    MIN_TIMEOUT,
+    STOP_TIMEOUT_ENV,
+    Settings,
+    seconds,
+)
+from sglang_backends.errors import ConfigurationError, did_you_mean
+
+if TYPE_CHECKING:
+    from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
+    from sglang_backends.registry import ServeBackendRegistry
+
+__all__ = [
+    "GROUP",
+    "OPTS",
+    "list_opts",
+    "load_settings",
+    "read_settings",
+    "register_opts",
+    "registry_from_conf",
+    "select_backend",
+    "settings_from_conf",
+]
+
+LOG = logging.getLogger(__name__)
+
+#: The configuration group every option lives in.
+GROUP = "serve_backends"
+
+
+class _Seconds(types.Float):
+    """oslo.config's Float (its bounds shown in generated samples), checked by the one rule
+    every timeout follows (:func:`~sglang_backends._core.settings.seconds`), NaN and no
+    value refused.
+    """
+
+    def __init__(self, least: float) -> None:
+        super().__init__(min=least, max=MAX_TIMEOUT)
+        self.least = least
+
+    def __call__(self, value: Any) -> float:
+        return seconds(value, least=self.least)
+
+
+#: A backend name: no space, no comma (``a,,b`` would be the name ``,b``).
+_NAME_PATTERN = r"^[^\s,]+$"
+_NAME = types.String(regex=_NAME_PATTERN)
+_POSITIVE = _Seconds(MIN_TIMEOUT)
+#: The defaults without configuration, which the options share.
+_DEFAULT = Settings()
+
+OPTS = [
+    cfg.StrOpt(
+        "model_type",
+        regex=_NAME_PATTERN,
+        default=_DEFAULT.model_type,
+        help="The serve backend to use: 'auto' (automatic detection, falling back to 'llm'), a "
+        "built-in ('llm', 'diffusion'), an installed plugin's name, or DIST:NAME to pick one "
+        "distribution's plugin. The serve command's --model-type overrides it.",
+    ),
+    cfg.ListOpt(
+        "enabled_backends",
+        item_type=_NAME,
+        default=[],
+        help="Comma-separated plugin names that may be loaded; empty (the default) allows every "
+        "installed plugin. A plugin left out is never imported.",
+    ),
+    cfg.ListOpt(
+        "disabled_backends",
+        item_type=_NAME,
+        default=[],
+        help="Comma-separated plugin names never loaded, even when listed in enabled_backends.",
+    ),
+    cfg.ListOpt(
+        "preferred_backends",
+        item_type=_NAME,
+        default=[],
+        help="Backends in order of preference: of several detectors' matches, the first wins.",
+    ),
+    cfg.Opt(
+        "detect_timeout",
+        type=_POSITIVE,
+        default=_DEFAULT.detect_timeout,
+        help="Seconds each backend's detector may take during automatic detection before it "
+        "counts as inconclusive; generous, as a detector may query a model hub.",
+    ),
+    cfg.Opt(
+        "load_timeout",
+        type=_POSITIVE,
+        default=_DEFAULT.load_timeout,
+        help="Seconds each backend's import and factory call may take during automatic "
+        "detection before it is skipped with a warning.",
+    ),
+    cfg.Opt(
+        "stop_timeout",
+        type=_Seconds(0),
+        default=_DEFAULT.stop_timeout,
+        help="Seconds the serve command gives its processes between SIGTERM and SIGKILL; 0 kills "
+        f"at once. {STOP_TIMEOUT_ENV} is its deprecated variable, read (with a warning) when "
+        "OS_SERVE_BACKENDS__STOP_TIMEOUT is not set.",
+    ),
+]
+
+_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in OPTS)  # as oslo.config reads
+_Sections = dict[str, dict[str, list[str]]]  # a file, as oslo.config's parser reads it
+#: ``(path, sections)`` per file read, in order; ``None`` for a pipe, which is read only once.
+_Parsed = list[tuple[str, "_Sections | None"]]
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+    """The options, for ``oslo-config-generator --namespace sglang_backends``."""
+    help = "Which serve backend (driver) handles a request, and which plugins may be loaded."
+    return [(cfg.OptGroup(GROUP, title="Serve backends", help=help), list(OPTS))]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register the ``[serve_backends]`` options on *conf*."""
+    conf.register_opts(OPTS, group=GROUP)
+
+
+def load_settings(
+    *, config_files: Sequence[str] = (), config_dirs: Sequence[str] = (), args: Sequence[str] = ()
+) -> Settings:
+    """Read ``[serve_backends]`` from *args* (``--config-file``/``--config-dir`` pairs, in
+    command-line order), *config_files*, *config_dirs* (a later one winning) and the environment.
+
+    :raises ConfigurationError: a source is missing, unreadable or malformed, or a value is
+        invalid: every such problem, a line each, naming the file (or variable) and option.
+    """
+    given = list(args)
+    for flag, paths in (("--config-file", config_files), ("--config-dir", config_dirs)):
+        given += [item for path in paths for item in (flag, path)]
+    settings, problems = read_settings(given)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+    return settings
+
+
+def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
+    """:func:`load_settings` of *args*, and every problem instead of the first: a line each,
+    the settings then reading a source in trouble as absent and a refused value as its default.
+    """
+    problems: list[str] = []
+    checked, parsed = _read(args, problems)
+    conf = cfg.ConfigOpts()
+    register_opts(conf)
+    try:
+        conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
+    except (cfg.Error, OSError, ValueError) as exc:  # a pipe's; or a file changed since
+        return Settings(), [*problems, f"Invalid configuration: {exc}"]
+    for problem in _unknown(parsed):
+        LOG.warning("%s", problem)
+    legacy, variable = os.environ.get(STOP_TIMEOUT_ENV), ENVIRONMENT_PREFIX + "STOP_TIMEOUT"
+    if legacy is not None:
+        LOG.warning("%s is deprecated; set %s instead", STOP_TIMEOUT_ENV, variable)
+    if legacy is not None and variable not in os.environ:
+        try:
+            conf.set_override("stop_timeout", legacy, GROUP)
+        except ValueError as exc:
+            where = f"environment variable {STOP_TIMEOUT_ENV}"
+            problems.append(_invalid("stop_timeout", legacy, where, exc))
+    settings = _settings(conf, parsed, problems)
+    return settings, problems
+
+
+def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
+    """The ``[serve_backends]`` values of a called *conf* (see :func:`register_opts`).
+
+    :raises ConfigurationError: a value is invalid: every such value, a line each, naming the
+        option and where it was set.
+    """
+    given = [("--config-file", path) for path in conf.config_file]  # before the directories:
+    given += [("--config-dir", path) for path in conf.config_dirs]  # oslo.config keeps no order
+    problems: list[str] = []
+    settings = _settings(
+        conf, _read([item for pair in given for item in pair], problems)[1], problems
+    )
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+    return settings
+
+
+def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Settings:
+    """:func:`settings_from_conf`, knowing the files *conf* read, in its order; a value its
+    type refuses is added to *problems* and read as its default.
+    """
+    values: dict[str, Any] = {}
+    refused: list[str] = []
+    for opt in OPTS:
+        try:
+            values[opt.dest] = conf[GROUP][opt.dest]
+        except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
+            problems.append(_refused(opt.dest, exc, parsed))
+            values[opt.dest], refused = opt.default, [*refused, opt.dest]
+    variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
+    sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
+    return Settings(
+        model_type=values["model_type"],
+        enabled=tuple(values["enabled_backends"]) or None,
+        disabled=tuple(values["disabled_backends"]),
+        detect_timeout=values["detect_timeout"],
+        load_timeout=values["load_timeout"],
+        stop_timeout=values["stop_timeout"],
+        preferred=tuple(values["preferred_backends"]),
+        source=", ".join(sources) or "defaults",
+        located=tuple(
+            (o.dest, w)
+            for o in OPTS
+            if o.dest not in refused and (w := _where(conf.get_location(o.dest, GROUP)))
+        ),
+    )
+
+
+def _where(location: cfg.LocationInfo | None) -> str | None:
+    """A file, ``environment variable NAME``, or ``None`` for a default."""
+    if location is None or location.location is cfg.Locations.opt_default:
+        return None
+    if location.location is cfg.Locations.environment:
+        return f"environment variable {location.detail}"
+    if location.location is cfg.Locations.set_override and STOP_TIMEOUT_ENV in os.environ:
+        return f"environment variable {STOP_TIMEOUT_ENV}"  # see load_settings
+    return str(location.detail)
+
+
+def _invalid(name: str, text: str, where: str, cause: object) -> str:
+    shown = f" {text!r}" if text else ""
+    return f"Invalid value{shown} for option [{GROUP}] {name} in {where}: {cause}"
+
+
+def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
+    """The error for option *name*, refused with *exc*, and where it was set, as oslo.config
+    looks: its environment variable, else the last file (or a pipe, which may have) setting it."""
+    # oslo.config raises its source error while handling the type's ValueError: the cause.
+    cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
+    variable = ENVIRONMENT_PREFIX + name.upper()
+    found = [("", "configuration")]  # a service's own override, say
+    for path, sections in parsed:
+        if sections is None:  # a pipe, which may have
+            found.append(("", path))
+        for section, options in (sections or {}).items():
+            if section.lower() == GROUP and options.get(name):
+                found.append((options[name][-1], path))
+    if variable in os.environ:
+        found.append((os.environ[variable], f"environment variable {variable}"))
+    return _invalid(name, *found[-1], cause)
+
+
+def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
+    if isinstance(exc, FileNotFoundError):
+        return ConfigurationError(f"Configuration {what} not found: {path}")
+    return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
+
+
+def _read(args: Sequence[str], problems: list[str]) -> tuple[list[str], _Parsed]:
+    """*args* with absolute paths, and every file oslo.config will read, in its order, parsed:
+    only a regular file, or a pipe given as one; none skipped (its ``disabled_backends`` apply).
+    A file or directory in trouble is left out of both, its problem added to *problems*."""
+    absolute: list[str] = []
+    parsed: _Parsed = []
+    for flag, given in zip(args[::2], args[1::2], strict=True):
+        what = "directory" if flag == "--config-dir" else "file"
+        try:  # an unreadable directory is an error, never an empty one
+            path = os.path.abspath(os.path.expanduser(given))
+            names = sorted(os.listdir(path)) if what == "directory" else []
+        except OSError as exc:  # no filename when the working directory is gone
+            problems.append(str(_unreadable(what, exc.filename or given, exc)))
+            continue
+        names = [n for n in names if n.endswith(".conf") and n[0] != "."]  # as oslo.config's glob
+        found = [os.path.join(path, n) for n in names] if what == "directory" else [path]
+        read: _Parsed = []
+        refused = len(problems)
+        for name in found:
+            try:
+                read.append((name, _parse(name, as_file=what == "file")))
+            except ConfigurationError as exc:
+                problems.append(str(exc))
+        if len(problems) == refused:  # else oslo.config could not read it either
+            parsed += read
+            absolute += [flag, path]
+    return absolute, parsed
+
+
+def _parse(path: str, *, as_file: bool) -> _Sections | None:
+    """The file at *path*, by oslo.config's parser; ``None`` for a pipe (oslo.config reads it)."""
+    try:
+        mode = os.stat(path).st_mode  # a broken link in a directory, say
+        if stat.S_ISDIR(mode) and as_file:
+            raise ConfigurationError(
+                f"Configuration file {path} is a directory; pass directories with --config-dir"
+            )
+        if stat.S_ISFIFO(mode) and as_file:
+            return None
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(f"Configuration file {path} is not a regular file")
+        sections: _Sections = {}
+        cfg.ConfigParser(path, sections).parse()
+    except OSError as exc:
+        raise _unreadable("file", path, exc) from None
+    except cfg.ParseError as exc:
+        raise ConfigurationError(f"Cannot parse configuration file {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"Cannot read configuration file {path}: it is not {exc.encoding} text "
+            f"({exc.reason} at byte {exc.start})"
+        ) from None
+    return sections
+
+
+def _unknown(parsed: _Parsed) -> Iterator[str]:
+    """A line for each group, option and ``OS_SERVE_BACKENDS__*`` variable nothing reads, with
+    the closest known name: oslo.config ignores them silently."""
+    known = [opt.dest for opt in OPTS]
+    for path, sections in parsed:
+        for section, options in (sections or {}).items():
+            if section.lower() == GROUP:  # oslo.config folds group names to lower case
+                yield from (
+                    f"Ignoring unknown option {option!r} in [{GROUP}] of {path}"
+                    f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
+                    for option in options
+                    if option not in known
+                )
+            elif section == "DEFAULT":
+                yield from (
+                    f"Ignoring option {option!r} in [DEFAULT] of {path}"
+                    f"{f' (it belongs in [{GROUP}])' if option in known else ''}: "
+                    f"sglang-backends reads only the [{GROUP}] group."
+                    for option in options
+                )
+            else:
+                yield (
+                    f"Ignoring unknown group [{section}] in {path}"
+                    f"{did_you_mean(section, [GROUP])} sglang-backends reads only [{GROUP}]."
+                )
+    variables = sorted(_VARIABLES)
+    yield from (
+        f"Ignoring unknown environment variable {key}{did_you_mean(key, variables)} "
+        f"Known variables: {', '.join(variables)}."
+        for key in sorted(os.environ)
+        # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
+        if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES
+    )
+
+
+def registry_from_conf(
+    conf: cfg.ConfigOpts,
+    builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
+) -> ServeBackendRegistry:
+    """The registry a service's called ``ConfigOpts`` describes (see :func:`register_opts`)."""
+    from sglang_backends.registry import ServeBackendRegistry
+
+    return ServeBackendRegistry.from_settings(settings_from_conf(conf), builtins)
+
+
+def select_backend(
+    conf: cfg.ConfigOpts,
+    request: ServeRequest,
+    registry: ServeBackendRegistry | None = None,
+) -> RegisteredServeBackend:
+    """The configured backend for *request*, as an OpenStack service selects a driver:
+    ``auto`` runs detection (in *registry*, by default built from *conf*), else by name."""
+    model_type = settings_from_conf(conf).model_type
+    registry = registry_from_conf(conf) if registry is None else registry
+    return registry.auto_detect(request) if model_type == "auto" else registry.get(model_type)

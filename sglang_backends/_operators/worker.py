@@ -1,0 +1,359 @@
+"""Worker processes that load plugins for ``check`` and ``detect``: the job, its result, both ends.
+
+:func:`run_isolated` runs a :class:`Job` in a fresh interpreter, in a session
+of its own, bounded in time, so a plugin that hangs or crashes at import
+costs only that process. The worker (:func:`main`) writes one JSON
+:class:`Result` to its original stdout (what a plugin prints goes to stderr),
+kills every process the plugin started (as a child subreaper, orphans too)
+and exits at once. A stop signal reaching the command kills every worker's
+tree and group, starts no further worker and ends the command with
+``128 + N`` (130 for SIGINT): Ctrl+C never reaches the workers' sessions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from typing import IO, Literal, NamedTuple
+
+from sglang_backends._core.processes import (
+    StopSignals,
+    become_subreaper,
+    descendants,
+    kill_trees,
+    send,
+    stop_tree,
+)
+from sglang_backends._core.settings import Settings
+from sglang_backends._core.signals import signal_name
+from sglang_backends._serve.argv import normalize
+
+__all__ = ["Job", "default_jobs", "interpreter_flags", "last_line", "run_isolated", "run_loads"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What one worker does (``load`` backend :attr:`name`, check its ``contract`` too, or
+    ``explain`` detection for the request *argv*, host options removed, which the worker
+    normalizes as serve does), under which *settings* (the registry's: no ``locate``,
+    which JSON cannot carry); *progress* is a file it notes each load and detector in,
+    read should the worker not finish.
+    """
+
+    action: Literal["load", "contract", "explain"]
+    settings: Settings
+    name: str = ""
+    contract_timeout: float = 0.0
+    argv: Sequence[str] = ()
+    progress: str | None = None
+
+
+class Outcome(NamedTuple):
+    """One backend's verdict on an ``explain`` job's request (a JSON array)."""
+
+    name: str
+    distribution: str | None
+    verdict: str
+    seconds: float
+    detail: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What one job found: the loaded backend's declarations, detection's outcomes, or an error."""
+
+    seconds: float = 0.0
+    error: str | None = None
+    api_version: int | None = None
+    has_detector: bool = False
+    requires_model_path: bool = False
+    help_seconds: float = 0.0
+    detections: int = 0
+    #: With ``contract``: whether SGLang's own host accepted the backend, or why it was not asked.
+    sglang: str | None = None
+    outcomes: Sequence[Outcome] = ()
+    matches: Sequence[str] = ()
+    selected: str | None = None
+    fallback: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerResult:
+    """What one worker process produced: its result, or the *failure* (``timeout``,
+    ``crashed``, ``stopped``) and a one-line *detail*; its wall-clock *seconds* and stderr.
+    """
+
+    result: Result | None
+    failure: str | None
+    detail: str | None
+    seconds: float
+    stderr: str
+
+
+# -- the command's end ------------------------------------------------------------
+
+
+def default_jobs() -> int:
+    """Default number of workers run at once: the CPU count, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class _Workers:
+    """The workers running now, so that a stop signal can kill them all."""
+
+    def __init__(self) -> None:
+        # Re-entrant: the stop handler runs in the main thread, maybe inside add().
+        self.lock = threading.RLock()
+        self.running: set[int] = set()
+        self.stopped = False
+
+    def add(self, pid: int) -> bool:
+        """Count worker *pid* as running; ``False`` (and the worker killed) once stopped."""
+        with self.lock:
+            if not self.stopped:
+                self.running.add(pid)
+                return True
+        kill_trees(pid, groups=True)
+        return False
+
+    def discard(self, pid: int) -> None:
+        with self.lock:
+            self.running.discard(pid)
+
+    def stop(self) -> None:
+        """Start no further worker and kill every running one."""
+        with self.lock:
+            self.stopped = True
+            pids = list(self.running)
+        kill_trees(*pids, groups=True)
+
+
+_WORKERS = _Workers()
+#: What a job comes to once a stop signal has ended the command.
+_STOPPED = WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
+
+
+@contextmanager
+def _stop_signals_kill_workers() -> Iterator[None]:
+    """While workers run, a stop signal kills them, then ends the command (main thread only)."""
+    with StopSignals(on_signal=lambda signum: _WORKERS.stop()) as stops:
+        stops.arm()
+        yield
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of *text*, or an empty string."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def interpreter_flags() -> list[str]:
+    """This interpreter's options that change what is imported, or how, for a worker.
+
+    Read from :data:`sys.flags` and :data:`sys.pycache_prefix`: ``-I`` (or
+    ``-E``, ``-s`` and, from Python 3.11, ``-P`` apart), ``-S``, ``-B``,
+    ``-O``/``-OO`` and ``-X pycache_prefix``, so that a ``sitecustomize`` on
+    ``PYTHONPATH`` or a user site runs in no worker when it runs in no
+    ``serve``. ``-X frozen_modules`` has no public flag: it is read from
+    :data:`sys._xoptions`, the ``-X`` options as given (documented, though
+    CPython's own). ``-X importtime`` and other diagnostics are left out:
+    they change no import, and their output would be the worker's.
+    """
+    flags = sys.flags
+    found = ["-I"] if flags.isolated else []
+    if not flags.isolated:
+        found += ["-E"] if flags.ignore_environment else []
+        found += ["-s"] if flags.no_user_site else []
+        if sys.version_info >= (3, 11) and flags.safe_path:
+            found.append("-P")
+    found += ["-S"] if flags.no_site else []
+    found += ["-B"] if flags.dont_write_bytecode else []
+    found += ["-" + "O" * flags.optimize] if flags.optimize else []
+    if sys.pycache_prefix is not None:
+        found += ["-X", f"pycache_prefix={sys.pycache_prefix}"]
+    # The one private name: sys._xoptions, documented, the only place -X frozen_modules
+    # can be read (a str, or True for a bare -X frozen_modules); tests check it reaches
+    # the worker.
+    frozen = sys._xoptions.get("frozen_modules")
+    if frozen is not None:
+        found += ["-X", "frozen_modules" if frozen is True else f"frozen_modules={frozen}"]
+    return found
+
+
+def _command() -> list[str]:
+    """The worker's command line: this interpreter with its flags that change imports
+    (:func:`interpreter_flags`) and this process's exact ``sys.path``, not ``python -m``'s
+    (the current directory first), so it imports what ``serve`` would.
+    """
+    code = (
+        f"import sys; sys.path[:] = {list(sys.path)!r}; "
+        "from sglang_backends._operators.worker import main; main()"
+    )
+    return [sys.executable, *interpreter_flags(), "-c", code]
+
+
+def _read(stream: IO[bytes]) -> str:
+    stream.seek(0)
+    return stream.read().decode(errors="replace")
+
+
+def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
+    """Run *job* in a fresh worker; never raises for its fault. On timeout its tree and
+    group are killed; output goes to files, which an inheriting process cannot hold up.
+    """
+    started = time.perf_counter()
+    with (
+        _stop_signals_kill_workers(),
+        tempfile.TemporaryFile() as given,  # the job, on the worker's stdin
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        if _WORKERS.stopped:
+            return _STOPPED
+        given.write(json.dumps(dataclasses.asdict(job)).encode())
+        given.seek(0)
+        process = subprocess.Popen(
+            _command(), stdin=given, stdout=out, stderr=err, start_new_session=True
+        )
+        try:
+            if not _WORKERS.add(process.pid):
+                process.wait()
+                return _STOPPED
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_trees(process.pid, groups=True)
+            with suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+            detail = f"did not finish within {timeout:g} s; its process tree was killed"
+            return WorkerResult(None, "timeout", detail, time.perf_counter() - started, _read(err))
+        finally:
+            _WORKERS.discard(process.pid)
+            send(process.pid, signal.SIGKILL, group=True)  # what is left of its group
+        seconds = time.perf_counter() - started
+        stdout, stderr = _read(out), _read(err)
+    try:
+        result = json.loads(stdout)
+    except ValueError:
+        result = None
+    code = process.returncode
+    if code != 0 or not isinstance(result, dict):
+        if code < 0:
+            detail = f"the interpreter was killed by {signal_name(-code)}"
+        else:
+            detail = f"the interpreter exited with status {code} before reporting"
+        return WorkerResult(None, "crashed", detail, seconds, stderr)
+    outcomes = [Outcome(*o) for o in result.get("outcomes", ())]  # JSON arrays
+    return WorkerResult(Result(**{**result, "outcomes": outcomes}), None, None, seconds, stderr)
+
+
+def run_loads(
+    job: Job, names: Sequence[str], *, timeout: float, concurrency: int
+) -> dict[str, WorkerResult]:
+    """Run *job* once for each of *names*, at most *concurrency* workers at once."""
+    jobs = [dataclasses.replace(job, name=name) for name in names]
+    with _stop_signals_kill_workers(), ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
+        return dict(zip(names, results, strict=True))
+
+
+# -- the worker's end -------------------------------------------------------------
+
+
+def _load(job: Job) -> Result:
+    """Load one backend by name and report its contract fields; with ``contract``, check it."""
+    from sglang_backends.registry import ServeBackendRegistry
+    from sglang_backends.testing import (
+        ContractViolation,
+        SGLangNotCheckedWarning,
+        assert_backend_contract,
+    )
+
+    registry = ServeBackendRegistry.from_settings(job.settings)
+    started = time.perf_counter()
+    registered = registry.get(job.name)
+    help_seconds, detections, sglang = 0.0, 0, None
+    if job.action == "contract":
+        try:
+            with warnings.catch_warnings():  # said in the SGLang column instead
+                warnings.simplefilter("ignore", SGLangNotCheckedWarning)
+                # SGLang's host too, where it is installed (importing it takes seconds).
+                report = assert_backend_contract(
+                    job.name, registry=registry, timeout=job.contract_timeout
+                )
+        except ContractViolation as exc:
+            provider = registered.distribution or "an unknown distribution"
+            return Result(error=f"{exc} (provided by {provider})")
+        help_seconds, detections = report.help_seconds, len(report.detections)
+        sglang = "accepted" if report.sglang_checked else "not checked: SGLang is not installed"
+    backend = registered.backend
+    return Result(
+        seconds=time.perf_counter() - started,
+        api_version=backend.api_version,
+        has_detector=backend.detect is not None,
+        requires_model_path=backend.requires_model_path,
+        help_seconds=help_seconds,
+        detections=detections,
+        sglang=sglang,
+    )
+
+
+def _explain(job: Job) -> Result:
+    """Run automatic detection on the request and report every outcome."""
+    from sglang_backends._serve.supervise.backend import Channel
+    from sglang_backends.registry import ServeBackendRegistry
+
+    registry = ServeBackendRegistry.from_settings(job.settings)
+    request = normalize(job.argv)
+    started = time.perf_counter()
+    progress = None
+    if job.progress:  # noted as serve's backend process tells its supervisor
+        progress = Channel(os.open(job.progress, os.O_WRONLY | os.O_APPEND)).progress
+    report = registry.explain(request, progress=progress)
+    return Result(
+        seconds=time.perf_counter() - started,
+        outcomes=[
+            Outcome(o.name, o.distribution, o.verdict.value, o.seconds, o.detail)
+            for o in report.outcomes
+        ],
+        matches=list(report.matches),
+        selected=report.selected,
+        fallback=report.fallback,
+    )
+
+
+def main() -> None:
+    """Read the job from stdin (a request may be longer than an argument's 128 KiB), run
+    it, write the result to the saved stdout.
+    """
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # whatever a plugin prints goes to stderr
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    become_subreaper()
+    data = json.load(sys.stdin)
+    job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
+    # As in serve's backend process: a stop signal unwinds the worker (it dies of it),
+    # and a KeyboardInterrupt or SystemExit no signal caused is the plugin's failure.
+    with StopSignals() as stops:
+        stops.arm()
+        try:
+            result = _explain(job) if job.action == "explain" else _load(job)
+        except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
+            result = Result(error=str(exc) or type(exc).__name__)
+    stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
+    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+        json.dump(dataclasses.asdict(result), out)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
+    os._exit(0)

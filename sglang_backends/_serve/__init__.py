@@ -1,0 +1,1 @@
+"""``sglang-backends serve``: its command line, help and supervision."""

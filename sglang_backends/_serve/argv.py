@@ -1,0 +1,239 @@
+"""Turn ``sglang-backends serve`` arguments into a backend choice and a request.
+
+SGLang's rules: ``--model-type`` is taken from anywhere, a first argument
+that is not an option becomes ``--model-path MODEL``, and everything else
+is the backend's, in order. ``serve``'s own options are taken only from the
+leading run of arguments, so a backend's option of the same name reaches it.
+They are declared once, here (:data:`SERVE_OPTIONS`), for the general help
+and the operator commands as well.
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
+from sglang_backends.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sglang_backends.contract import ServeRequest
+
+__all__ = [
+    "CONFIG_DIR",
+    "CONFIG_FILE",
+    "HELP",
+    "MODEL_TYPE",
+    "PROG",
+    "SERVE_OPTIONS",
+    "HostOptions",
+    "hoisted",
+    "model_path_from",
+    "normalize",
+    "parse_host_options",
+    "wants_help",
+]
+
+#: The command, as its usage, errors and the built-ins' help name it.
+PROG = "sglang-backends serve"
+
+_MODEL_PATH_OPTIONS = ("--model-path", "--model")
+# A backend name is an entry point name, optionally qualified as DIST:NAME.
+_INVALID_NAME = re.compile(r"[/\\\s]")
+
+
+class ServeOption(NamedTuple):
+    """One of ``serve``'s own options, declared once: this module parses it, the general
+    help shows it, and the operator commands take ``--config-file``/``--config-dir`` as it says.
+
+    :param flags: its option strings.
+    :param metavar: its value's name in help; ``None`` for a flag, which takes no value.
+    :param help: its line in the help.
+    :param repeatable: each use adds a value (else the last one wins).
+    :param anywhere: ``serve``'s wherever it comes, not only in the leading run.
+    """
+
+    flags: tuple[str, ...]
+    metavar: str | None
+    help: str
+    repeatable: bool = False
+    anywhere: bool = False
+
+
+HELP = ServeOption(("-h", "--help"), None, "show this help and exit", anywhere=True)
+MODEL_TYPE = ServeOption(
+    ("--model-type",),
+    "NAME",
+    f"the serve backend (default: {AUTO}: the one backend whose detector claims the model, "
+    f"else {FALLBACK_BACKEND}); DIST:NAME picks one provider",
+    anywhere=True,
+)
+CONFIG_FILE = ServeOption(
+    ("--config-file",),
+    "PATH",
+    "read [serve_backends] options from this file; repeatable, later files win",
+    repeatable=True,
+)
+CONFIG_DIR = ServeOption(
+    ("--config-dir",),
+    "DIR",
+    "read every .conf file in DIR, in name order; repeatable, files and directories are "
+    "read in the order given, later ones win",
+    repeatable=True,
+)
+DEBUG = ServeOption(("--debug",), None, "log at DEBUG level and show tracebacks")
+
+#: ``serve``'s own options, in the order its help lists them.
+SERVE_OPTIONS = (HELP, MODEL_TYPE, CONFIG_FILE, CONFIG_DIR, DEBUG)
+#: Each option string of those ``serve`` takes out of the command line: ``--help`` stays
+#: in it, for the backend's help.
+_TAKEN = {flag: option for option in SERVE_OPTIONS if option is not HELP for flag in option.flags}
+
+
+class HostOptions(NamedTuple):
+    """What ``serve`` takes for itself, and the arguments left for the backend.
+
+    :param model_type: the ``--model-type`` value, ``None`` when not given.
+    :param config_args: the ``--config-file PATH`` and ``--config-dir DIR`` pairs of
+        the leading run, in order (oslo.config reads them in that order).
+    :param debug: ``--debug`` was given in the leading run.
+    :param argv: the remaining arguments, in their original order: the
+        backend's, those named like ``serve``'s options after the leading
+        run included.
+    """
+
+    model_type: str | None
+    config_args: tuple[str, ...]
+    debug: bool
+    argv: tuple[str, ...]
+
+
+def _check_model_type(value: str) -> str:
+    if not value:
+        raise ConfigurationError("--model-type needs a backend name, got an empty value")
+    if value.startswith("-") or _INVALID_NAME.search(value):
+        raise ConfigurationError(
+            f"--model-type {value!r} is not a backend name "
+            "(expected auto, NAME or DIST:NAME, without '/' or spaces)"
+        )
+    return value
+
+
+def _arguments(
+    argv: Sequence[str],
+) -> Iterator[tuple[ServeOption | None, str | None, Sequence[str]]]:
+    """Each argument of *argv*: ``serve``'s option (else ``None``), its value, its arguments.
+
+    A value comes as ``--opt V`` or ``--opt=V``; it is ``None`` for a flag
+    and for an option missing its value.
+    """
+    index = 0
+    while index < len(argv):
+        arg, end = argv[index], index + 1
+        name = arg.split("=", 1)[0]
+        option = _TAKEN.get(name)
+        value: str | None = None
+        if option is not None and option.metavar is not None:
+            if arg != name:
+                value = arg[len(name) + 1 :]
+            elif end < len(argv) and not argv[end].startswith("-"):
+                value, end = argv[end], end + 1
+        elif arg != name:
+            option = None  # a flag given a value is not serve's: --debug=1
+        yield option, value, argv[index:end]
+        index = end
+
+
+def parse_host_options(argv: Sequence[str]) -> HostOptions:
+    """Remove the host's options from *argv*.
+
+    ``--model-type`` may be given anywhere, as ``--model-type NAME`` or
+    ``--model-type=NAME``; when repeated, the last one wins, as with
+    argparse. ``--config-file`` (repeatable), ``--config-dir`` (repeatable)
+    and ``--debug`` are ``serve``'s only while they lead the command line:
+    from the model or the first other argument on, they are the backend's
+    and are left in place (see :data:`SERVE_OPTIONS`).
+
+    :raises ConfigurationError: a dangling or empty option value, or a
+        ``--model-type`` value that cannot be a backend name.
+    """
+    model_type: str | None = None
+    config: list[str] = []
+    debug = False
+    rest: list[str] = []
+    leading = True
+    for option, value, arguments in _arguments(argv):
+        if option is None or not (leading or option.anywhere):
+            leading = False
+            rest.extend(arguments)
+        elif option is DEBUG:
+            debug = True
+        elif option is MODEL_TYPE and value is not None:
+            model_type = _check_model_type(value)
+        elif not value:
+            raise ConfigurationError(f"{option.flags[0]} expects a value")
+        else:
+            config += [option.flags[0], value]
+    return HostOptions(
+        model_type=model_type,
+        config_args=tuple(config),
+        debug=debug,
+        argv=tuple(rest),
+    )
+
+
+def hoisted(host: HostOptions) -> tuple[str, ...] | None:
+    """The serve arguments with ``serve``'s own options moved before the model.
+
+    ``serve MODEL --debug`` hands ``--debug`` to the backend (only a leading
+    run of them is ``serve``'s). When the backend then refuses its
+    arguments, this is the command the user probably meant. ``None`` when
+    no option named like ``serve``'s follows the leading run.
+    """
+    moved: list[str] = []
+    kept: list[str] = []
+    for option, value, arguments in _arguments(host.argv):
+        own = option is not None and (option.metavar is None or value is not None)
+        (moved if own else kept).extend(arguments)
+    if not moved:
+        return None
+    leading = [
+        *host.config_args,
+        *(["--debug"] if host.debug else []),
+    ]
+    model_type = [] if host.model_type is None else ["--model-type", host.model_type]
+    return (*leading, *moved, *kept, *model_type)
+
+
+def model_path_from(argv: Sequence[str]) -> str | None:
+    """The first ``--model-path``/``--model`` value in *argv*, either form; else ``None``."""
+    for index, arg in enumerate(argv):
+        for option in _MODEL_PATH_OPTIONS:
+            if arg == option:
+                return argv[index + 1] if index + 1 < len(argv) else None
+            if arg.startswith(option + "="):
+                return arg[len(option) + 1 :]
+    return None
+
+
+def normalize(argv: Sequence[str]) -> ServeRequest:
+    """The request a backend receives for the (host-option free) *argv*.
+
+    A first argument not starting with ``-`` is the model: it becomes
+    ``--model-path MODEL`` and the request is marked positional.
+    """
+    from sglang_backends.contract import ServeRequest  # not for the general help
+
+    if argv and not argv[0].startswith("-"):
+        forwarded = ("--model-path", argv[0], *argv[1:])
+        return ServeRequest(argv=forwarded, model_path=argv[0], model_path_is_positional=True)
+    forwarded = tuple(argv)
+    return ServeRequest(argv=forwarded, model_path=model_path_from(forwarded))
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    """Whether ``-h`` or ``--help`` appears anywhere in *argv*."""
+    return any(arg in HELP.flags for arg in argv)

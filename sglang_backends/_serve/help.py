@@ -1,0 +1,127 @@
+"""What every command shows of the installed backends, from package metadata only.
+
+The general ``serve --help`` (:func:`metadata_help`), from the
+inventory (:mod:`~sglang_backends._core.inventory`) alone, which still prints when a
+plugin claims a built-in name, with a warning; and the usage line a missing model gets.
+
+Internal module: its names may change between releases without notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Sequence
+
+from sglang_backends._core import selection
+from sglang_backends._core.console import printable
+from sglang_backends._core.inventory import take_inventory
+from sglang_backends._core.names import AUTO
+from sglang_backends._core.selection import PluginRecord, PluginStatus
+from sglang_backends._core.settings import Settings
+from sglang_backends._serve.argv import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
+from sglang_backends._sglang.host import BUILTIN_NOTES
+
+__all__ = ["metadata_help", "usage_line"]
+
+
+class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's raw-description formatter, never breaking a line at a hyphen.
+
+    argparse wraps option help with :func:`textwrap.wrap`, which breaks
+    hyphenated words, so ``--model-path`` could be printed as
+    ``--model-`` and ``path`` on two lines: copied from the terminal, it
+    becomes a wrong option. argparse offers no public way to change how it
+    wraps; ``_split_lines`` is the one method to override (its signature has
+    been stable since Python 3.2), and tests/test_usage.py checks the
+    result at every width.
+    """
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def usage_line() -> str:
+    """The one-line usage SGLang prints when a model path is missing."""
+    return (
+        f"Usage: {PROG} <model-name-or-path> [OPTIONS] "
+        f"or {PROG} --model-path <model-name-or-path> [OPTIONS]"
+    )
+
+
+def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
+    """One line per backend; a duplicate's labelled with the ``DIST:NAME`` that picks it."""
+    rows = list(BUILTIN_NOTES.items())
+    discovered = selection.by_name(record.plugin for record in records)
+    for record in records:
+        plugin = record.plugin
+        label = plugin.name
+        if record.status is PluginStatus.DUPLICATE:
+            label = selection.qualified(plugin, discovered) or label
+        version = f" {plugin.version}" if plugin.version else ""
+        note = f"from {plugin.provider}{version}"
+        if record.status is not PluginStatus.ENABLED:
+            note += f" ({record.status.value})"
+        rows.append((label, note))
+    rows = [(printable(label), printable(note)) for label, note in rows]
+    width = max(len(label) for label, _ in rows)
+    return [f"  {label.ljust(width)}  {note}" for label, note in rows]
+
+
+def metadata_help(settings: Settings) -> str:
+    """The general help under *settings*; the inventory warns of what it shows (a name in
+    a list that is not installed, a plugin claiming a built-in name).
+    """
+    inventory = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES), warn_conflicts=True)
+    return _render(inventory.available_names, inventory.records)
+
+
+def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
+    """The help text: usage, serve's own options, then every backend and its provider.
+
+    Names are printed as they come: argparse %-formats the usage line (and an
+    epilog holding ``%(prog)``), so the usage's ``%`` are doubled and the
+    backends list is added after argparse's text rather than given to it.
+    """
+    choices = printable(",".join((AUTO, *available)))
+    metavars = {MODEL_TYPE: f"{{{choices}}}"}  # the backend names, which help shows
+    shown = [(o, metavars.get(o, o.metavar)) for o in SERVE_OPTIONS if o is not HELP]
+    leading = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if not o.anywhere)
+    anywhere = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if o.anywhere)
+    usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]"
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage=usage.replace("%", "%%"),
+        description=textwrap.fill(
+            "Serve a model with the backend chosen by --model-type, which may come "
+            "anywhere. --config-file, --config-dir and --debug are serve's only "
+            "before MODEL and any backend argument; every other argument is passed "
+            "to the backend verbatim, in order, which parses it; a MODEL given "
+            "first is passed as --model-path MODEL.",
+            width=78,
+            break_on_hyphens=False,  # never "--model-" then "path"
+        ),
+        formatter_class=_UnbrokenOptionsFormatter,
+        add_help=False,
+    )
+    parser.add_argument("MODEL", nargs="?", help="model path or hub id (same as --model-path)")
+    for option in SERVE_OPTIONS:
+        metavar = metavars.get(option, option.metavar)
+        if metavar is None:
+            parser.add_argument(*option.flags, action="store_true", help=option.help)
+        else:
+            action = "append" if option.repeatable else "store"
+            parser.add_argument(*option.flags, metavar=metavar, action=action, help=option.help)
+    epilog = [
+        "backends:",
+        *_backend_lines(records),
+        "",
+        "Each backend has its own options; show them with:",
+        f"  {PROG} --model-type NAME --help",
+    ]
+    return "\n".join([parser.format_help(), *epilog, ""])
+
+
+def _usage(flag: str, metavar: str | None) -> str:
+    """How the usage line shows an option: ``[--flag]`` or ``[--flag VALUE]``."""
+    return f"[{flag}]" if metavar is None else f"[{flag} {metavar}]"

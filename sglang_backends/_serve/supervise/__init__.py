@@ -1,0 +1,1 @@
+"""``serve``'s process model: front, supervisor, backend process, job control."""

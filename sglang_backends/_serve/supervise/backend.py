@@ -1,0 +1,331 @@
+"""``serve``'s backend process on Linux, forked by :mod:`.supervisor`.
+
+It chooses, loads and runs the backend, and tells the supervisor over a
+:class:`Channel` which backend runs, each plugin load and detector as it starts
+and ends (read back by :class:`Underway`; ``detect``'s worker writes the same
+lines), and how the work ended; the supervisor hears it (:class:`Hearing`),
+which words how the backend process ended. The supervisor and
+this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
+(:func:`take_role`; the front keeps its own title), so ``pgrep -f
+sglang-backends`` finds all three. The tree's mark (:func:`mark`), which the
+supervisor takes and every process it starts inherits, lets the front and this
+process stop (:func:`sweep`) what the backend started should the supervisor be
+killed; the supervisor tells the front which process is the backend's
+(:func:`tell`, :func:`told`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NoReturn
+
+from sglang_backends._core import processes, signals
+
+if TYPE_CHECKING:
+    import psutil
+
+__all__ = [
+    "BackendWork",
+    "Channel",
+    "Hearing",
+    "Underway",
+    "flush",
+    "mark",
+    "run",
+    "sweep",
+    "take_role",
+    "tell",
+    "title_for",
+    "told",
+]
+
+LOG = logging.getLogger(__name__)
+
+
+def title_for(role: str, argv: list[str]) -> str:
+    """``sglang-backends serve [ROLE]`` and what follows ``serve`` in *argv*, if anything."""
+    args = argv[1:]
+    shown = args[args.index("serve") + 1 :] if "serve" in args else []
+    return " ".join(["sglang-backends serve", f"[{role}]", *shown])
+
+
+def take_role(role: str) -> None:
+    """Title this process after *role* (``supervisor``, ``backend NAME``) if it can; never fails."""
+    try:
+        from setproctitle import setproctitle  # imported only when used
+
+        setproctitle(title_for(role, sys.argv))
+    except Exception as exc:  # noqa: BLE001 - a title must never stop serve
+        LOG.debug("Process title not set: %s", exc)
+
+
+class Channel:
+    """What the backend process (not one it forked) tells the supervisor: ``kind value`` lines."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pid = os.getpid()
+
+    def say(self, kind: str, value: str = "") -> None:
+        """Send ``kind value`` (whitespace in *value* collapsed)."""
+        if os.getpid() == self._pid:
+            line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
+            with contextlib.suppress(OSError):
+                os.write(self._fd, line.encode("utf-8", "replace"))
+
+    def backend(self, description: str) -> None:
+        """The backend is chosen and about to ``run()``: *description*."""
+        self.say("backend", description)
+
+    def deadline(self, seconds: float, why: str) -> None:
+        """Choosing a backend must be over within *seconds* (*why*), or the supervisor ends it."""
+        self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
+
+    progress = say  # a registry's Progress: a plugin's load or detector starts or ends
+
+
+class Underway:
+    """The loads and detectors under way, from progress events (:meth:`Channel.progress`):
+    what holds automatic detection up.
+    """
+
+    def __init__(self) -> None:
+        self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
+
+    def __call__(self, event: str, label: str) -> None:
+        if event in self.busy:
+            self.busy[event][label] = None
+        elif event in ("loaded", "detected"):
+            self.busy["loading" if event == "loaded" else "detecting"].pop(label, None)
+
+    def replay(self, text: str) -> Underway:
+        """Take in events written one per line as ``event label``; return self."""
+        for line in text.splitlines():
+            event, _, label = line.partition(" ")
+            self(event, label)
+        return self
+
+    def describe(self) -> str:
+        """``still loading: 'a' (dist-a); still detecting: 'b' (dist-b)``, or empty."""
+        return "; ".join(
+            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
+
+    def ended(self) -> str:
+        """What was under way when the process running it ended (``while detecting 'b'
+        (dist-b)``; a plugin under way ended it, unless something outside did), or empty:
+        the one wording of ``serve``'s backend process and ``detect``'s worker.
+        """
+        busy = " and ".join(
+            f"{phase} {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
+        return f"while {busy}" if busy else ""
+
+
+class Hearing:
+    """The supervisor's end of the :class:`Channel`: what the backend process has said."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.unread = b""
+        self.said: dict[str, str] = {}  # "backend" and "status", once said
+        self.choosing: tuple[float, str] | None = None  # detection's deadline, and why
+        self.detecting = False  # whether automatic detection began
+        self.underway = Underway()
+
+    def read(self) -> None:
+        """Take in every complete line written so far."""
+        while self.fd >= 0:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                os.close(self.fd)
+                self.fd = -1
+            self.unread += chunk
+        *lines, self.unread = self.unread.split(b"\n")
+        for line in lines:
+            key, _, value = line.decode("utf-8", "replace").partition(" ")
+            if key in ("loading", "loaded", "detecting", "detected"):
+                self.underway(key, value)
+            elif key == "deadline":
+                when, _, why = value.partition(" ")
+                self.detecting = True
+                with contextlib.suppress(ValueError):
+                    self.choosing = (float(when), why)
+            else:
+                self.said[key] = value
+                self.choosing = None  # a backend was chosen, or the work ended
+
+    def overrun(self) -> str:
+        """The line saying automatic detection overran its deadline, now over."""
+        assert self.choosing is not None
+        seconds, _, why = self.choosing[1].partition(" ")
+        busy = self.underway.describe()
+        self.choosing = None
+        return (
+            f"automatic detection did not finish within {seconds} s ({why})"
+            f"{': ' + busy if busy else ''}. Disable the plugin that holds it up "
+            "(disabled_backends) or choose a backend with --model-type; serve stopped the "
+            "backend process"
+        )
+
+    def verdict(self, wait_status: int) -> tuple[str | None, int]:
+        """How the backend process that ended with *wait_status* did: the problem to report
+        (``None`` when the work finished) and serve's exit status.
+        """
+        code = os.waitstatus_to_exitcode(wait_status)
+        backend = self.said.get("backend")
+        who = f"serve backend {backend}" if backend else "the serve backend process"
+        during = self.underway.ended()
+        where = "" if backend else f" before a backend was chosen{', ' + during if during else ''}"
+        advice = ""
+        if during and not backend and self.detecting:  # --model-type chose it already
+            advice = (
+                ". Disable the plugin at fault (disabled_backends) or choose a backend with "
+                "--model-type"
+            )
+        if code < 0:  # killed by signal -code
+            return f"{who} was killed by {signals.signal_name(-code)}{where}{advice}", 128 - code
+        if "status" in self.said:
+            return None, code
+        if backend:
+            what = f"ended its process with os._exit({code}) without returning from run()"
+        else:
+            what = f"ended with os._exit({code}){where}"
+        return f"{who} {what}; serve stopped the processes it left{advice}", code or 1
+
+
+#: The backend process's work: given the :class:`Channel`, returns the exit status.
+BackendWork = Callable[[Channel], int]
+
+
+def flush() -> None:
+    """Flush Python's standard streams, so that output is neither lost nor written twice."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+
+
+def run(
+    work: BackendWork, channel: int, *, supervisor: int, token: str, stop_timeout: float
+) -> NoReturn:
+    """The backend process's life, in the supervisor's child: *work*, then ``os._exit``.
+
+    :param channel: the pipe to the supervisor, process *supervisor*.
+    :param token: the tree's mark, to sweep should the supervisor be killed.
+    """
+    me = os.getpid()
+    tell = Channel(channel)
+    status = 1
+    try:
+        processes.die_with_parent()
+        take_role("backend")  # serve adds the backend's name once it is chosen
+        # A stop signal unwinds run() once, whatever serve inherited; the supervisor forces.
+        with processes.StopSignals() as stops:
+            stops.arm()
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
+            if os.getppid() != supervisor:  # the supervisor has gone already
+                raise SystemExit(128 + signal.SIGTERM)
+            status = work(tell)
+    except SystemExit as exc:
+        status = processes.exit_status(exc)
+    except KeyboardInterrupt:
+        status = 128 + signal.SIGINT
+    except BaseException:
+        LOG.exception("The serve backend process failed")
+    finally:
+        tell.say("status", str(status))
+        if os.getpid() == me and os.getppid() != supervisor:
+            # The supervisor was killed: stop what is left, marked processes included.
+            sweep([], token, timeout=stop_timeout)
+        flush()
+        os._exit(status)
+
+
+# -- the tree's mark -------------------------------------------------------------
+
+#: The environment variable holding the tree's mark (see :func:`mark`).
+MARKER = "SGLANG_BACKENDS_SERVE_TREE"
+# The marks made here: a mapping must outlive the call that made it.
+_MARKS: list[object] = []
+
+
+def mark(token: str) -> None:
+    """Mark this process and every process it starts from now on as *token*'s (Linux).
+
+    *token* joins the tokens in :data:`MARKER` in the environment (kept through
+    ``exec``) and names a mapped memory file (kept through ``fork``, in ``/proc/PID/maps``).
+    """
+    os.environ[MARKER] = " ".join([*os.environ.get(MARKER, "").split(), token])
+    if not hasattr(os, "memfd_create"):
+        return
+    import mmap
+
+    with contextlib.suppress(OSError):
+        fd = os.memfd_create(f"{MARKER}={token}", 0)
+        try:
+            os.ftruncate(fd, mmap.PAGESIZE)
+            _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
+        finally:
+            os.close(fd)
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """Live processes, other than this one, that carry *token*'s mark (those readable here)."""
+    import psutil
+
+    def carries(process: psutil.Process) -> bool:
+        try:
+            if token in process.environ().get(MARKER, "").split():
+                return True
+            with open(f"/proc/{process.pid}/maps", "rb") as maps:
+                return f"/memfd:{MARKER}={token} ".encode() in maps.read()
+        except (psutil.Error, OSError, ValueError):
+            return False
+
+    return processes.running(
+        p for p in psutil.process_iter() if p.pid != os.getpid() and carries(p)
+    )
+
+
+def tell(fd: int, pid: int) -> None:
+    """Write to *fd* that process *pid* is the backend process: ``PID CREATE_TIME``."""
+    import psutil
+
+    with contextlib.suppress(OSError, psutil.Error):
+        os.write(fd, f"{pid} {psutil.Process(pid).create_time()!r}".encode())
+
+
+def told(fd: int) -> list[psutil.Process]:
+    """The backend process :func:`tell` wrote to *fd*, if it is still that process; or none."""
+    import psutil
+
+    try:
+        os.set_blocking(fd, False)
+        pid_text, started = os.read(fd, 4096).decode("ascii").split()
+        backend = psutil.Process(int(pid_text))
+        return [backend] if repr(backend.create_time()) == started else []
+    except (OSError, ValueError, psutil.Error):
+        return []
+
+
+def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:
+    """Stop *roots*, their descendants and every process marked *token*; return how many."""
+    roots = list(roots)
+
+    def find() -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        for top in [*processes.running(roots), *marked(token)]:
+            found.update((p.pid, p) for p in processes.descendants(top.pid, itself=True))
+        return list(found.values())
+
+    return processes.stop_tree(find, timeout)

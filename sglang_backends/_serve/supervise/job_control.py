@@ -1,0 +1,99 @@
+"""``serve``'s job control: the tree's process group shares ``serve``'s terminal and job.
+
+When ``serve`` is the foreground job of a terminal, the tree's group takes
+the terminal (as tini gives it to its child), so that ``Ctrl+C``, ``Ctrl+\\``
+and ``Ctrl+Z`` reach the backend and its workers directly, once; ``serve`` follows
+the tree's stop and continue (:class:`JobControl`), so that the shell's job
+control works. Where no shell can continue the job (PID 1 of ``docker run
+-it``, a session leader) Ctrl+Z is ignored, as the kernel ignores it there.
+Signals are sent through :mod:`sglang_backends._core.processes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+from sglang_backends._core import processes
+
+__all__ = ["JobControl", "Terminal", "orphaned"]
+
+
+class Terminal:
+    """The controlling terminal, opened (``fd`` is -1 without one): whose foreground it is."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = -1
+
+    def close(self, *, back_from: int = -1) -> None:
+        """Close it; first take it back from group *back_from* (the tree's, ended) if it has it."""
+        if back_from > 0 and self.foreground() == back_from:
+            self.give(os.getpgrp())
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def foreground(self) -> int:
+        """The terminal's foreground process group, or -1."""
+        try:
+            return os.tcgetpgrp(self.fd) if self.fd >= 0 else -1
+        except OSError:
+            return -1
+
+    def give(self, group: int) -> None:
+        """Make *group* the foreground group (SIGTTOU blocked: a background caller may)."""
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(self.fd, group)
+
+
+def orphaned() -> bool:
+    """Whether no shell can continue serve's job: no process from serve up has a parent in
+    another process group of the same session (POSIX's orphaned group, as PID 1 of a
+    container or a session leader is). The kernel ignores a terminal's stop for such a job.
+    """
+    import psutil
+
+    group, session = os.getpgrp(), os.getsid(0)
+    process = psutil.Process()
+    with contextlib.suppress(OSError, psutil.Error):
+        while (parent := process.parent()) is not None:
+            if os.getpgid(parent.pid) != group:
+                return os.getsid(parent.pid) != session
+            process = parent
+    return True
+
+
+class JobControl:
+    """``serve``'s side: its job stops and continues with the tree's group, led by *tree*."""
+
+    def __init__(self, terminal: Terminal, tree: int) -> None:
+        self.terminal, self.tree = terminal, tree
+
+    def relayed(self, signum: int) -> None:
+        """*signum* was passed on to the tree: SIGTSTP stops serve, as it stops a process."""
+        if signum == signal.SIGTSTP and not orphaned():
+            processes.send(os.getpid(), signal.SIGSTOP)  # the tree stops itself
+
+    def tree_stopped(self) -> None:
+        """The tree's leader stopped: if its group holds the terminal, that was Ctrl+Z.
+
+        Then serve's own job stops too, so that the shell sees it stopped and
+        takes the terminal back; without a shell to continue it, the tree
+        continues at once, as the kernel ignores Ctrl+Z there.
+        """
+        if self.terminal.foreground() != self.tree:
+            return
+        if orphaned():
+            processes.send(self.tree, signal.SIGCONT, group=True)
+        else:
+            processes.send(os.getpgrp(), signal.SIGSTOP, group=True)
+
+    def continued(self) -> None:
+        """serve was continued (fg, bg, SIGCONT): continue the tree; give it the terminal on fg."""
+        if self.terminal.foreground() == os.getpgrp():  # in the foreground again: fg
+            self.terminal.give(self.tree)
+        processes.send(self.tree, signal.SIGCONT, group=True)

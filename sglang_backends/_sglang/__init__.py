@@ -1,0 +1,1 @@
+"""SGLang as the host: the only code that imports ``sglang``."""

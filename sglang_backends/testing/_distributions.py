@@ -1,0 +1,197 @@
+"""Write real installed distributions into a directory, for tests.
+
+A ``NAME-VERSION.dist-info`` directory with ``METADATA``, ``entry_points.txt`` and
+``RECORD``, plus the modules it ships: what an installer leaves, found by
+:mod:`importlib.metadata` and stevedore once the directory is on ``sys.path``.
+Installing a distribution again replaces it, as pip does: the files the old
+copy's ``RECORD`` lists go first, whatever the version.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib
+import io
+import os
+import re
+import shutil
+import sys
+import textwrap
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sglang_backends._core.discovery import normalize_distribution
+from sglang_backends._core.names import SERVE_BACKENDS_GROUP
+
+__all__ = ["PluginSite", "write_distribution"]
+
+
+def write_distribution(
+    root: str | os.PathLike[str],
+    name: str,
+    *,
+    version: str = "1.0",
+    entry_points: Mapping[str, str] | None = None,
+    group: str = SERVE_BACKENDS_GROUP,
+    modules: Mapping[str, str] | None = None,
+    requires: Sequence[str] = (),
+) -> Path:
+    """Install distribution *name* into *root* and return its dist-info path.
+
+    A copy of *name* already in *root*, at any version, is uninstalled first, as
+    ``pip install`` replaces it: its dist-info and the files its ``RECORD`` lists go,
+    and modules imported from those files are dropped from :data:`sys.modules`, so the
+    next import reads the new copy. Objects taken from the old modules before (a
+    factory, a backend, a registry built then) keep the old code.
+
+    :param entry_points: backend name to ``module:attr`` target, in *group*.
+    :param requires: ``Requires-Dist`` lines (``sglang==0.5.22``, ``pytest; extra == "test"``).
+    :param modules: relative file path (``pkg/mod.py``) to source; the source
+        is dedented, so triple-quoted blocks can be indented in tests.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[-_.]+", "_", name)
+    _uninstall(root, name)
+    info = root / f"{safe}-{version}.dist-info"
+    info.mkdir()
+    requirements = "".join(f"Requires-Dist: {line}\n" for line in requires)
+    files = {
+        info / "METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requirements}"
+        )
+    }
+    if entry_points:
+        lines = [f"[{group}]"] + [f"{key} = {value}" for key, value in entry_points.items()]
+        files[info / "entry_points.txt"] = "\n".join(lines) + "\n"
+    for relative, source in (modules or {}).items():
+        files[root / relative] = textwrap.dedent(source)
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = text.encode("utf-8")
+        path.write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([path.relative_to(root).as_posix(), f"sha256={digest}", len(data)])
+    writer.writerow([f"{info.name}/RECORD", "", ""])
+    (info / "RECORD").write_text(record.getvalue(), encoding="utf-8")
+    importlib.invalidate_caches()
+    return info
+
+
+def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
+    """Remove every copy of distribution *name* from *root*, as ``pip uninstall`` does.
+
+    Each copy's files listed in its ``RECORD`` (with their cached bytecode), the
+    directories that leaves empty, and its dist-info go; modules imported from those
+    files are dropped from :data:`sys.modules`. Names compare as pip compares them
+    (``My.Plugin`` is ``my-plugin``).
+
+    :returns: the files removed.
+    """
+    root = Path(root).resolve()
+    wanted = normalize_distribution(name)
+    removed: list[Path] = []
+    for info in sorted(root.glob("*.dist-info")):
+        if normalize_distribution(info.name.partition("-")[0]) != wanted:
+            continue
+        try:
+            rows = list(csv.reader(io.StringIO((info / "RECORD").read_text(encoding="utf-8"))))
+        except OSError:
+            rows = []
+        for row in rows:
+            path = (root / row[0]).resolve() if row else root
+            if path == root or root not in path.parents or info in path.parents:
+                continue  # outside the site, or the dist-info itself (removed below)
+            for file in (path, *_bytecode_of(path)):
+                if file.is_file() or file.is_symlink():
+                    file.unlink()
+                    removed.append(file)
+        shutil.rmtree(info)
+    for directory in sorted({p.parent for p in removed}, key=lambda p: -len(p.parts)):
+        while directory != root and directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+            directory = directory.parent
+    _forget_files(removed)
+    importlib.invalidate_caches()
+    return removed
+
+
+def _bytecode_of(path: Path) -> list[Path]:
+    """The bytecode Python cached for source *path*, for every interpreter and level."""
+    if path.suffix != ".py":
+        return []
+    return sorted((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"))
+
+
+def _forget_files(files: Sequence[Path]) -> None:
+    """Drop the modules imported from *files* from :data:`sys.modules`."""
+    gone = {str(file) for file in files}
+    if not gone:
+        return
+    for module_name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if origin and str(Path(origin).resolve()) in gone:
+            del sys.modules[module_name]
+
+
+class PluginSite:
+    """A directory of installed distributions, like a private ``site-packages``.
+
+    Use :meth:`activated` to put it on ``sys.path`` for this interpreter and
+    :meth:`environ` to hand it to a subprocess.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._modules: set[str] = set()
+
+    def install(
+        self, name: str, *, modules: Mapping[str, str] | None = None, **options: Any
+    ) -> Path:
+        """Install a distribution here; see :func:`write_distribution` for the options.
+
+        Modules it ships that were already imported are dropped from
+        :data:`sys.modules`, so the next import sees the new code.
+        """
+        tops = {Path(relative).parts[0].removesuffix(".py") for relative in modules or {}}
+        self._modules |= tops
+        self._forget(tops)
+        return write_distribution(self.path, name, modules=modules, **options)
+
+    def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A copy of *base* (default ``os.environ``) with this site on ``PYTHONPATH``."""
+        env = dict(os.environ if base is None else base)
+        parts = [str(self.path)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+        return env
+
+    def forget_modules(self) -> None:
+        """Drop modules imported from this site so the next import is fresh."""
+        self._forget(self._modules)
+
+    @staticmethod
+    def _forget(tops: set[str]) -> None:
+        for name in list(sys.modules):
+            if name.split(".")[0] in tops:
+                del sys.modules[name]
+
+    @contextmanager
+    def activated(self) -> Iterator[PluginSite]:
+        """Put this site first on ``sys.path`` for the duration of the block."""
+        entry = str(self.path)
+        sys.path.insert(0, entry)
+        importlib.invalidate_caches()
+        try:
+            yield self
+        finally:
+            while entry in sys.path:
+                sys.path.remove(entry)
+            self.forget_modules()
+            importlib.invalidate_caches()

@@ -1,0 +1,187 @@
+"""The kit's stop check: a backend served under each installed host stops as Ctrl+C asks.
+
+No traceback, the status a signal gives (or 0), and no process left behind,
+under this package's ``serve`` and, where SGLang is installed, under SGLang's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sglang_backends._core.signals import signal_name
+from sglang_backends._sglang.host import sglang_installed, sglang_unusable
+from sglang_backends.testing._conformance import ContractViolation, SGLangNotCheckedWarning
+
+if TYPE_CHECKING:
+    import psutil
+
+__all__ = ["assert_stops_cleanly", "installed_hosts"]
+
+#: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
+HOSTS: dict[str, tuple[str, ...]] = {
+    "sglang-backends serve": ("-m", "sglang_backends", "serve"),
+    # SGLang's own dispatch (sglang/cli/serve.py), as its `sglang serve` calls it; the
+    # `sglang` console script itself where it is installed beside this interpreter.
+    "sglang serve": (
+        "-c",
+        "import sys; from sglang.cli.serve import serve; serve(None, sys.argv[1:])",
+    ),
+}
+
+
+def installed_hosts() -> tuple[str, ...]:
+    """The hosts that can serve a backend here: this package's, and SGLang's where installed.
+
+    SGLang is looked for without importing it (its import takes seconds), as serve looks
+    for it (:func:`sglang_backends._sglang.host.sglang_installed`): a fork shipping the ``sglang``
+    package without SGLang's serve-backend API is not SGLang.
+    """
+    sglang = sglang_installed()
+    return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
+
+
+def assert_stops_cleanly(
+    name: str,
+    argv: Sequence[str],
+    *,
+    ready: str | None = None,
+    env: Mapping[str, str] | None = None,
+    hosts: Iterable[str] | None = None,
+    signum: int = signal.SIGINT,
+    start_timeout: float = 60.0,
+    stop_timeout: float = 15.0,
+) -> dict[str, int]:
+    """Serve backend *name* under each host in a subprocess, stop it as Ctrl+C does, check the end.
+
+    Each host (by default :func:`installed_hosts`) runs ``--model-type NAME
+    ARGV`` in a session of its own; once the output shows *ready* (or, without
+    it, after a second), *signum* goes to its process group, as a terminal's
+    Ctrl+C does. The backend must then end within *stop_timeout* seconds with
+    status ``0`` or ``128 + signum`` (or by the signal itself), print no
+    traceback and leave no process running. A host not installed is reported with
+    :class:`SGLangNotCheckedWarning`.
+
+    :param argv: the backend's arguments (a model path, a free port: ``--port 0``).
+    :param env: the environment of the hosts; default ``os.environ``.
+    :raises ContractViolation: the backend did not start, or did not stop cleanly.
+    :returns: each host's exit status.
+    """
+    __tracebackhide__ = True
+    chosen = tuple(installed_hosts() if hosts is None else hosts)
+    if hosts is None and "sglang serve" not in chosen:
+        warnings.warn(
+            f"Serve backend {name!r}: stopping under 'sglang serve' was not checked: "
+            f"{sglang_unusable() or 'SGLang is not installed'}",
+            SGLangNotCheckedWarning,
+            stacklevel=2,
+        )
+    statuses = {}
+    for host in chosen:  # a loop, not a comprehension: its frame would show in a failure
+        statuses[host] = _stop_under(
+            host, name, list(argv), ready, env, signum, start_timeout, stop_timeout
+        )
+    return statuses
+
+
+def _stop_under(
+    host: str,
+    name: str,
+    argv: list[str],
+    ready: str | None,
+    env: Mapping[str, str] | None,
+    signum: int,
+    start_timeout: float,
+    stop_timeout: float,
+) -> int:
+    __tracebackhide__ = True
+    from sglang_backends._core import (
+        processes,  # psutil with it: not for a session that never stops one
+    )
+
+    script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
+    if host == "sglang serve" and script.is_file():
+        command = [str(script), "serve", "--model-type", name, *argv]
+    else:
+        command = [sys.executable, *HOSTS[host], "--model-type", name, *argv]
+    shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
+    lines: list[str] = []
+    proc = subprocess.Popen(
+        command,
+        env=dict(os.environ if env is None else env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="backslashreplace",
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    seen: set[psutil.Process] = set()
+
+    def look() -> None:
+        seen.update(processes.descendants(proc.pid))
+
+    def tail() -> str:
+        return " | ".join(line.rstrip() for line in lines[-5:]) or "no output"
+
+    try:
+        deadline = time.monotonic() + (start_timeout if ready else 1.0)
+        while time.monotonic() < deadline and proc.poll() is None:
+            look()
+            if ready and any(ready in line for line in lines):
+                break
+            time.sleep(0.05)
+        else:
+            if proc.poll() is not None:
+                raise ContractViolation(
+                    f"Serve backend {name!r} under {host} ended before it was stopped, with "
+                    f"status {proc.returncode} ({shown}): {tail()}"
+                )
+            if ready:
+                raise ContractViolation(
+                    f"Serve backend {name!r} under {host} did not print {ready!r} within "
+                    f"{start_timeout:g} s ({shown}): {tail()}"
+                )
+        look()
+        processes.send(proc.pid, signum, group=True)
+        try:
+            status = proc.wait(stop_timeout)
+        except subprocess.TimeoutExpired:
+            raise ContractViolation(
+                f"Serve backend {name!r} under {host} did not end within {stop_timeout:g} s "
+                f"of {signal_name(signum)}; stop serving on it (see "
+                "sglang_backends.stop_quietly)"
+            ) from None
+    finally:
+        if proc.poll() is None:
+            processes.send(proc.pid, signal.SIGKILL, group=True)
+            proc.wait()
+    reader.join(5)
+    proc.stdout.close()
+    left = processes.running(seen)
+    processes.stop_tree(lambda: processes.running(left), 0)  # SIGKILL, and wait for them
+    output = "".join(lines)
+    if "Traceback (most recent call last)" in output:
+        problem = f"printed a traceback (status {status})"
+    elif status not in (0, 128 + signum, -signum):
+        problem = f"ended with status {status}"
+    elif left:
+        problem = f"left processes running: {sorted(p.pid for p in left)}"
+    else:
+        return status
+    raise ContractViolation(
+        f"Serve backend {name!r} under {host} {problem} on {signal_name(signum)} "
+        f"(expected status 0 or {128 + signum}, no traceback, no process left; "
+        f"serve within sglang_backends.stop_quietly()): {tail()}"
+    )
