@@ -34,7 +34,13 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
 from sglang_backends.contract import RegisteredServeBackend
-from sglang_backends.detection import DetectionOutcome, Verdict, skipped, start_each
+from sglang_backends.detection import (
+    DetectionOutcome,
+    TimedRun,
+    Verdict,
+    run_each,
+    skipped,
+)
 from sglang_backends.discovery import PluginEntryPoint
 from sglang_backends.errors import (
     BackendLoadError,
@@ -180,24 +186,22 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
     )
 
 
-class _BackendLoad:
+class _BackendLoad(TimedRun):
     """One backend's load, run by one caller and awaited by the others."""
 
     def __init__(self, name: str, plugin: PluginEntryPoint | None) -> None:
+        super().__init__()
         self.name = name
         self.provider = plugin.provider if plugin else "built-in"
         self.distribution = plugin.distribution if plugin else None
         self.thread: threading.Thread | None = None
-        self.started: float | None = None
-        self.seconds = 0.0
         self._value: RegisteredServeBackend | None = None
         self._error: BaseException | None = None
-        self.finished = threading.Event()
 
     def run(self, produce: Callable[[], RegisteredServeBackend]) -> None:
         """Run *produce* in this thread and keep its result or exception."""
         self.thread = threading.current_thread()
-        self.started = time.perf_counter()
+        self.begin()
         try:
             self._value = produce()
         except BaseException as exc:  # kept for every waiter; the user's Ctrl-C goes on
@@ -205,14 +209,29 @@ class _BackendLoad:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self.seconds = time.perf_counter() - self.started
-            self.finished.set()
+            self.end()
 
     def result(self) -> RegisteredServeBackend:
         """The loaded backend; raises the load's exception if it failed."""
         if self._error is not None:
             raise self._error
         return cast(RegisteredServeBackend, self._value)
+
+    def drop_frames(self) -> None:
+        """Keep a failed load's exceptions without their tracebacks.
+
+        Each traceback holds every frame of the failed import alive: with
+        thousands of failed loads, every garbage collection walked millions of
+        objects. Automatic detection drops them, as its failures are outcomes,
+        logged without a traceback; a load that fails for :meth:`BackendLoader.load`
+        keeps them.
+        """
+        seen: set[int] = set()
+        exc = self._error
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            exc.__traceback__ = None
+            exc = exc.__cause__ or exc.__context__
 
 
 def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.Event) -> None:
@@ -231,6 +250,13 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
             if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
                 noticed[id(load)] = running
                 _log_still_loading(load, running, timeout)
+
+
+def _run_dropping_frames(job: tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]) -> None:
+    """Run a load of automatic detection's; if it fails, drop its frames at once."""
+    load, produce = job
+    load.run(produce)
+    load.drop_frames()
 
 
 class BackendLoader:
@@ -281,8 +307,9 @@ class BackendLoader:
     ) -> list[RegisteredServeBackend | DetectionOutcome]:
         """Load the backends *names* concurrently, each bounded by *timeout* from its own start.
 
-        Loads run in daemon workers (:func:`~sglang_backends.detection.start_each`):
-        one that overruns keeps running there, as an import cannot be interrupted.
+        Loads run on a pool of daemon workers sized to the work
+        (:func:`~sglang_backends.detection.run_each`): one that overruns
+        keeps running there, as an import cannot be interrupted.
 
         :param resolve: a name's :data:`Candidate`; a :class:`ServeBackendError`
             it raises is that name's outcome.
@@ -300,19 +327,20 @@ class BackendLoader:
             if created:
                 mine.append((load, candidate[2]))
             loads.append((name, load))
-        start_each(mine, lambda job: job[0].run(job[1]), name=lambda job: f"load-{job[0].name}")
         waited = threading.Event()
         notices = [load for load, _ in mine], timeout, waited
         threading.Thread(target=_notice_slow, args=notices, daemon=True).start()
         result: list[RegisteredServeBackend | DetectionOutcome] = []
         try:
+            run_each(
+                mine, _run_dropping_frames, name=lambda job: f"load-{job[0].name}", timeout=timeout
+            )
             for item in loads:
                 if isinstance(item, DetectionOutcome):
                     result.append(item)
                     continue
                 name, load = item
-                deadline = (load.started or time.perf_counter()) + timeout
-                if not load.finished.wait(max(0.0, deadline - time.perf_counter())):
+                if not load.within(timeout):
                     cause = (
                         f"loading from {load.provider} did not finish within {timeout:g} s "
                         "(load_timeout)"
