@@ -83,6 +83,13 @@ assert chosen.name == CHOSEN, chosen.name
 print(time.perf_counter() - t)
 """
 
+#: ``sglang-backends serve MODEL``, arguments after ``-c``.
+SERVE = """
+import runpy, sys
+sys.argv[0] = "sglang-backends"
+runpy.run_module("sglang_backends", run_name="__main__")
+"""
+
 MATCHING = """
 from sglang_backends import ServeBackend, ServeBackendDetection
 
@@ -159,7 +166,8 @@ def main(argv: list[str] | None = None) -> str:
             [*([args.source] if args.source else []), broken_site(Path(tmp) / "b", args.broken)]
         )
         sleepy = environ([*([args.source] if args.source else []), sleepy_site(Path(tmp) / "s")])
-        serve = [sys.executable, "-m", "sglang_backends", "serve", MODEL]
+        # Not ``-m sglang_backends``, which would import the package in the current directory.
+        serve = [sys.executable, "-c", first + SERVE, "serve", MODEL]
         cases = {
             "broken: seed's loop": _code(SEED_LOOP, first, MODEL=model, EXPECTED="['bench_match']"),
             "broken: `auto_detect`": _code(AUTO_DETECT, first, MODEL=model, CHOSEN="'bench_match'"),
