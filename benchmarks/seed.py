@@ -28,12 +28,21 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import environ, medians, ms, python, table
+from benchmarks.common import (
+    add_source_option,
+    environ,
+    first_on_path,
+    medians,
+    ms,
+    python,
+    table,
+)
+from benchmarks.detection import PLUGIN as SLEEPING
+from benchmarks.detection import PLUGINS as SLEEPY
+from benchmarks.detection import SLEEP
 from sglang_backends.testing import write_distribution
 
 BROKEN = 10000
-SLEEPY = 8
-SLEEP = 0.5
 MODEL = "org/bench-model"
 
 #: SGLang's registry loop over the installed ``sglang.serve_backends`` entry points,
@@ -102,18 +111,6 @@ def factory():
     return ServeBackend(api_version=1, run=lambda request: None, detect=detect)
 """
 
-SLEEPING = f"""
-import time
-from sglang_backends import ServeBackend, ServeBackendDetection
-
-def detect(request):
-    time.sleep({SLEEP})
-    return ServeBackendDetection.NO_MATCH
-
-def factory():
-    return ServeBackend(api_version=1, run=print, detect=detect)
-"""
-
 
 def broken_site(directory: Path, count: int) -> Path:
     """*count* entry points whose modules are missing, and one plugin claiming :data:`MODEL`."""
@@ -153,13 +150,9 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--broken", type=int, default=BROKEN, help="failing entry points")
-    parser.add_argument(
-        "--source",
-        metavar="DIR",
-        help="measure the sglang_backends package in DIR (another checkout) instead",
-    )
+    add_source_option(parser)
     args = parser.parse_args(argv)
-    first = f"import sys; sys.path.insert(0, {args.source!r})\n" if args.source else ""
+    first = first_on_path(args.source)
     model = repr(MODEL)
     with tempfile.TemporaryDirectory() as tmp:
         broken = environ(
