@@ -264,7 +264,7 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
     while not done.wait(pause):
         pause, now = 1.0, time.perf_counter()
         for load in loads:
-            if load.finished.is_set() or load.started is None:
+            if load.finished or load.started is None:
                 continue
             running, last = now - load.started, noticed.get(id(load))
             if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
@@ -313,13 +313,13 @@ class BackendLoader:
                 raise
             finally:
                 timer.cancel()
-        elif not load.finished.is_set() and load.thread is threading.current_thread():
+        elif not load.finished and load.thread is threading.current_thread():
             raise BackendLoadError(
                 f"Failed to load {backend_named(name, load.provider)}: its factory asked the "
                 "registry for it while it was loading",
                 name=name,
             )
-        load.finished.wait()
+        load.wait()
         return load.result()
 
     def load_each_within(
