@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -38,6 +39,22 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[float, str]:
     if result.returncode:
         raise RuntimeError(f"{argv!r} failed:\n{result.stderr}")
     return elapsed, result.stdout
+
+
+def add_source_option(parser: argparse.ArgumentParser) -> None:
+    """``--source DIR``: measure another checkout's package (see :func:`first_on_path`)."""
+    parser.add_argument(
+        "--source",
+        metavar="DIR",
+        help="measure the sglang_backends package in DIR (another checkout) instead",
+    )
+
+
+def first_on_path(source: str | None) -> str:
+    """Code putting *source* first on ``sys.path``, before the current directory
+    ``python -c`` puts there; empty without *source*.
+    """
+    return f"import sys; sys.path.insert(0, {source!r})\n" if source else ""
 
 
 def python(code: str, *flags: str) -> list[str]:

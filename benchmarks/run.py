@@ -16,6 +16,7 @@ from benchmarks import (
     listing,
     loading,
     scaling,
+    seed,
     serve_startup,
     stopping,
 )
@@ -46,6 +47,7 @@ def main() -> None:
         ("serve start-up with and without configuration (d)", serve_startup),
         ("Cost against entry points and arguments (g)", scaling),
         ("Stopping (h)", stopping),
+        ("Automatic detection against the seed's loop (i)", seed),
     ):
         print(f"### {title}\n")
         print(module.main([]))

@@ -17,7 +17,15 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import environ, medians, ms, python, table
+from benchmarks.common import (
+    add_source_option,
+    environ,
+    first_on_path,
+    medians,
+    ms,
+    python,
+    table,
+)
 from sglang_backends.testing import write_distribution
 
 ENTRY_POINTS = (1000, 2000, 4000, 8000)
@@ -70,14 +78,9 @@ def _cell(command: list[str], env: dict[str, str], repeat: int) -> str:
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--source",
-        metavar="DIR",
-        help="measure the sglang_backends package in DIR (another checkout) instead",
-    )
+    add_source_option(parser)
     args = parser.parse_args(argv)
-    # First on sys.path, before the current directory ``python -c`` puts there.
-    first = f"import sys; sys.path.insert(0, {args.source!r})\n" if args.source else ""
+    first = first_on_path(args.source)
     with tempfile.TemporaryDirectory() as tmp:
         sites = {}
         for count in ENTRY_POINTS:

@@ -1,8 +1,9 @@
 """Detection: run backends' detectors concurrently, each bounded in time.
 
-Every detector runs at once in daemon threads (:func:`start_each`), on its
-own copy of the request; the caller waits at most ``timeout`` seconds for
-the lot, and one that overruns claims nothing and is abandoned. Outcomes
+Detectors run concurrently on a pool of daemon threads sized to the work
+(:func:`run_each`), each on its own copy of the request, each waited for
+at most ``timeout`` seconds from its own start, and one that
+overruns claims nothing and is abandoned. Outcomes
 keep the backends' order, whichever thread finished first. :func:`report`
 makes the :class:`DetectionReport` automatic detection acts on.
 """
@@ -13,11 +14,14 @@ import collections
 import dataclasses
 import enum
 import logging
+import math
+import os
+import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
 from sglang_backends.contract import (
@@ -32,12 +36,13 @@ __all__ = [
     "AMBIGUITY_WAY_OUT",
     "DetectionOutcome",
     "DetectionReport",
+    "TimedRun",
     "Verdict",
     "preferred_note",
     "report",
     "run_detectors",
+    "run_each",
     "skipped",
-    "start_each",
     "what_happened",
 ]
 
@@ -151,32 +156,152 @@ def preferred_note(selected: str, matches: Sequence[str]) -> str:
 _T = TypeVar("_T")
 
 
-def start_each(
-    items: Iterable[_T], work: Callable[[_T], object], *, name: Callable[[_T], str]
+#: Seconds every worker of :func:`run_each` must have been on its current
+#: item before another worker is started.
+GROW_AFTER = 0.02
+#: Workers :func:`run_each` keeps at most, not counting those on an item
+#: that has overrun its bound (abandoned: each keeps its thread).
+MAX_WORKERS = 64
+#: Workers :func:`run_each` starts with: Python code runs one thread at a time
+#: under the GIL, so more would only take turns (every ``stat`` of an import a
+#: hand-over); a free-threaded build runs one per CPU.
+FIRST_WORKERS = (os.cpu_count() or 1) if sysconfig.get_config_var("Py_GIL_DISABLED") else 1
+
+
+def run_each(
+    items: Iterable[_T],
+    work: Callable[[_T], object],
+    *,
+    name: Callable[[_T], str],
+    timeout: float,
 ) -> None:
-    """Start ``work(item)`` for every item in daemon threads, without a thread each.
+    """Run ``work(item)`` for every item on a pool of daemon threads sized to the work.
 
-    A thread that has finished its item takes the next one nobody has taken,
-    and a new thread is started only while items remain untaken. So an item
-    that hangs holds one thread and never delays another by more than one
-    thread start, while N quick items need a handful of threads, not N:
-    starting a thread waits for it to take the GIL, which costs up to a
-    millisecond on a busy machine, seconds for thousands of entry points.
-    Returns once every item has been taken; its thread is named *name(item)*.
+    The pool starts with :data:`FIRST_WORKERS` workers (at most one per item);
+    a worker takes the next item nobody has taken until none is left. While
+    items wait, the caller grows it: every :data:`GROW_AFTER` s, if every
+    worker has been on its current item longer than that (sleeping, waiting
+    on I/O, hanging) and none has finished an item meanwhile, one more
+    worker starts, up to :data:`MAX_WORKERS` on items that have run at most
+    *timeout* s. So N quick items run on one or a few threads, not N (a
+    thread start waits for the GIL, and threads taking turns hand it over
+    at every system call; imports also wait for each other on the import
+    lock: seconds for thousands of entry points), while an item that hangs
+    holds one worker and delays the others by about :data:`GROW_AFTER`.
+    An item that has run *timeout* s is abandoned: it no longer counts, so
+    every item starts.
+
+    Returns once every item has finished or run *timeout* s from its own
+    start; a worker's thread is named *name(item)* while on it.
     """
-    queue = collections.deque(items)
+    pool = _Pool(work, name, timeout)
+    pool.queue.extend(items)
+    pool.left = len(pool.queue)
+    if not pool.left:
+        return
+    for _ in range(min(pool.left, FIRST_WORKERS)):
+        pool.add()
+    left = pool.left
+    while not pool.done.wait(GROW_AFTER) and not pool.settled():
+        if pool.left == left:  # no item finished meanwhile: the workers may be stuck
+            pool.grow()
+        left = pool.left
 
-    def worker() -> None:
+
+class _Pool(Generic[_T]):
+    """:func:`run_each`'s workers and the items they have not taken yet."""
+
+    def __init__(self, work: Callable[[_T], object], name: Callable[[_T], str], timeout: float):
+        self.queue: collections.deque[_T] = collections.deque()
+        self.work, self.name, self.timeout = work, name, timeout
+        # When each worker took its current item: inf while between items,
+        # -inf once it died of an exception (busy for ever, so replaced).
+        self.since: list[float] = []
+        self.left = 0  # items not finished
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def add(self) -> None:
+        index = len(self.since)  # only the caller adds workers
+        self.since.append(math.inf)
+        threading.Thread(target=self._serve, args=(index,), daemon=True).start()
+
+    def _serve(self, index: int) -> None:
         while True:
             try:
-                item = queue.popleft()  # atomic: each item is taken once
+                item = self.queue.popleft()  # atomic: each item is taken once
             except IndexError:
                 return
-            threading.current_thread().name = name(item)
-            work(item)
+            self.since[index] = time.monotonic()
+            threading.current_thread().name = self.name(item)
+            try:
+                self.work(item)
+            except BaseException:
+                self.since[index] = -math.inf
+                raise
+            finally:
+                with self.lock:
+                    self.left -= 1
+                    if not self.left:
+                        self.done.set()
+            self.since[index] = math.inf
 
-    while queue:
-        threading.Thread(target=worker, daemon=True).start()
+    def _busy(self) -> list[float]:
+        """Seconds each worker has been on its current item (negative: between items)."""
+        now = time.monotonic()
+        return [now - since for since in self.since]
+
+    def grow(self) -> None:
+        """Start a worker if items wait and every worker has been on its item for a while."""
+        busy = self._busy()
+        live = sum(1 for seconds in busy if seconds <= self.timeout)
+        if self.queue and min(busy) > GROW_AFTER and live < MAX_WORKERS:
+            self.add()
+
+    def settled(self) -> bool:
+        """Whether every item has been taken and has finished or overrun."""
+        return not self.queue and all(s < 0 or s > self.timeout for s in self._busy())
+
+
+class TimedRun:
+    """One item's run (on :func:`run_each`'s pool): when it started, whether it finished.
+
+    Finishing releases a lock held from the start: a lock, unlike an event,
+    is one object the garbage collector does not track, which counts with
+    thousands of runs.
+    """
+
+    def __init__(self) -> None:
+        self._running = threading.Lock()
+        self._running.acquire()
+        self.finished = False
+        self.started: float | None = None
+        self.seconds = 0.0
+
+    def begin(self) -> None:
+        """The run starts now, in this thread."""
+        self.started = time.perf_counter()
+
+    def end(self) -> None:
+        """The run has finished: its result is kept."""
+        self.seconds = time.perf_counter() - (self.started or time.perf_counter())
+        self.finished = True
+        self._running.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the run finishes, at most *timeout* s; whether it finished."""
+        if self.finished:
+            return True
+        if self._running.acquire(timeout=-1 if timeout is None else timeout):
+            self._running.release()  # for the next waiter
+        return self.finished
+
+    def within(self, timeout: float) -> bool:
+        """Wait until the run finishes or has run *timeout* s (from now if it has not
+        started); whether it finished.
+        """
+        left = (self.started or time.perf_counter()) + timeout - time.perf_counter()
+        return self.wait(max(0.0, left))
 
 
 def skipped(
@@ -228,16 +353,13 @@ def report(
     )
 
 
-class _DetectorRun:
+class _DetectorRun(TimedRun):
     """One detector's run in a worker thread: its answer or failure, and its time."""
 
-    __slots__ = ("done", "failure", "result", "seconds")
-
     def __init__(self) -> None:
-        self.done = threading.Event()
+        super().__init__()
         self.result: object = None
         self.failure: str | None = None
-        self.seconds = 0.0
 
 
 def run_detectors(
@@ -250,9 +372,8 @@ def run_detectors(
 
     Returns one outcome per backend, in the given order. A detector that
     raises, returns something other than a detection, or has not returned
-    within *timeout* seconds is logged as a WARNING and claims nothing.
+    within *timeout* seconds of its own start is logged as a WARNING and claims nothing.
     """
-    deadline = time.perf_counter() + timeout
     runs = {i: _DetectorRun() for i, b in enumerate(backends) if b.backend.detect is not None}
 
     def work(index: int) -> None:
@@ -260,18 +381,18 @@ def run_detectors(
         # Each detector gets its own copy: one that mutates its request (with
         # object.__setattr__, say) changes neither the others' nor the backend's.
         own = dataclasses.replace(request, argv=tuple(request.argv))
-        started = time.perf_counter()
+        run.begin()
         try:
             run.result = detector(own)  # type: ignore[misc]
         except BaseException as exc:  # noqa: BLE001 - a detector must not escape
             run.failure = f"detector raised {type(exc).__name__}: {describe(exc)}"
-        run.seconds = time.perf_counter() - started
-        run.done.set()
+        run.end()
 
-    start_each(runs, work, name=lambda index: f"detect-{backends[index].name}")
-    for run in runs.values():  # one shared deadline: N waits in all
-        run.done.wait(max(0.0, deadline - time.perf_counter()))
-    finished = {index: run.done.is_set() for index, run in runs.items()}
+    def name(index: int) -> str:
+        return f"detect-{backends[index].name}"
+
+    run_each(runs, work, name=name, timeout=timeout)
+    finished = {index: run.within(timeout) for index, run in runs.items()}
     return [_outcome(b, runs.get(i), finished.get(i), timeout) for i, b in enumerate(backends)]
 
 

@@ -30,10 +30,17 @@ import importlib.metadata
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
-from sglang_backends._core.detection import DetectionOutcome, Verdict, skipped, start_each
+from sglang_backends._core.detection import (
+    DetectionOutcome,
+    TimedRun,
+    Verdict,
+    run_each,
+    skipped,
+)
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
 from sglang_backends._core.processes import from_signal
@@ -131,6 +138,27 @@ def _chosen_driver_manager() -> type[Any]:
     return ChosenDriverManager
 
 
+#: Each distribution's unmet-requirements clause, kept while the registry that
+#: found the distribution lives: 10,000 failing entry points of one distribution
+#: read its metadata once, not 10,000 times.
+_UNMET: weakref.WeakKeyDictionary[importlib.metadata.Distribution, str] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _unmet_clause(plugin: PluginEntryPoint) -> str:
+    """:func:`~sglang_backends._core.findings.unmet_clause`, once per installed distribution."""
+    from sglang_backends._core.findings import unmet_clause  # packaging: only once a load failed
+
+    if plugin.installed is None or plugin.problem is not None:  # nothing to keep
+        return unmet_clause(plugin)
+    dist = plugin.installed.distribution
+    clause = _UNMET.get(dist)
+    if clause is None:
+        clause = _UNMET[dist] = unmet_clause(plugin)
+    return clause
+
+
 def load_failure(
     name: str, plugin: PluginEntryPoint | None, exc: BaseException
 ) -> BackendLoadError:
@@ -138,11 +166,7 @@ def load_failure(
     named = backend_named(name, plugin.provider if plugin else None, builtin=plugin is None)
     unmet = ""
     if plugin is not None:  # a mismatched requirement is the commonest cause: say so
-        from sglang_backends._core.findings import (
-            unmet_clause,  # packaging: only once a load failed
-        )
-
-        unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
+        unmet = f"; {clause}" if (clause := _unmet_clause(plugin)) else ""
     return BackendLoadError(
         f"Failed to load {named}: {_cause(exc)}{unmet}",
         name=name,
@@ -183,24 +207,22 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
     )
 
 
-class _BackendLoad:
+class _BackendLoad(TimedRun):
     """One backend's load, run by one caller and awaited by the others."""
 
     def __init__(self, name: str, plugin: PluginEntryPoint | None) -> None:
+        super().__init__()
         self.name = name
         self.provider = plugin.provider if plugin else "built-in"
         self.distribution = plugin.distribution if plugin else None
         self.thread: threading.Thread | None = None
-        self.started: float | None = None
-        self.seconds = 0.0
         self._value: RegisteredServeBackend | None = None
         self._error: BaseException | None = None
-        self.finished = threading.Event()
 
     def run(self, produce: Callable[[], RegisteredServeBackend]) -> None:
         """Run *produce* in this thread and keep its result or exception."""
         self.thread = threading.current_thread()
-        self.started = time.perf_counter()
+        self.begin()
         try:
             self._value = produce()
         except BaseException as exc:  # kept for every waiter; the user's Ctrl-C goes on
@@ -208,14 +230,29 @@ class _BackendLoad:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self.seconds = time.perf_counter() - self.started
-            self.finished.set()
+            self.end()
 
     def result(self) -> RegisteredServeBackend:
         """The loaded backend; raises the load's exception if it failed."""
         if self._error is not None:
             raise self._error
         return cast(RegisteredServeBackend, self._value)
+
+    def drop_frames(self) -> None:
+        """Keep a failed load's exceptions without their tracebacks.
+
+        Each traceback holds every frame of the failed import alive: with
+        thousands of failed loads, every garbage collection walked millions of
+        objects. Automatic detection drops them, as its failures are outcomes,
+        logged without a traceback; a load that fails for :meth:`BackendLoader.load`
+        keeps them.
+        """
+        seen: set[int] = set()
+        exc = self._error
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            exc.__traceback__ = None
+            exc = exc.__cause__ or exc.__context__
 
 
 def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.Event) -> None:
@@ -228,12 +265,19 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
     while not done.wait(pause):
         pause, now = 1.0, time.perf_counter()
         for load in loads:
-            if load.finished.is_set() or load.started is None:
+            if load.finished or load.started is None:
                 continue
             running, last = now - load.started, noticed.get(id(load))
             if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
                 noticed[id(load)] = running
                 _log_still_loading(load, running, timeout)
+
+
+def _run_dropping_frames(job: tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]) -> None:
+    """Run a load of automatic detection's; if it fails, drop its frames at once."""
+    load, produce = job
+    load.run(produce)
+    load.drop_frames()
 
 
 class BackendLoader:
@@ -270,13 +314,13 @@ class BackendLoader:
                 raise
             finally:
                 timer.cancel()
-        elif not load.finished.is_set() and load.thread is threading.current_thread():
+        elif not load.finished and load.thread is threading.current_thread():
             raise BackendLoadError(
                 f"Failed to load {backend_named(name, load.provider)}: its factory asked the "
                 "registry for it while it was loading",
                 name=name,
             )
-        load.finished.wait()
+        load.wait()
         return load.result()
 
     def load_each_within(
@@ -284,8 +328,9 @@ class BackendLoader:
     ) -> list[RegisteredServeBackend | DetectionOutcome]:
         """Load the backends *names* concurrently, each bounded by *timeout* from its own start.
 
-        Loads run in daemon workers (:func:`~sglang_backends._core.detection.start_each`):
-        one that overruns keeps running there, as an import cannot be interrupted.
+        Loads run on a pool of daemon workers sized to the work
+        (:func:`~sglang_backends._core.detection.run_each`): one that overruns
+        keeps running there, as an import cannot be interrupted.
 
         :param resolve: a name's :data:`Candidate`; a :class:`ServeBackendError`
             it raises is that name's outcome.
@@ -303,19 +348,20 @@ class BackendLoader:
             if created:
                 mine.append((load, candidate[2]))
             loads.append((name, load))
-        start_each(mine, lambda job: job[0].run(job[1]), name=lambda job: f"load-{job[0].name}")
         waited = threading.Event()
         notices = [load for load, _ in mine], timeout, waited
         threading.Thread(target=_notice_slow, args=notices, daemon=True).start()
         result: list[RegisteredServeBackend | DetectionOutcome] = []
         try:
+            run_each(
+                mine, _run_dropping_frames, name=lambda job: f"load-{job[0].name}", timeout=timeout
+            )
             for item in loads:
                 if isinstance(item, DetectionOutcome):
                     result.append(item)
                     continue
                 name, load = item
-                deadline = (load.started or time.perf_counter()) + timeout
-                if not load.finished.wait(max(0.0, deadline - time.perf_counter())):
+                if not load.within(timeout):
                     cause = (
                         f"loading from {load.provider} did not finish within {timeout:g} s "
                         "(load_timeout)"

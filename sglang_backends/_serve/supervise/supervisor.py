@@ -238,7 +238,7 @@ def _supervisor_process(work: BackendWork, setup: _Setup) -> NoReturn:
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
         backend_process.mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
-        reader, writer = os.pipe()
+        reader, writer = backend_process.channel_pipe()
         child = _fork()
         if isinstance(child, str):
             os.close(reader)
