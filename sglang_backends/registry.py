@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from sglang_backends import errors
 from sglang_backends._core import selection
-from sglang_backends._core.detection import DetectionOutcome, DetectionReport, report
+from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.loading import (
@@ -27,6 +27,7 @@ from sglang_backends._core.loading import (
     load_plugin,
 )
 from sglang_backends._core.names import FALLBACK_BACKEND
+from sglang_backends._core.selection import PluginRecord, PluginStatus
 from sglang_backends._core.settings import (
     DEFAULT_DETECT_TIMEOUT,
     DEFAULT_LOAD_TIMEOUT,
@@ -42,7 +43,16 @@ from sglang_backends.contract import (
     coerce_backend,
 )
 
-__all__ = ["BuiltinBackend", "Progress", "ServeBackendRegistry"]
+__all__ = [
+    "BuiltinBackend",
+    "DetectionOutcome",
+    "DetectionReport",
+    "PluginRecord",
+    "PluginStatus",
+    "Progress",
+    "ServeBackendRegistry",
+    "Verdict",
+]
 
 #: Told, from worker threads, as automatic detection's loads and detectors start
 #: and end: ``(event, label)``, the event ``loading``, ``loaded``, ``detecting``

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from oslo_config import cfg
 
+from sglang_backends import config
 from sglang_backends._core.settings import Settings
-from sglang_backends._operators import config
 from sglang_backends._sglang.host import default_builtins
 from sglang_backends.contract import ServeRequest
 from sglang_backends.errors import ConfigurationError, DisabledBackendError
@@ -139,7 +139,7 @@ def test_a_large_file_needs_no_temporary_directory(tmp_path, monkeypatch):
 def test_process_environment_is_read_by_default(tmp_path):
     """oslo.config's own environment source, in a fresh interpreter with a real environment."""
     code = (
-        "from sglang_backends._operators.config import load_settings; s = load_settings(); "
+        "from sglang_backends.config import load_settings; s = load_settings(); "
         "print(s.model_type, s.disabled, s.detect_timeout)"
     )
     env = {
@@ -332,7 +332,7 @@ def test_not_installed_list_names_warn_with_the_option(omni, tmp_path, registry_
     ],
 )
 def test_misspelt_names_in_a_file_are_warnings_naming_file_and_fix(tmp_path, caplog, text, phrases):
-    caplog.set_level(logging.WARNING, logger="sglang_backends._operators.config")
+    caplog.set_level(logging.WARNING, logger="sglang_backends.config")
     path = write(tmp_path / "typo.conf", text)
     settings = config.load_settings(config_files=[str(path)])
     assert settings.model_type == "auto"  # ignored, as oslo.config does, but not silently
@@ -345,7 +345,7 @@ def test_misspelt_names_in_a_file_are_warnings_naming_file_and_fix(tmp_path, cap
 
 
 def test_misspelt_variable_is_a_warning_naming_the_variable(monkeypatch, caplog):
-    caplog.set_level(logging.WARNING, logger="sglang_backends._operators.config")
+    caplog.set_level(logging.WARNING, logger="sglang_backends.config")
     monkeypatch.setenv("OS_SERVE_BACKENDS__MODEL_TYP", "echo")
     monkeypatch.setenv("OS_SERVE_BACKEND__DETECT_TIMEOUT", "3")
     assert config.load_settings().model_type == "auto"
@@ -358,7 +358,7 @@ def test_misspelt_variable_is_a_warning_naming_the_variable(monkeypatch, caplog)
 
 
 def test_known_names_and_folded_group_case_are_not_warned_about(tmp_path, caplog, monkeypatch):
-    caplog.set_level(logging.WARNING, logger="sglang_backends._operators.config")
+    caplog.set_level(logging.WARNING, logger="sglang_backends.config")
     monkeypatch.setenv("OS_SERVE_BACKENDS__DETECT_TIMEOUT", "3")
     path = write(tmp_path / "ok.conf", "[DEFAULT]\n[Serve_Backends]\nmodel_type = omni\n")
     assert config.load_settings(config_files=[str(path)]).model_type == "omni"

@@ -148,7 +148,7 @@ def test_a_quoted_name_warning_is_what_the_program_prints(
 @pytest.mark.parametrize("document", ["doc/source/user/operators.rst"])
 def test_the_sample_configuration_sets_every_option(document):
     """The sample [serve_backends] file of the operator guide names every option, once."""
-    from sglang_backends._operators.config import OPTS
+    from sglang_backends.config import OPTS
 
     text = (ROOT / document).read_text(encoding="utf-8")
     sample = text.split("[serve_backends]\n", 1)[1].split("```", 1)[0].split("\n\n.. ", 1)[0]

@@ -124,7 +124,7 @@ GENERAL_HELP_DEFERS = (
     "sglang_backends.contract",
     "sglang_backends.registry",
     "sglang_backends._core.detection",
-    "sglang_backends._operators.config",
+    "sglang_backends.config",
     "sglang_backends._serve.supervise.supervisor",
     "sglang_backends._serve.supervise.backend",
     "sglang_backends._operators.commands",
@@ -230,7 +230,7 @@ def test_serve_and_the_commands_import_oslo_config_only_to_read_configuration(
 def test_configuration_imports_neither_cliff_nor_the_registry():
     """config imports the registry only to build one (registry_from_conf, select_backend)."""
     watched = ("cliff", "sglang_backends.registry", "sglang_backends._core.loading")
-    assert imported_after("import sglang_backends._operators.config", watched) == set()
+    assert imported_after("import sglang_backends.config", watched) == set()
 
 
 def test_serving_a_plugin_beside_sglang_without_general_plugins_imports_no_sglang(site, tmp_path):

@@ -265,7 +265,7 @@ def test_an_exact_entry_point_name_wins_over_a_real_distribution(site, install_b
 
 
 def test_load_timeout_from_settings_reaches_the_registry(monkeypatch):
-    from sglang_backends._operators.config import load_settings
+    from sglang_backends.config import load_settings
 
     monkeypatch.setenv("OS_SERVE_BACKENDS__LOAD_TIMEOUT", "42")
     settings = load_settings()
@@ -274,7 +274,7 @@ def test_load_timeout_from_settings_reaches_the_registry(monkeypatch):
 
 
 def test_invalid_load_timeout_in_configuration_is_refused(monkeypatch):
-    from sglang_backends._operators.config import load_settings
+    from sglang_backends.config import load_settings
     from sglang_backends.errors import ConfigurationError
 
     monkeypatch.setenv("OS_SERVE_BACKENDS__LOAD_TIMEOUT", "0")

@@ -1,7 +1,7 @@
 """The selection settings every entry point shares, as plain values.
 
 Without configuration (:func:`configured`), ``serve`` and the operator commands use
-these defaults without importing oslo.config; otherwise :mod:`sglang_backends._operators.config`
+these defaults without importing oslo.config; otherwise :mod:`sglang_backends.config`
 reads every source. No :mod:`dataclasses`, no contract: the general help reads this.
 """
 

@@ -85,7 +85,7 @@ def _settings(host: HostOptions) -> Settings:
     """Defaults, or configuration (importing oslo.config) when any is in use."""
     if not configured(host.config_args):
         return Settings()
-    from sglang_backends._operators.config import read_settings
+    from sglang_backends.config import read_settings
 
     settings, problems = read_settings(host.config_args)
     if problems:  # and the model_type it would refuse next: every problem at once

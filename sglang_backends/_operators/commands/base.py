@@ -275,7 +275,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         settings = Settings()
         problems: list[str] = []
         if configured(args):  # else the defaults, without importing oslo.config
-            from sglang_backends._operators.config import read_settings
+            from sglang_backends.config import read_settings
 
             settings, problems = read_settings(args)
         enable = _flag_names(parsed_args.enable, "--enable", problems)
