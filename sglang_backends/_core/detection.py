@@ -42,7 +42,7 @@ __all__ = [
     "report",
     "run_detectors",
     "run_each",
-    "skipped",
+    "skip_with_warning",
     "what_happened",
 ]
 
@@ -304,7 +304,7 @@ class TimedRun:
         return self.wait(max(0.0, left))
 
 
-def skipped(
+def skip_with_warning(
     name: str,
     distribution: str | None,
     seconds: float,
@@ -408,11 +408,11 @@ def _outcome(
         return DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist)
     if not finished:
         cause = f"detector did not return within {timeout:g} s"
-        return skipped(name, dist, timeout, cause, Verdict.TIMEOUT)
+        return skip_with_warning(name, dist, timeout, cause, Verdict.TIMEOUT)
     if run.failure is not None:
-        return skipped(name, dist, run.seconds, run.failure)
+        return skip_with_warning(name, dist, run.seconds, run.failure)
     detection = coerce_detection(run.result)
     if detection is None:
         cause = f"detector must return ServeBackendDetection, got {type(run.result).__name__}"
-        return skipped(name, dist, run.seconds, cause)
+        return skip_with_warning(name, dist, run.seconds, cause)
     return DetectionOutcome(name, Verdict(detection.value), run.seconds, None, dist)

@@ -39,7 +39,7 @@ from sglang_backends._core.detection import (
     TimedRun,
     Verdict,
     run_each,
-    skipped,
+    skip_with_warning,
 )
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
@@ -342,7 +342,7 @@ class BackendLoader:
             try:
                 candidate = resolve(name)
             except ServeBackendError as exc:
-                loads.append(skipped(name, exc.distribution, 0.0, str(exc)))
+                loads.append(skip_with_warning(name, exc.distribution, 0.0, str(exc)))
                 continue
             load, created = self._claim(name, candidate)
             if created:
@@ -366,12 +366,16 @@ class BackendLoader:
                         f"loading from {load.provider} did not finish within {timeout:g} s "
                         "(load_timeout)"
                     )
-                    result.append(skipped(name, load.distribution, timeout, cause, Verdict.TIMEOUT))
+                    result.append(
+                        skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
+                    )
                     continue
                 try:
                     result.append(load.result())
                 except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
-                    result.append(skipped(name, load.distribution, load.seconds, str(exc)))
+                    result.append(
+                        skip_with_warning(name, load.distribution, load.seconds, str(exc))
+                    )
         finally:
             waited.set()
         return result

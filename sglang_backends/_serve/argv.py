@@ -29,7 +29,7 @@ __all__ = [
     "MODEL_TYPE",
     "PROG",
     "SERVE_OPTIONS",
-    "HostOptions",
+    "ServeArguments",
     "hoisted",
     "model_path_from",
     "normalize",
@@ -93,7 +93,7 @@ SERVE_OPTIONS = (HELP, MODEL_TYPE, CONFIG_FILE, CONFIG_DIR, DEBUG)
 _TAKEN = {flag: option for option in SERVE_OPTIONS if option is not HELP for flag in option.flags}
 
 
-class HostOptions(NamedTuple):
+class ServeArguments(NamedTuple):
     """What ``serve`` takes for itself, and the arguments left for the backend.
 
     :param model_type: the ``--model-type`` value, ``None`` when not given.
@@ -147,7 +147,7 @@ def _arguments(
         index = end
 
 
-def parse_host_options(argv: Sequence[str]) -> HostOptions:
+def parse_host_options(argv: Sequence[str]) -> ServeArguments:
     """Remove the host's options from *argv*.
 
     ``--model-type`` may be given anywhere, as ``--model-type NAME`` or
@@ -177,7 +177,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
             raise ConfigurationError(f"{option.flags[0]} expects a value")
         else:
             config += [option.flags[0], value]
-    return HostOptions(
+    return ServeArguments(
         model_type=model_type,
         config_args=tuple(config),
         debug=debug,
@@ -185,7 +185,7 @@ def parse_host_options(argv: Sequence[str]) -> HostOptions:
     )
 
 
-def hoisted(host: HostOptions) -> tuple[str, ...] | None:
+def hoisted(host: ServeArguments) -> tuple[str, ...] | None:
     """The serve arguments with ``serve``'s own options moved before the model.
 
     ``serve MODEL --debug`` hands ``--debug`` to the backend (only a leading

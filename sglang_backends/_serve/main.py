@@ -28,7 +28,7 @@ from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings, configured
 from sglang_backends._serve.argv import (
     PROG,
-    HostOptions,
+    ServeArguments,
     hoisted,
     normalize,
     parse_host_options,
@@ -81,7 +81,7 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
         logger.propagate = saved[1]
 
 
-def _settings(host: HostOptions) -> Settings:
+def _settings(host: ServeArguments) -> Settings:
     """Defaults, or configuration (importing oslo.config) when any is in use."""
     if not configured(host.config_args):
         return Settings()
@@ -94,7 +94,7 @@ def _settings(host: HostOptions) -> Settings:
     return settings
 
 
-def _refused_model_type(host: HostOptions, settings: Settings) -> list[str]:
+def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
     if host.model_type is not None or settings.model_type == AUTO:
         return []
@@ -111,7 +111,7 @@ def _refused_model_type(host: HostOptions, settings: Settings) -> list[str]:
 def _get(
     registry: ServeBackendRegistry,
     model_type: str,
-    host: HostOptions,
+    host: ServeArguments,
     settings: Settings,
     channel: Channel | None = None,
 ) -> RegisteredServeBackend:
@@ -199,7 +199,7 @@ def _launch_here(
 
 
 def _backend(
-    host: HostOptions,
+    host: ServeArguments,
     settings: Settings,
     model_type: str,
     request: ServeRequest,
@@ -290,13 +290,13 @@ def _unclaimed(
     return f"Automatic detection fell back to {FALLBACK_BACKEND!r}: {'; '.join(reasons)}."
 
 
-def _request(host: HostOptions) -> ServeRequest:
+def _request(host: ServeArguments) -> ServeRequest:
     request = normalize(host.argv)  # imports the contract
     LOG.debug("Backend request: %r", request)
     return request
 
 
-def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
+def _help(host: ServeArguments, settings: Settings, model_type: str) -> int:
     """The general help (from metadata), or the backend's; then SGLang's note, once.
 
     A plugin claiming a built-in name fails every serve; the general help warns of it.
@@ -322,7 +322,7 @@ def _help(host: HostOptions, settings: Settings, model_type: str) -> int:
     return 0
 
 
-def _serve(host: HostOptions) -> int:
+def _serve(host: ServeArguments) -> int:
     settings = _settings(host)
     model_type = host.model_type or settings.model_type or AUTO
     if wants_help(host.argv):  # as in the request: normalizing moves no -h
