@@ -49,6 +49,13 @@ def test_the_contract_imports_signal_and_threading_only_to_stop_quietly():
     assert imported_after(stopping, watched) == set(watched)
 
 
+def test_the_contract_imports_serves_argument_rules_only_for_from_argv():
+    watched = ("sglang_backends._serve.argv",)
+    assert imported_after("from sglang_backends import ServeRequest", watched) == set()
+    parsed = "from sglang_backends import ServeRequest\nServeRequest.from_argv(['m'])"
+    assert imported_after(parsed, watched) == set(watched)
+
+
 def test_registry_is_imported_on_first_use():
     modules = imported_after(
         "import sglang_backends; sglang_backends.ServeBackendRegistry",
@@ -169,9 +176,13 @@ def test_the_general_help_imports_only_what_it_needs(site, install_backend):
                 "sglang_backends._core.loading",
                 "sglang_backends._serve.supervise.backend",
                 "sglang_backends.testing",
+                "psutil",
             ),
         ),
-        (["detect", "org/model"], ("sglang_backends.registry", "sglang_backends._core.loading")),
+        (
+            ["detect", "org/model"],
+            ("sglang_backends.registry", "sglang_backends._core.loading", "psutil"),
+        ),
         (["show", "--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
         (["--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
     ],
