@@ -22,19 +22,10 @@ from sglang_backends._core.console import LOG_FORMAT, PrintableRecords
 from sglang_backends._core.inventory import take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
-from sglang_backends._serve.argv import (
-    PROG,
-    HostOptions,
-    parse_host_options,
-    wants_help,
-)
+from sglang_backends._serve.argv import PROG, HostOptions, parse_host_options, wants_help
 from sglang_backends._serve.help import metadata_help
 from sglang_backends._sglang.installed import sglang_installed
-from sglang_backends.errors import (
-    ConfigurationError,
-    ServeBackendError,
-    UnknownBackendError,
-)
+from sglang_backends.errors import ConfigurationError, ServeBackendError, UnknownBackendError
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "guarded", "main"]
 

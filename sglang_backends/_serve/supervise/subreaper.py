@@ -24,13 +24,7 @@ from typing import NoReturn
 import psutil
 
 from sglang_backends._core import console, processes, signals, tree
-from sglang_backends._serve.supervise.backend import (
-    BackendWork,
-    Channel,
-    Hearing,
-    flush,
-    take_role,
-)
+from sglang_backends._serve.supervise.backend import BackendWork, Channel, Hearing, flush, take_role
 from sglang_backends._serve.supervise.supervisor import EXIT_FAILURE, Setup, fork
 
 __all__ = ["MARKER", "mark", "run", "sweep", "tell", "told"]
