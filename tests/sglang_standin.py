@@ -18,7 +18,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from sglang_backends._sglang.general_plugins import GENERAL_PLUGINS_GROUP
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
 from sglang_backends.testing import PluginSite
 
 #: The closing note the stand-in's ``sglang.cli.main`` provides.

@@ -32,8 +32,8 @@ from sglang_standin import (
 
 from sglang_backends import ServeBackendDetection, ServeRequest
 from sglang_backends._core.discovery import discover
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
 from sglang_backends._sglang.fork import sglang_unusable
-from sglang_backends._sglang.general_plugins import GENERAL_PLUGINS_GROUP
 from sglang_backends._sglang.host import (
     default_builtins,
     detect_diffusion_offline,

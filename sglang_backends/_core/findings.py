@@ -40,8 +40,7 @@ from sglang_backends._core.discovery import (
     normalize_distribution,
     read_metadata,
 )
-from sglang_backends._core.names import general_plugins_allowed
-from sglang_backends._sglang.general_plugins import GENERAL_PLUGINS_GROUP
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP, general_plugins_allowed
 
 if TYPE_CHECKING:
     from importlib.metadata import Distribution

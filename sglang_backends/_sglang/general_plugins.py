@@ -13,16 +13,13 @@ import time
 from collections.abc import Iterable
 
 from sglang_backends._core.discovery import InstalledDistribution, discover
-from sglang_backends._core.names import general_plugins_allowed
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP, general_plugins_allowed
 from sglang_backends._sglang.installed import import_sglang, sglang_installed
 from sglang_backends.errors import BackendLoadError, describe
 
-__all__ = ["GENERAL_PLUGINS_GROUP", "run_general_plugins"]
+__all__ = ["run_general_plugins"]
 
 LOG = logging.getLogger(__name__)
-
-#: Entry-point group of SGLang's general (hardware and hook) plugins.
-GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
 
 _general_plugins_lock = threading.Lock()
 _general_plugins_done = False

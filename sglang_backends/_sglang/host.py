@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -144,6 +143,8 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
         for name in _DIFFUSERS_INDEX_FILES:
             index = os.path.join(path, name)
             if os.path.isfile(index):
+                import json  # not for listing: only a detection reads an index
+
                 with open(index, encoding="utf-8") as stream:
                     data = json.load(stream)
                 if isinstance(data, dict) and "_diffusers_version" in data:

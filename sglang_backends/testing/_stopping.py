@@ -42,9 +42,9 @@ HOSTS: dict[str, tuple[str, ...]] = {
 def installed_hosts() -> tuple[str, ...]:
     """The hosts that can serve a backend here: this package's, and SGLang's where installed.
 
-    SGLang is looked for without importing it (its import takes seconds), as serve looks
-    for it (:func:`sglang_backends._sglang.host.sglang_installed`): a fork shipping the ``sglang``
-    package without SGLang's serve-backend API is not SGLang.
+    SGLang is looked for without importing it (its import takes seconds), as serve
+    looks for it (:func:`sglang_backends._sglang.installed.sglang_installed`): a fork
+    shipping the ``sglang`` package without SGLang's serve-backend API is not SGLang.
     """
     sglang = sglang_installed()
     return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
