@@ -135,6 +135,19 @@ def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, sta
     assert loaded == []
 
 
+def test_a_backends_own_help_imports_no_supervision(site, install_backend):
+    """``--model-type NAME --help`` runs the backend here: nothing is supervised."""
+    install_backend("omni-runtime", "omni")
+    watched = (
+        "sglang_backends._serve.supervise.supervisor",
+        "sglang_backends._serve.supervise.backend",
+    )
+    env = clean_environ(site.environ())
+    loaded, result = imported_by(serve_in_process(["--model-type", "omni", "--help"]), watched, env)
+    assert result.returncode == 0, result.stderr
+    assert loaded == []
+
+
 #: What the general help leaves unimported, each deferred by an import inside a function:
 #: the contract (``dataclasses`` with ``inspect`` cost about a fifth of its start-up,
 #: benchmarks/serve_startup.py), the registry, configuration, the supervisor, the

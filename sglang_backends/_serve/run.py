@@ -1,9 +1,10 @@
 """``serve``'s way from a request to a running backend: choose, load, check, launch, run.
 
 Imported once a request needs a backend (not for the general help): the
-registry and the contract come with it. On Linux the backend runs in a
-supervised process (:mod:`sglang_backends._serve.supervise.supervisor`); elsewhere
-here, and every descendant is stopped after it.
+registry and the contract come with it; the supervision stack only to serve.
+On Linux the backend runs in a supervised process
+(:mod:`sglang_backends._serve.supervise.supervisor`); elsewhere here, and
+every descendant is stopped after it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shlex
 import signal
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from sglang_backends._core import console, processes
 from sglang_backends._core.console import printable
@@ -24,9 +26,6 @@ from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import PROG, HostOptions, hoisted, normalize
 from sglang_backends._serve.help import usage_line
 from sglang_backends._serve.main import EXIT_USAGE, guarded
-from sglang_backends._serve.supervise import backend as backend_process
-from sglang_backends._serve.supervise import supervisor
-from sglang_backends._serve.supervise.backend import Channel
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
@@ -40,6 +39,9 @@ from sglang_backends.errors import (
     set_in_configuration,
 )
 from sglang_backends.registry import ServeBackendRegistry
+
+if TYPE_CHECKING:
+    from sglang_backends._serve.supervise.backend import Channel
 
 __all__ = ["backend_help", "serve"]
 
@@ -252,6 +254,10 @@ def serve(host: HostOptions, settings: Settings, model_type: str) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
     timeout = settings.stop_timeout
+    # The supervision stack: not for a backend's own help.
+    from sglang_backends._serve.supervise import supervisor
+    from sglang_backends._serve.supervise.backend import take_role
+
     if not supervisor.SUPPORTED:
         return _backend(
             host, settings, model_type, request, partial(_launch_here, request, timeout)
@@ -262,7 +268,7 @@ def serve(host: HostOptions, settings: Settings, model_type: str) -> int:
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             channel.backend(description)
-            backend_process.take_role(f"backend {registered.name}")
+            take_role(f"backend {registered.name}")
             return _run(description, registered, request) or 0
 
         return guarded(
