@@ -254,9 +254,7 @@ def serve(host: HostOptions, settings: Settings, model_type: str) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
     timeout = settings.stop_timeout
-    # The supervision stack: not for a backend's own help.
-    from sglang_backends._serve.supervise import supervisor
-    from sglang_backends._serve.supervise.backend import take_role
+    from sglang_backends._serve.supervise import backend, supervisor  # not for a backend's help
 
     if not supervisor.SUPPORTED:
         return _backend(
@@ -268,7 +266,7 @@ def serve(host: HostOptions, settings: Settings, model_type: str) -> int:
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             channel.backend(description)
-            take_role(f"backend {registered.name}")
+            backend.take_role(f"backend {registered.name}")
             return _run(description, registered, request) or 0
 
         return guarded(
