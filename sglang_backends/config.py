@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg, types
 
+import sglang_backends
 from sglang_backends._core.settings import (
     ENVIRONMENT_PREFIX,
     MAX_TIMEOUT,
@@ -364,9 +365,7 @@ def registry_from_conf(
     builtins: Mapping[str, ServeBackend | Callable[[], ServeBackend]] | None = None,
 ) -> ServeBackendRegistry:
     """The registry a service's called ``ConfigOpts`` describes (see :func:`register_opts`)."""
-    from sglang_backends.registry import ServeBackendRegistry
-
-    return ServeBackendRegistry.from_settings(settings_from_conf(conf), builtins)
+    return sglang_backends.ServeBackendRegistry.from_settings(settings_from_conf(conf), builtins)
 
 
 def select_backend(

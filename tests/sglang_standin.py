@@ -1,6 +1,6 @@
 """A stand-in ``sglang`` distribution that records what the host asks of it.
 
-It provides the parts of SGLang that :mod:`sglang_backends._sglang.host` uses, with
+It provides the parts of SGLang that :mod:`sglang_backends._sglang` uses, with
 SGLang's names and signatures, and appends one JSON event per call to
 ``$SGLANG_STANDIN_LOG``: importing the package, ``suppress_noisy_warnings()``,
 ``load_plugins()`` (and each
@@ -18,7 +18,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from sglang_backends._sglang.host import GENERAL_PLUGINS_GROUP
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
 from sglang_backends.testing import PluginSite
 
 #: The closing note the stand-in's ``sglang.cli.main`` provides.

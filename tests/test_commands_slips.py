@@ -426,7 +426,7 @@ def test_serves_own_options_after_the_model_get_the_corrected_command(site):
 
 def test_the_llm_fallback_without_sglang_says_first_why_nothing_claimed_the_model(omni, tmp_path):
     """A disabled plugin, or a path that does not exist, comes before the install hint."""
-    from sglang_backends._sglang.host import sglang_installed
+    from sglang_backends._sglang.installed import sglang_installed
 
     if sglang_installed():
         pytest.skip("SGLang is installed here: llm runs")

@@ -103,7 +103,7 @@ def _refusals():
     from sglang_backends import ServeBackendRegistry
     from sglang_backends._core.loading import call_plugin_code
     from sglang_backends._serve.argv import parse_host_options
-    from sglang_backends._sglang import host
+    from sglang_backends._sglang import host, installed
     from sglang_backends.testing import assert_backend_contract
 
     backend = ServeBackend(api_version=1, run=print)
@@ -116,7 +116,7 @@ def _refusals():
         ("unknown", lambda: ServeBackendRegistry({}).get("ghost"), ValueError),
         ("contract", lambda: assert_backend_contract(lambda: None, sglang=False), AssertionError),
     ]
-    if not host.sglang_installed():
+    if not installed.sglang_installed():
         cases.append(("host", lambda: host.run_llm(ServeRequest((), "m")), RuntimeError))
     return [pytest.param(refuse, builtin, id=case) for case, refuse, builtin in cases]
 

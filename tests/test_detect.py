@@ -61,7 +61,7 @@ def test_no_match_falls_back_to_llm(detectors):
     assert result.returncode == 0, result.stderr
     last = json.loads(result.stdout)[-1]
     assert (last["Backend"], last["Verdict"]) == ("llm", "fallback")
-    from sglang_backends._sglang.host import sglang_installed
+    from sglang_backends._sglang.installed import sglang_installed
 
     needs = ", which needs SGLang (pip install sglang): serve fails here"
     assert last["Detail"] == (

@@ -32,17 +32,19 @@ from sglang_standin import (
 
 from sglang_backends import ServeBackendDetection, ServeRequest
 from sglang_backends._core.discovery import discover
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
+from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.host import (
-    BUILTIN_NOTES,
-    DIFFUSION_INSTALL_HINT,
-    GENERAL_PLUGINS_GROUP,
     default_builtins,
     detect_diffusion_offline,
     diffusion_backend,
     run_diffusion,
     run_llm,
+)
+from sglang_backends._sglang.installed import (
+    BUILTIN_NOTES,
+    DIFFUSION_INSTALL_HINT,
     sglang_installed,
-    sglang_unusable,
 )
 from sglang_backends.errors import BackendLoadError
 
@@ -262,8 +264,8 @@ def test_run_general_plugins_is_once_per_process(site, sglang_env):
     env, log = sglang_env
     install_general_plugin(site)
     code = (
-        "from sglang_backends._sglang import host\n"
-        "print(host.run_general_plugins(), host.run_general_plugins())\n"
+        "from sglang_backends._sglang.general_plugins import run_general_plugins as run\n"
+        "print(run(), run())\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
@@ -540,7 +542,7 @@ NOTE_SOURCES = {
 def test_the_help_note_is_read_without_importing_sglang_when_it_is_literal(
     site, tmp_path, monkeypatch, caplog, case
 ):
-    from sglang_backends._sglang.host import help_note
+    from sglang_backends._sglang.note import help_note
 
     source, expected, imports = NOTE_SOURCES[case]
     monkeypatch.setenv("SGLANG_STANDIN_LOG", str(tmp_path / "events.jsonl"))
@@ -549,7 +551,7 @@ def test_the_help_note_is_read_without_importing_sglang_when_it_is_literal(
     (site.path / "sglang" / "cli" / "urls.py").write_text(
         'COOKBOOK_URL = "https://example.org/imported"\n'
     )
-    caplog.set_level(logging.DEBUG, logger="sglang_backends._sglang.host")
+    caplog.set_level(logging.DEBUG, logger="sglang_backends._sglang.note")
     assert help_note() == expected
     assert ("sglang" in sys.modules) is imports
     fallback = [r for r in caplog.records if "Importing sglang.cli.main" in r.getMessage()]
@@ -567,7 +569,7 @@ def test_a_help_note_file_that_is_not_regular_is_never_opened(site, tmp_path, mo
         [
             sys.executable,
             "-c",
-            "from sglang_backends._sglang.host import help_note; print(help_note())",
+            "from sglang_backends._sglang.note import help_note; print(help_note())",
         ],
         env=site.environ(),
         capture_output=True,
@@ -579,7 +581,7 @@ def test_a_help_note_file_that_is_not_regular_is_never_opened(site, tmp_path, mo
 
 
 def test_without_sglang_there_is_no_note_and_nothing_is_imported(site):
-    from sglang_backends._sglang.host import help_note
+    from sglang_backends._sglang.note import help_note
 
     assert help_note() is None
     assert "sglang" not in sys.modules

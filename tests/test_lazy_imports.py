@@ -49,6 +49,26 @@ def test_the_contract_imports_signal_and_threading_only_to_stop_quietly():
     assert imported_after(stopping, watched) == set(watched)
 
 
+def test_the_contract_imports_serves_argument_rules_only_for_from_argv():
+    watched = ("sglang_backends._serve.argv",)
+    assert imported_after("from sglang_backends import ServeRequest", watched) == set()
+    parsed = "from sglang_backends import ServeRequest\nServeRequest.from_argv(['m'])"
+    assert imported_after(parsed, watched) == set(watched)
+
+
+def test_the_builtins_import_json_only_to_read_a_diffusers_index(tmp_path):
+    """Listing builds them; only the offline diffusion detector reads a model's index."""
+    built = "from sglang_backends._sglang.host import default_builtins; default_builtins()"
+    assert imported_after(built, ("json",)) == set()
+    (tmp_path / "model_index.json").write_text('{"_diffusers_version": "0.30"}')
+    detected = f"""
+        from sglang_backends import ServeRequest
+        from sglang_backends._sglang.host import detect_diffusion_offline
+        print(detect_diffusion_offline(ServeRequest((), {str(tmp_path)!r})))
+    """
+    assert imported_after(detected, ("json",)) == {"json"}
+
+
 def test_registry_is_imported_on_first_use():
     modules = imported_after(
         "import sglang_backends; sglang_backends.ServeBackendRegistry",
@@ -115,6 +135,19 @@ def test_serve_imports_psutil_only_to_supervise(site, install_backend, args, sta
     assert loaded == []
 
 
+def test_a_backends_own_help_imports_no_supervision(site, install_backend):
+    """``--model-type NAME --help`` runs the backend here: nothing is supervised."""
+    install_backend("omni-runtime", "omni")
+    watched = (
+        "sglang_backends._serve.supervise.supervisor",
+        "sglang_backends._serve.supervise.backend",
+    )
+    env = clean_environ(site.environ())
+    loaded, result = imported_by(serve_in_process(["--model-type", "omni", "--help"]), watched, env)
+    assert result.returncode == 0, result.stderr
+    assert loaded == []
+
+
 #: What the general help leaves unimported, each deferred by an import inside a function:
 #: the contract (``dataclasses`` with ``inspect`` cost about a fifth of its start-up,
 #: benchmarks/serve_startup.py), the registry, configuration, the supervisor, the
@@ -169,9 +202,13 @@ def test_the_general_help_imports_only_what_it_needs(site, install_backend):
                 "sglang_backends._core.loading",
                 "sglang_backends._serve.supervise.backend",
                 "sglang_backends.testing",
+                "psutil",
             ),
         ),
-        (["detect", "org/model"], ("sglang_backends.registry", "sglang_backends._core.loading")),
+        (
+            ["detect", "org/model"],
+            ("sglang_backends.registry", "sglang_backends._core.loading", "psutil"),
+        ),
         (["show", "--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
         (["--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
     ],

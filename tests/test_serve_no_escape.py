@@ -263,7 +263,7 @@ def test_a_process_forking_every_millisecond_does_not_outrun_the_stop(hostile, t
 #: exited but were not reaped (zombies) and, for a moment, any survivor.
 ADOPTER = """
 import json, os, signal, subprocess, sys, time
-from sglang_backends._core.processes import become_subreaper
+from sglang_backends._core.tree import become_subreaper
 
 assert become_subreaper()
 serve = subprocess.Popen(sys.argv[1:])

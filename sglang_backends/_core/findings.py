@@ -18,7 +18,7 @@ Three things an operator can be told in advance, each a pure reading of
 The commands render these; serve reads none of it, and the registry only
 :func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
 :func:`sglang_backends._core.names.general_plugins_allowed`, which serve uses too.
-:mod:`packaging` is imported by the functions that need it.
+:mod:`packaging` is imported only to parse a requirement that is more than a name.
 
 Internal module: its names may change between releases without notice.
 """
@@ -40,8 +40,7 @@ from sglang_backends._core.discovery import (
     normalize_distribution,
     read_metadata,
 )
-from sglang_backends._core.names import general_plugins_allowed
-from sglang_backends._sglang.host import GENERAL_PLUGINS_GROUP
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP, general_plugins_allowed
 
 if TYPE_CHECKING:
     from importlib.metadata import Distribution
@@ -96,23 +95,34 @@ def unmet_requirements(dist: Distribution) -> tuple[str, ...]:
             if _installed_version(line) is None:
                 unmet.append(f"{line} (not installed)")
             continue
-        from packaging.requirements import InvalidRequirement, Requirement
-
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement as exc:
-            LOG.debug("Ignoring the requirement %r of %r: %s", line, dist, exc)
-            continue
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue
-        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-        wanted = f"{requirement.name}{extras}{requirement.specifier}"
-        installed = _installed_version(requirement.name)
-        if installed is None:
-            unmet.append(f"{wanted} (not installed)")
-        elif not _meets(requirement, installed):
-            unmet.append(f"{wanted} (installed: {installed})")
+        found = _unmet(line, dist)
+        if found is not None:
+            unmet.append(found)
     return tuple(unmet)
+
+
+def _unmet(line: str, dist: Distribution) -> str | None:
+    """What requirement *line* of *dist* lacks here, parsed; ``None`` when it is met, not
+    for this environment (its marker) or unreadable."""
+    from packaging import requirements, version  # not for a requirement that is a name
+
+    try:
+        requirement = requirements.Requirement(line)
+    except requirements.InvalidRequirement as exc:
+        LOG.debug("Ignoring the requirement %r of %r: %s", line, dist, exc)
+        return None
+    if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+        return None
+    extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+    wanted = f"{requirement.name}{extras}{requirement.specifier}"
+    installed = _installed_version(requirement.name)
+    if installed is None:
+        return f"{wanted} (not installed)"
+    try:
+        met = requirement.specifier.contains(version.Version(installed), prereleases=True)
+    except version.InvalidVersion:
+        met = False
+    return None if met else f"{wanted} (installed: {installed})"
 
 
 #: A requirement that is a distribution name alone (PEP 508), needing no parser.
@@ -154,19 +164,6 @@ def _installed_version(name: str) -> str | None:
     except Exception:  # noqa: BLE001 - unreadable metadata: installed, version unknown
         return "unknown"
     return versions[0] if versions and versions[0] else "unknown"
-
-
-def _meets(requirement: object, installed: str) -> bool:
-    """Whether version *installed* satisfies *requirement*'s specifier."""
-    from packaging.requirements import Requirement
-    from packaging.version import InvalidVersion, Version
-
-    assert isinstance(requirement, Requirement)
-    try:
-        version = Version(installed)
-    except InvalidVersion:
-        return False
-    return requirement.specifier.contains(version, prereleases=True)
 
 
 def _distribution_of(plugin: PluginEntryPoint) -> Distribution | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "AUTO",
     "FALLBACK_BACKEND",
+    "GENERAL_PLUGINS_GROUP",
     "RESERVED_SERVE_BACKEND_NAMES",
     "SERVE_BACKENDS_GROUP",
     "general_plugins_allowed",
@@ -18,6 +19,8 @@ __all__ = [
 
 #: Entry-point group in which plugins register their zero-argument factory.
 SERVE_BACKENDS_GROUP = "sglang.serve_backends"
+#: Entry-point group of SGLang's general (hardware and hook) plugins.
+GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
 #: The ``--model-type`` value asking for automatic detection.
 AUTO = "auto"
 #: Names no backend may take: ``auto`` means "choose for me".

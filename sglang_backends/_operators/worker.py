@@ -1,12 +1,13 @@
-"""Worker processes that load plugins for ``check`` and ``detect``: the job, its result, both ends.
+"""Worker processes that load plugins for ``check`` and ``detect``: the job, its result,
+and the command's end.
 
 :func:`run_isolated` runs a :class:`Job` in a fresh interpreter, in a session
 of its own, bounded in time, so a plugin that hangs or crashes at import
-costs only that process. The worker (:func:`main`) writes one JSON
-:class:`Result` to its original stdout (what a plugin prints goes to stderr),
-kills every process the plugin started (as a child subreaper, orphans too)
-and exits at once. A stop signal reaching the command kills every worker's
-tree and group, starts no further worker and ends the command with
+costs only that process. The worker
+(:mod:`sglang_backends._operators.worker_process`) writes one JSON
+:class:`Result` to its original stdout and exits at once. A stop signal
+reaching the command kills every worker's tree and group, starts no further
+worker and ends the command with
 ``128 + N`` (130 for SIGINT): Ctrl+C never reaches the workers' sessions.
 """
 
@@ -14,33 +15,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import IO, Literal, NamedTuple
 
-from sglang_backends._core.processes import (
-    StopSignals,
-    become_subreaper,
-    descendants,
-    kill_trees,
-    send,
-    stop_tree,
-)
+from sglang_backends._core.processes import StopSignals, send
 from sglang_backends._core.settings import Settings
 from sglang_backends._core.signals import signal_name
-from sglang_backends._serve.argv import normalize
 
-__all__ = ["Job", "default_jobs", "interpreter_flags", "last_line", "run_isolated", "run_loads"]
+__all__ = [
+    "Job",
+    "Outcome",
+    "Result",
+    "WorkerResult",
+    "interpreter_flags",
+    "last_line",
+    "run_isolated",
+    "run_loads",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +104,11 @@ class WorkerResult:
 # -- the command's end ------------------------------------------------------------
 
 
-def default_jobs() -> int:
-    """Default number of workers run at once: the CPU count, at most 4."""
-    return max(1, min(4, os.cpu_count() or 1))
+def _kill(*pids: int) -> None:
+    """Kill workers *pids*, each with its tree and group."""
+    from sglang_backends._core.tree import kill_trees  # psutil: only to kill, not to run
+
+    kill_trees(*pids, groups=True)
 
 
 class _Workers:
@@ -125,7 +126,7 @@ class _Workers:
             if not self.stopped:
                 self.running.add(pid)
                 return True
-        kill_trees(pid, groups=True)
+        _kill(pid)
         return False
 
     def discard(self, pid: int) -> None:
@@ -137,7 +138,7 @@ class _Workers:
         with self.lock:
             self.stopped = True
             pids = list(self.running)
-        kill_trees(*pids, groups=True)
+        _kill(*pids)
 
 
 _WORKERS = _Workers()
@@ -198,7 +199,7 @@ def _command() -> list[str]:
     """
     code = (
         f"import sys; sys.path[:] = {list(sys.path)!r}; "
-        "from sglang_backends._operators.worker import main; main()"
+        "from sglang_backends._operators.worker_process import main; main()"
     )
     return [sys.executable, *interpreter_flags(), "-c", code]
 
@@ -232,7 +233,7 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
                 return _STOPPED
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            kill_trees(process.pid, groups=True)
+            _kill(process.pid)
             with suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
             detail = f"did not finish within {timeout:g} s; its process tree was killed"
@@ -265,95 +266,3 @@ def run_loads(
     with _stop_signals_kill_workers(), ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
         return dict(zip(names, results, strict=True))
-
-
-# -- the worker's end -------------------------------------------------------------
-
-
-def _load(job: Job) -> Result:
-    """Load one backend by name and report its contract fields; with ``contract``, check it."""
-    from sglang_backends.registry import ServeBackendRegistry
-    from sglang_backends.testing import (
-        ContractViolation,
-        SGLangNotCheckedWarning,
-        assert_backend_contract,
-    )
-
-    registry = ServeBackendRegistry.from_settings(job.settings)
-    started = time.perf_counter()
-    registered = registry.get(job.name)
-    help_seconds, detections, sglang = 0.0, 0, None
-    if job.action == "contract":
-        try:
-            with warnings.catch_warnings():  # said in the SGLang column instead
-                warnings.simplefilter("ignore", SGLangNotCheckedWarning)
-                # SGLang's host too, where it is installed (importing it takes seconds).
-                report = assert_backend_contract(
-                    job.name, registry=registry, timeout=job.contract_timeout
-                )
-        except ContractViolation as exc:
-            provider = registered.distribution or "an unknown distribution"
-            return Result(error=f"{exc} (provided by {provider})")
-        help_seconds, detections = report.help_seconds, len(report.detections)
-        sglang = "accepted" if report.sglang_checked else "not checked: SGLang is not installed"
-    backend = registered.backend
-    return Result(
-        seconds=time.perf_counter() - started,
-        api_version=backend.api_version,
-        has_detector=backend.detect is not None,
-        requires_model_path=backend.requires_model_path,
-        help_seconds=help_seconds,
-        detections=detections,
-        sglang=sglang,
-    )
-
-
-def _explain(job: Job) -> Result:
-    """Run automatic detection on the request and report every outcome."""
-    from sglang_backends._serve.supervise.backend import Channel
-    from sglang_backends.registry import ServeBackendRegistry
-
-    registry = ServeBackendRegistry.from_settings(job.settings)
-    request = normalize(job.argv)
-    started = time.perf_counter()
-    progress = None
-    if job.progress:  # noted as serve's backend process tells its supervisor
-        progress = Channel(os.open(job.progress, os.O_WRONLY | os.O_APPEND)).progress
-    report = registry.explain(request, progress=progress)
-    return Result(
-        seconds=time.perf_counter() - started,
-        outcomes=[
-            Outcome(o.name, o.distribution, o.verdict.value, o.seconds, o.detail)
-            for o in report.outcomes
-        ],
-        matches=list(report.matches),
-        selected=report.selected,
-        fallback=report.fallback,
-    )
-
-
-def main() -> None:
-    """Read the job from stdin (a request may be longer than an argument's 128 KiB), run
-    it, write the result to the saved stdout.
-    """
-    result_fd = os.dup(1)
-    os.dup2(2, 1)  # whatever a plugin prints goes to stderr
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
-    become_subreaper()
-    data = json.load(sys.stdin)
-    job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
-    # As in serve's backend process: a stop signal unwinds the worker (it dies of it),
-    # and a KeyboardInterrupt or SystemExit no signal caused is the plugin's failure.
-    with StopSignals() as stops:
-        stops.arm()
-        try:
-            result = _explain(job) if job.action == "explain" else _load(job)
-        except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
-            result = Result(error=str(exc) or type(exc).__name__)
-    stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
-    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
-        json.dump(dataclasses.asdict(result), out)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
-    os._exit(0)

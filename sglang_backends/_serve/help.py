@@ -20,7 +20,7 @@ from sglang_backends._core.names import AUTO
 from sglang_backends._core.selection import PluginRecord, PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
-from sglang_backends._sglang.host import BUILTIN_NOTES
+from sglang_backends._sglang.installed import BUILTIN_NOTES
 
 __all__ = ["metadata_help", "usage_line"]
 

@@ -4,62 +4,34 @@ Argument routing, exit statuses, the stop timeout and where the backend
 runs (a supervised process on Linux, :mod:`sglang_backends._serve.supervise.supervisor`;
 this process elsewhere) are documented for operators in ``user/operators.rst``
 and ``reference/cli.rst``. A request goes: :func:`main` → :func:`_serve`
-(settings; :func:`_help`) → :func:`_backend` (choose, check) → a launch →
-``run()``. oslo.config is imported only for configuration; the general help
-imports neither the registry nor the contract's dataclasses.
+(settings; the general help) → :mod:`sglang_backends._serve.run` (choose,
+check, launch, ``run()``). oslo.config is imported only for configuration; the
+general help imports neither the registry nor the contract's dataclasses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from functools import partial
-from typing import TYPE_CHECKING
 
-from sglang_backends._core import console, processes
-from sglang_backends._core.console import LOG_FORMAT, PrintableRecords, printable
-from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
-from sglang_backends._core.selection import not_asked
+from sglang_backends._core import console
+from sglang_backends._core.console import LOG_FORMAT, PrintableRecords
+from sglang_backends._core.inventory import take_inventory
+from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
-from sglang_backends._serve.argv import (
-    PROG,
-    ServeArguments,
-    hoisted,
-    normalize,
-    parse_host_options,
-    wants_help,
-)
-from sglang_backends._serve.help import metadata_help, usage_line
-from sglang_backends._sglang import host as sglang_host
-from sglang_backends.errors import (
-    ConfigurationError,
-    DisabledBackendError,
-    ServeBackendError,
-    UnknownBackendError,
-    describe,
-    describe_typed,
-    set_in_configuration,
-)
+from sglang_backends._serve.argv import PROG, ServeArguments, parse_host_options, wants_help
+from sglang_backends._serve.help import metadata_help
+from sglang_backends._sglang.installed import sglang_installed
+from sglang_backends.errors import ConfigurationError, ServeBackendError, UnknownBackendError
 
-if TYPE_CHECKING:
-    from sglang_backends._core.detection import DetectionReport
-    from sglang_backends._serve.supervise.backend import Channel
-    from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-    from sglang_backends.registry import ServeBackendRegistry
-
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "main"]
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "guarded", "main"]
 
 LOG = logging.getLogger(__name__)
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
-
-#: Seconds detection may take beyond ``load_timeout + detect_timeout`` before it is ended.
-DETECTION_GRACE = 2.0
 
 
 @contextlib.contextmanager
@@ -98,9 +70,9 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
     if host.model_type is not None or settings.model_type == AUTO:
         return []
-    from sglang_backends._core.inventory import take_inventory
+    from sglang_backends._sglang.host import default_builtins  # the contract: not for a help
 
-    found = take_inventory(settings, sglang_host.default_builtins())
+    found = take_inventory(settings, default_builtins())
     try:
         found.by_name(settings.model_type, set_in=settings.set_in("model_type"))
     except ServeBackendError as exc:
@@ -108,252 +80,37 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     return []
 
 
-def _get(
-    registry: ServeBackendRegistry,
-    model_type: str,
-    host: ServeArguments,
-    settings: Settings,
-    channel: Channel | None = None,
-) -> RegisteredServeBackend:
-    """``registry.get(model_type)``, its load told on *channel*; a name nothing provides
-    says where configuration set it.
-    """
-    origin = None if host.model_type is not None else settings.set_in("model_type")
-    try:
-        return registry.get(model_type, progress=channel.progress if channel else None)
-    except (UnknownBackendError, DisabledBackendError) as exc:
-        if origin is None:
-            raise
-        raise set_in_configuration(exc, origin) from exc
+def _sglang_note() -> int:
+    """After a help, SGLang's closing note, once (only with SGLang)."""
+    if sglang_installed():
+        from sglang_backends._sglang.note import help_note  # ast: only beside SGLang
 
-
-def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
-    """``'name' (from dist)`` (its label, escaped: the supervisor prints it), or ``(built-in)``."""
-    if registered.distribution:
-        plugin = registry.plugin_of(registered)
-        label = plugin.distribution_label if plugin else registered.distribution
-        return str(printable(f"{registered.name!r} (from {label})"))
-    if registered.name in registry.builtin_names:
-        return f"{registered.name!r} (built-in)"
-    return f"{registered.name!r} (from an entry point without distribution metadata)"
-
-
-def _failed(description: str, exc: BaseException) -> ServeBackendError:
-    """The one-line failure of *description*'s ``run()``: its message or type; for a
-    ``BaseException`` that is not an ``Exception`` (``CancelledError``, say), its type.
-    """
-    cause = describe(exc) if isinstance(exc, Exception) else f"run() raised {describe_typed(exc)}"
-    return ServeBackendError(f"serve backend {description} failed: {cause}")
-
-
-def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
-    """Call ``run()``: ``None`` once it returns, or the exit status its ``SystemExit``
-    or a stop signal asks for; anything else it raises is its failure.
-    """
-    try:
-        registered.backend.run(request)
-    except SystemExit as exc:
-        return processes.exit_status(exc)
-    except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
-        if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
-            return 128 + signal.SIGINT
-        raise _failed(description, exc) from exc
-    return None
-
-
-def _launch_here(
-    request: ServeRequest, timeout: float, description: str, registered: RegisteredServeBackend
-) -> int:
-    """Run the backend in this process, then stop every descendant (not Linux)."""
-    processes.become_subreaper()
-    # A forced stop (second signal, expired deadline) kills at once: no grace period.
-    guard = processes.StopSignals(
-        on_signal=processes.log_received,
-        timeout=2 * timeout,
-        on_force=lambda: processes.stop_tree(processes.descendants, 0),
-    )
-    status = 0
-    failure: ServeBackendError | None = None
-    with guard:
-        try:
-            try:
-                guard.arm()
-                status = _run(description, registered, request) or 0
-            finally:
-                # From here a first signal is only recorded; a second one, or
-                # a first one caught in this very window, still ends in cleanup.
-                guard.disarm()
-        except KeyboardInterrupt:
-            status = 128 + signal.SIGINT
-        except SystemExit as exc:
-            status = processes.exit_status(exc)
-        except ServeBackendError as exc:
-            failure = exc
-        processes.log_swept(processes.stop_tree(processes.descendants, timeout))
-    if guard.signum is not None:
-        processes.log_stopped(description, guard.signum)
-        return 128 + guard.signum
-    if failure is not None:
-        raise failure
-    return status
-
-
-def _backend(
-    host: ServeArguments,
-    settings: Settings,
-    model_type: str,
-    request: ServeRequest,
-    launch: Callable[[str, RegisteredServeBackend], int],  # (description, backend) -> status
-    channel: Channel | None = None,
-) -> int:
-    """Choose and load the backend, check the request, then *launch* it.
-
-    Hints follow two slips: serve's options after the model (status 2), and
-    the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
-    """
-    from sglang_backends._core.detection import preferred_note
-    from sglang_backends.registry import ServeBackendRegistry  # not for the general help
-
-    registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
-    # before SGLang's hardware and hook plugins run, which it finds in the same distributions
-    sglang_host.run_general_plugins(registry.inventory.distributions)
-    detection: DetectionReport | None = None
-    why = ""
-    if model_type == AUTO:
-        progress = None
-        if channel is not None:
-            # The threads bounding each load and detector need the GIL; the
-            # supervisor, another process, keeps the bound whatever a plugin does.
-            bound = registry.load_timeout + registry.detect_timeout + DETECTION_GRACE
-            channel.deadline(
-                bound,
-                f"load_timeout {registry.load_timeout:g} s + detect_timeout "
-                f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
-            )
-            progress = channel.progress
-        detection = registry.explain(request, progress=progress)
-        registered = registry.get(detection.choice())  # what auto_detect() does
-        chosen = "Selected serve backend %s by automatic detection%s"
-        if detection.preferred:
-            why = f" ({preferred_note(registered.name, detection.matches)})"
-    else:
-        registered = _get(registry, model_type, host, settings, channel)
-        chosen = "Using serve backend %s%s"
-    description = _describe(registry, registered)
-    LOG.info(chosen, description, why)
-    if registered.backend.requires_model_path and request.model_path is None:
-        raise ConfigurationError(f"serve backend {description} needs a model. {usage_line()}")
-    try:
-        status = launch(description, registered)
-    except ServeBackendError as exc:
-        if detection is not None and detection.fallback and not sglang_host.sglang_installed():
-            why = _unclaimed(registry, settings, request, detection)
-            raise type(exc)(f"{why} {exc}") from exc
-        raise
-    if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
-        console.note(
-            PROG,
-            "serve's own options go before the model; if they were meant for serve, run: "
-            + shlex.join([*PROG.split(), *corrected]),
-        )
-    return status
-
-
-def _unclaimed(
-    registry: ServeBackendRegistry,
-    settings: Settings,
-    request: ServeRequest,
-    detection: DetectionReport,
-) -> str:
-    """Why detection fell back to ``llm`` (said only when it cannot run): each plugin by
-    what happened to it (declined, failed to load, timed out, duplicate, not enabled).
-    """
-    from sglang_backends._core.detection import what_happened
-
-    reasons = []
-    model = request.model_path
-    if model is None:
-        reasons.append("no model was given")
-    elif not os.path.exists(model):
-        reasons.append(f"the model path {model!r} does not exist")
-    left_out, unasked = not_asked(
-        registry.plugins, disabled=settings.disabled, origins=settings.list_origins()
-    )
-    reasons += left_out
-    reasons += [
-        what_happened(outcome)
-        for outcome in detection.outcomes
-        if outcome.name not in registry.builtin_names and outcome.name not in unasked
-    ]
-    if not registry.plugins:
-        reasons.append("no serve backend plugin is installed")
-    return f"Automatic detection fell back to {FALLBACK_BACKEND!r}: {'; '.join(reasons)}."
-
-
-def _request(host: ServeArguments) -> ServeRequest:
-    request = normalize(host.argv)  # imports the contract
-    LOG.debug("Backend request: %r", request)
-    return request
-
-
-def _help(host: ServeArguments, settings: Settings, model_type: str) -> int:
-    """The general help (from metadata), or the backend's; then SGLang's note, once.
-
-    A plugin claiming a built-in name fails every serve; the general help warns of it.
-    """
-    if model_type == AUTO:
-        console.show(metadata_help(settings))
-    else:
-        from sglang_backends.registry import ServeBackendRegistry
-
-        request = _request(host)
-        # Watched, so that a plugin's own KeyboardInterrupt is told from the user's Ctrl+C.
-        with processes.StopSignals() as stops:
-            stops.arm()
-            registry = ServeBackendRegistry.from_settings(settings)
-            registered = _get(registry, model_type, host, settings)
-            # The backend prints its own help: no model path check, no cleanup.
-            status = _run(_describe(registry, registered), registered, request)
-        if status is not None:
-            return status  # the backend exited: SGLang adds no note either
-    note = sglang_host.help_note()  # only with SGLang
-    if note:
-        console.show(f"\n{note}")
+        note = help_note()
+        if note:
+            console.show(f"\n{note}")
     return 0
 
 
 def _serve(host: ServeArguments) -> int:
+    """The general help (from metadata: a plugin claiming a built-in name fails every
+    serve, and it warns of it), the backend's own help, or serving the request.
+    """
     settings = _settings(host)
     model_type = host.model_type or settings.model_type or AUTO
-    if wants_help(host.argv):  # as in the request: normalizing moves no -h
-        return _help(host, settings, model_type)
-    request = _request(host)
-    timeout = settings.stop_timeout
-    from sglang_backends._serve.supervise import backend as backend_process
-    from sglang_backends._serve.supervise import supervisor
+    helps = wants_help(host.argv)  # as in the request: normalizing moves no -h
+    if helps and model_type == AUTO:
+        console.show(metadata_help(settings))
+        return _sglang_note()
+    from sglang_backends._serve import run  # the registry and the contract: not for that help
 
-    if not supervisor.SUPPORTED:
-        return _backend(
-            host, settings, model_type, request, partial(_launch_here, request, timeout)
-        )
-
-    def work(channel: Channel) -> int:
-        """The backend process's part: everything from choosing the backend on."""
-
-        def launch(description: str, registered: RegisteredServeBackend) -> int:
-            channel.backend(description)
-            backend_process.take_role(f"backend {registered.name}")
-            return _run(description, registered, request) or 0
-
-        return _guarded(
-            lambda: _backend(host, settings, model_type, request, launch, channel),
-            debug=host.debug,
-        )
-
-    return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
+    if helps:
+        status = run.backend_help(host, settings, model_type)
+        # A backend that exited: SGLang adds no note either.
+        return _sglang_note() if status is None else status
+    return run.serve(host, settings, model_type)
 
 
-def _guarded(step: Callable[[], int], *, debug: bool) -> int:
+def guarded(step: Callable[[], int], *, debug: bool) -> int:
     """Run *step*; an expected failure becomes one error line and its exit status."""
     failure: Exception
     try:
@@ -383,4 +140,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.error(PROG, exc)
         return EXIT_USAGE
     with _logging_to_stderr(host.debug):
-        return _guarded(lambda: _serve(host), debug=host.debug)
+        return guarded(lambda: _serve(host), debug=host.debug)

@@ -10,7 +10,7 @@
 - :func:`assert_stops_cleanly` serves the backend under each installed host
   and stops it as Ctrl+C does: no traceback, no process left.
 - SGLang counts as installed where its package has the serve-backend API
-  (:func:`sglang_backends._sglang.host.sglang_installed`): beside a fork shipping
+  (:func:`sglang_backends._sglang.installed.sglang_installed`): beside a fork shipping
   ``sglang`` without it, SGLang is reported as not checked, naming the fork.
 - A failing check is a pytest failure showing the plugin's test and the breach
   in a few lines: the kit's own frames are hidden (``__tracebackhide__``).

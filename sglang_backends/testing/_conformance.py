@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import cast
 
+import sglang_backends
+from sglang_backends._sglang.fork import sglang_unusable
+from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     SGLANG_CONTRACT_MODULE,
@@ -96,19 +99,6 @@ def _check_literal_api_version(factory: object, name: str) -> None:
             )
 
 
-def _footprint(pid: int) -> tuple[set[tuple[str, int]], set[int]]:
-    """The listening sockets and the descendants of process *pid*; empty when psutil cannot tell."""
-    import psutil
-
-    try:
-        process = psutil.Process(pid)
-        conns = process.net_connections(kind="inet")
-        children = {child.pid for child in process.children(recursive=True)}
-    except psutil.Error:
-        return set(), set()
-    return {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}, children
-
-
 def _call_bounded(
     function: Callable[[], object],
     label: str,
@@ -136,13 +126,15 @@ def _call_bounded(
 def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds."""
     __tracebackhide__ = True
+    from sglang_backends._core import tree  # psutil: not for a session that checks no help
+
     pid = os.getpid()
-    sockets_before, children_before = _footprint(pid)
+    sockets_before, children_before = tree.footprint(pid)
     opened: set[tuple[str, int]] = set()
     spawned: set[int] = set()
 
     def watch() -> None:
-        sockets, children = _footprint(pid)
+        sockets, children = tree.footprint(pid)
         opened.update(sockets - sockets_before)
         spawned.update(children - children_before)
 
@@ -162,9 +154,7 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     elif opened:
         problem = f"opened listening sockets {sorted(opened)}; --help must not launch a server"
     elif spawned:
-        from sglang_backends._core.processes import kill_trees
-
-        kill_trees(*spawned)
+        tree.kill_trees(*spawned)
         problem = f"started processes {sorted(spawned)}; --help must not launch a server"
     elif error is not None:
         problem = f"raised {type(error).__name__}: {error}"
@@ -248,10 +238,7 @@ def assert_backend_contract(
     if isinstance(factory_or_name, str):
         name = factory_or_name
         if registry is None:
-            from sglang_backends._core.settings import Settings
-            from sglang_backends.registry import ServeBackendRegistry
-
-            registry = ServeBackendRegistry.from_settings(Settings())
+            registry = sglang_backends.ServeBackendRegistry()
         try:
             registered = registry.get(name)  # type: ignore[attr-defined]
         except Exception as exc:
@@ -393,8 +380,6 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
     nothing of it is imported: SGLang is absent.
     """
     __tracebackhide__ = True
-    from sglang_backends._sglang.host import sglang_installed, sglang_unusable
-
     unusable = None if sglang_installed() else sglang_unusable()
     if unusable is not None:
         if not required:
@@ -423,8 +408,6 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
 def _sglang_absent() -> str:
     """Why SGLang's host was not checked: not installed, or a fork's ``sglang`` package
     (named, with its distribution) stands where SGLang's would; and what to do about it."""
-    from sglang_backends._sglang.host import sglang_unusable
-
     unusable = sglang_unusable()
     if unusable is None:
         return _NOT_INSTALLED

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import sglang_backends
 from sglang_backends.contract import ServeBackend
 from sglang_backends.testing._distributions import PluginSite
 
@@ -37,14 +38,13 @@ class ServeBackendsFixture(PluginSite):
         :func:`~sglang_backends.testing.write_distribution`); a registry built before
         keeps what it loaded.
         """
-        from sglang_backends._core.settings import Settings
-        from sglang_backends.registry import ServeBackendRegistry
+        from sglang_backends._core.settings import Settings  # not for a session without it
 
         for label in ("enabled", "disabled"):
             names = options.get(label)
             if names is not None and not isinstance(names, str):  # the registry refuses a str
                 options[label] = tuple(names)
-        return ServeBackendRegistry.from_settings(Settings(**options), builtins)
+        return sglang_backends.ServeBackendRegistry.from_settings(Settings(**options), builtins)
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sglang_backends._core.signals import signal_name
-from sglang_backends._sglang.host import sglang_installed, sglang_unusable
+from sglang_backends._sglang.fork import sglang_unusable
+from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.testing._conformance import ContractViolation, SGLangNotCheckedWarning
 
 if TYPE_CHECKING:
@@ -41,9 +42,9 @@ HOSTS: dict[str, tuple[str, ...]] = {
 def installed_hosts() -> tuple[str, ...]:
     """The hosts that can serve a backend here: this package's, and SGLang's where installed.
 
-    SGLang is looked for without importing it (its import takes seconds), as serve looks
-    for it (:func:`sglang_backends._sglang.host.sglang_installed`): a fork shipping the ``sglang``
-    package without SGLang's serve-backend API is not SGLang.
+    SGLang is looked for without importing it (its import takes seconds), as serve
+    looks for it (:func:`sglang_backends._sglang.installed.sglang_installed`): a fork
+    shipping the ``sglang`` package without SGLang's serve-backend API is not SGLang.
     """
     sglang = sglang_installed()
     return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
@@ -103,9 +104,8 @@ def _stop_under(
     stop_timeout: float,
 ) -> int:
     __tracebackhide__ = True
-    from sglang_backends._core import (
-        processes,  # psutil with it: not for a session that never stops one
-    )
+    # psutil with the tree: not for a session that never stops a backend
+    from sglang_backends._core import processes, tree
 
     script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
     if host == "sglang serve" and script.is_file():
@@ -130,7 +130,7 @@ def _stop_under(
     seen: set[psutil.Process] = set()
 
     def look() -> None:
-        seen.update(processes.descendants(proc.pid))
+        seen.update(tree.descendants(proc.pid))
 
     def tail() -> str:
         return " | ".join(line.rstrip() for line in lines[-5:]) or "no output"
@@ -169,8 +169,8 @@ def _stop_under(
             proc.wait()
     reader.join(5)
     proc.stdout.close()
-    left = processes.running(seen)
-    processes.stop_tree(lambda: processes.running(left), 0)  # SIGKILL, and wait for them
+    left = tree.running(seen)
+    tree.stop_tree(lambda: tree.running(left), 0)  # SIGKILL, and wait for them
     output = "".join(lines)
     if "Traceback (most recent call last)" in output:
         problem = f"printed a traceback (status {status})"

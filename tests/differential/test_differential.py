@@ -38,8 +38,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
 from sglang_backends._serve.argv import normalize
-from sglang_backends._sglang.host import GENERAL_PLUGINS_GROUP, default_builtins
+from sglang_backends._sglang.host import default_builtins
 from sglang_backends.contract import ServeRequest
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import PluginSite
@@ -428,7 +429,7 @@ def test_the_help_note_is_read_from_sglangs_file_without_importing_it(upstream):
 
     code = (
         "import json, sys\n"
-        "from sglang_backends._sglang.host import help_note\n"
+        "from sglang_backends._sglang.note import help_note\n"
         "print(json.dumps([help_note(), 'sglang' in sys.modules]))\n"
     )
     result = _run([sys.executable, "-c", code], _environ())

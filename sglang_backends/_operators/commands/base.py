@@ -7,6 +7,7 @@ import contextlib
 import functools
 import importlib.metadata
 import io
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
@@ -25,12 +26,8 @@ from sglang_backends._core.inventory import Inventory, model_type_problem, take_
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings, configured, seconds
 from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
-from sglang_backends._sglang.host import (
-    INSTALL_COMMANDS,
-    default_builtins,
-    install_hint,
-    sglang_installed,
-)
+from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.installed import INSTALL_COMMANDS, install_hint, sglang_installed
 from sglang_backends.errors import ConfigurationError, UnknownBackendError
 
 __all__ = [
@@ -41,6 +38,7 @@ __all__ = [
     "add_config_options",
     "builtin_row",
     "builtin_status",
+    "default_jobs",
     "plugin_row",
     "positive_seconds",
     "requirements_cell",
@@ -316,6 +314,11 @@ def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
     left = text.count("; ") + 1 - head.count("; ") - whole
     more = f"+{left} more; " if left and "; " in text else ""
     return f"{head.rstrip()}… ({more}{pointer})"
+
+
+def default_jobs() -> int:
+    """Default number of plugin-loading workers run at once: the CPU count, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def positive_seconds(text: str) -> float:

@@ -23,6 +23,7 @@ from sglang_backends._operators.commands.base import (
     ENABLED,
     SelectionOptions,
     builtin_status,
+    default_jobs,
     positive_seconds,
 )
 from sglang_backends.errors import did_you_mean
@@ -110,8 +111,6 @@ class CheckBackends(SelectionOptions, Lister):
     command_name = "check"
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        from sglang_backends._operators.worker import default_jobs
-
         parser = super().get_parser(prog_name)
         parser.add_argument(
             "--timeout",

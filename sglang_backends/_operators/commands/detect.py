@@ -21,6 +21,7 @@ from sglang_backends._operators.commands.base import (
     OptionSpans,
     SelectionOptions,
     builtin_status,
+    default_jobs,
     positive_seconds,
 )
 from sglang_backends._serve.argv import HELP, parse_host_options
@@ -51,7 +52,7 @@ def _why(
     stuck, so each enabled plugin is loaded alone, given ``max(timeout,
     CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
     """
-    from sglang_backends._operators.worker import Job, default_jobs, run_loads
+    from sglang_backends._operators.worker import Job, run_loads
 
     loading = underway.busy["loading"]
     # At most one load among what was under way: name it all, as serve does.

@@ -16,7 +16,7 @@ from sglang_backends._operators.commands.base import (
     plugin_row,
     requirements_cell,
 )
-from sglang_backends._sglang.host import sglang_installed
+from sglang_backends._sglang.installed import sglang_installed
 
 __all__ = ["BACKEND_COLUMNS", "COLUMNS", "ListBackends"]
 

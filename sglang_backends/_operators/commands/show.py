@@ -13,6 +13,7 @@ from typing import Any
 
 from cliff.show import ShowOne
 
+import sglang_backends
 from sglang_backends._core.findings import shadowed_text, unmet_text
 from sglang_backends._operators.commands.base import (
     ENABLED,
@@ -96,10 +97,8 @@ class ShowBackend(SelectionOptions, ShowOne):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
-        from sglang_backends.registry import ServeBackendRegistry
-
         settings, inventory = self.inventory(parsed_args)  # read and warned of once
-        registry = ServeBackendRegistry.from_settings(settings, inventory=inventory)
+        registry = sglang_backends.ServeBackendRegistry.from_settings(settings, inventory=inventory)
         started = time.perf_counter()
         with _output_to_stderr():
             registered = registry.get(parsed_args.name)

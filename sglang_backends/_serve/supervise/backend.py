@@ -1,17 +1,13 @@
-"""``serve``'s backend process on Linux, forked by :mod:`.supervisor`.
+"""What ``serve``'s backend process on Linux (forked by :mod:`.subreaper`) tells its supervisor.
 
-It chooses, loads and runs the backend, and tells the supervisor over a
+The backend process chooses, loads and runs the backend, and tells the supervisor over a
 :class:`Channel` which backend runs, each plugin load and detector as it starts
 and ends (read back by :class:`Underway`; ``detect``'s worker writes the same
 lines), and how the work ended; the supervisor hears it (:class:`Hearing`),
 which words how the backend process ended. The supervisor and
 this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
 (:func:`take_role`; the front keeps its own title), so ``pgrep -f
-sglang-backends`` finds all three. The tree's mark (:func:`mark`), which the
-supervisor takes and every process it starts inherits, lets the front and this
-process stop (:func:`sweep`) what the backend started should the supervisor be
-killed; the supervisor tells the front which process is the backend's
-(:func:`tell`, :func:`told`).
+sglang-backends`` finds all three.
 """
 
 from __future__ import annotations
@@ -19,16 +15,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable
 
-from sglang_backends._core import processes, signals
-
-if TYPE_CHECKING:
-    import psutil
+from sglang_backends._core import signals
 
 __all__ = [
     "BackendWork",
@@ -37,13 +28,8 @@ __all__ = [
     "Underway",
     "channel_pipe",
     "flush",
-    "mark",
-    "run",
-    "sweep",
     "take_role",
-    "tell",
     "title_for",
-    "told",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -232,119 +218,3 @@ def flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
-
-
-def run(
-    work: BackendWork, channel: int, *, supervisor: int, token: str, stop_timeout: float
-) -> NoReturn:
-    """The backend process's life, in the supervisor's child: *work*, then ``os._exit``.
-
-    :param channel: the pipe to the supervisor, process *supervisor*.
-    :param token: the tree's mark, to sweep should the supervisor be killed.
-    """
-    me = os.getpid()
-    tell = Channel(channel)
-    status = 1
-    try:
-        processes.die_with_parent()
-        take_role("backend")  # serve adds the backend's name once it is chosen
-        # A stop signal unwinds run() once, whatever serve inherited; the supervisor forces.
-        with processes.StopSignals() as stops:
-            stops.arm()
-            signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
-            if os.getppid() != supervisor:  # the supervisor has gone already
-                raise SystemExit(128 + signal.SIGTERM)
-            status = work(tell)
-    except SystemExit as exc:
-        status = processes.exit_status(exc)
-    except KeyboardInterrupt:
-        status = 128 + signal.SIGINT
-    except BaseException:
-        LOG.exception("The serve backend process failed")
-    finally:
-        tell.say("status", str(status))
-        if os.getpid() == me and os.getppid() != supervisor:
-            # The supervisor was killed: stop what is left, marked processes included.
-            sweep([], token, timeout=stop_timeout)
-        flush()
-        os._exit(status)
-
-
-# -- the tree's mark -------------------------------------------------------------
-
-#: The environment variable holding the tree's mark (see :func:`mark`).
-MARKER = "SGLANG_BACKENDS_SERVE_TREE"
-# The marks made here: a mapping must outlive the call that made it.
-_MARKS: list[object] = []
-
-
-def mark(token: str) -> None:
-    """Mark this process and every process it starts from now on as *token*'s (Linux).
-
-    *token* joins the tokens in :data:`MARKER` in the environment (kept through
-    ``exec``) and names a mapped memory file (kept through ``fork``, in ``/proc/PID/maps``).
-    """
-    os.environ[MARKER] = " ".join([*os.environ.get(MARKER, "").split(), token])
-    if not hasattr(os, "memfd_create"):
-        return
-    import mmap
-
-    with contextlib.suppress(OSError):
-        fd = os.memfd_create(f"{MARKER}={token}", 0)
-        try:
-            os.ftruncate(fd, mmap.PAGESIZE)
-            _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
-        finally:
-            os.close(fd)
-
-
-def marked(token: str) -> list[psutil.Process]:
-    """Live processes, other than this one, that carry *token*'s mark (those readable here)."""
-    import psutil
-
-    def carries(process: psutil.Process) -> bool:
-        try:
-            if token in process.environ().get(MARKER, "").split():
-                return True
-            with open(f"/proc/{process.pid}/maps", "rb") as maps:
-                return f"/memfd:{MARKER}={token} ".encode() in maps.read()
-        except (psutil.Error, OSError, ValueError):
-            return False
-
-    return processes.running(
-        p for p in psutil.process_iter() if p.pid != os.getpid() and carries(p)
-    )
-
-
-def tell(fd: int, pid: int) -> None:
-    """Write to *fd* that process *pid* is the backend process: ``PID CREATE_TIME``."""
-    import psutil
-
-    with contextlib.suppress(OSError, psutil.Error):
-        os.write(fd, f"{pid} {psutil.Process(pid).create_time()!r}".encode())
-
-
-def told(fd: int) -> list[psutil.Process]:
-    """The backend process :func:`tell` wrote to *fd*, if it is still that process; or none."""
-    import psutil
-
-    try:
-        os.set_blocking(fd, False)
-        pid_text, started = os.read(fd, 4096).decode("ascii").split()
-        backend = psutil.Process(int(pid_text))
-        return [backend] if repr(backend.create_time()) == started else []
-    except (OSError, ValueError, psutil.Error):
-        return []
-
-
-def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:
-    """Stop *roots*, their descendants and every process marked *token*; return how many."""
-    roots = list(roots)
-
-    def find() -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        for top in [*processes.running(roots), *marked(token)]:
-            found.update((p.pid, p) for p in processes.descendants(top.pid, itself=True))
-        return list(found.values())
-
-    return processes.stop_tree(find, timeout)

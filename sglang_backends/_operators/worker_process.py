@@ -1,0 +1,113 @@
+"""A worker process of ``check`` and ``detect``: it loads a plugin, or runs detection.
+
+Started by :func:`sglang_backends._operators.worker.run_isolated` with a
+:class:`~sglang_backends._operators.worker.Job` on stdin; it writes one JSON
+:class:`~sglang_backends._operators.worker.Result` to its original stdout (what
+a plugin prints goes to stderr), kills every process the plugin started (as a
+child subreaper, orphans too) and exits at once. The registry, the kit's
+contract check and psutil are imported here, never in the command's process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+
+from sglang_backends._core.processes import StopSignals
+from sglang_backends._core.settings import Settings
+from sglang_backends._core.tree import become_subreaper, descendants, stop_tree
+from sglang_backends._operators.worker import Job, Outcome, Result
+from sglang_backends._serve.argv import normalize
+from sglang_backends._serve.supervise.backend import Channel
+from sglang_backends.registry import ServeBackendRegistry
+from sglang_backends.testing import (
+    ContractViolation,
+    SGLangNotCheckedWarning,
+    assert_backend_contract,
+)
+
+__all__ = ["main"]
+
+
+def _load(job: Job) -> Result:
+    """Load one backend by name and report its contract fields; with ``contract``, check it."""
+    registry = ServeBackendRegistry.from_settings(job.settings)
+    started = time.perf_counter()
+    registered = registry.get(job.name)
+    help_seconds, detections, sglang = 0.0, 0, None
+    if job.action == "contract":
+        try:
+            with warnings.catch_warnings():  # said in the SGLang column instead
+                warnings.simplefilter("ignore", SGLangNotCheckedWarning)
+                # SGLang's host too, where it is installed (importing it takes seconds).
+                report = assert_backend_contract(
+                    job.name, registry=registry, timeout=job.contract_timeout
+                )
+        except ContractViolation as exc:
+            provider = registered.distribution or "an unknown distribution"
+            return Result(error=f"{exc} (provided by {provider})")
+        help_seconds, detections = report.help_seconds, len(report.detections)
+        sglang = "accepted" if report.sglang_checked else "not checked: SGLang is not installed"
+    backend = registered.backend
+    return Result(
+        seconds=time.perf_counter() - started,
+        api_version=backend.api_version,
+        has_detector=backend.detect is not None,
+        requires_model_path=backend.requires_model_path,
+        help_seconds=help_seconds,
+        detections=detections,
+        sglang=sglang,
+    )
+
+
+def _explain(job: Job) -> Result:
+    """Run automatic detection on the request and report every outcome."""
+    registry = ServeBackendRegistry.from_settings(job.settings)
+    request = normalize(job.argv)
+    started = time.perf_counter()
+    progress = None
+    if job.progress:  # noted as serve's backend process tells its supervisor
+        progress = Channel(os.open(job.progress, os.O_WRONLY | os.O_APPEND)).progress
+    report = registry.explain(request, progress=progress)
+    return Result(
+        seconds=time.perf_counter() - started,
+        outcomes=[
+            Outcome(o.name, o.distribution, o.verdict.value, o.seconds, o.detail)
+            for o in report.outcomes
+        ],
+        matches=list(report.matches),
+        selected=report.selected,
+        fallback=report.fallback,
+    )
+
+
+def main() -> None:
+    """Read the job from stdin (a request may be longer than an argument's 128 KiB), run
+    it, write the result to the saved stdout.
+    """
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # whatever a plugin prints goes to stderr
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    become_subreaper()
+    data = json.load(sys.stdin)
+    job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
+    # As in serve's backend process: a stop signal unwinds the worker (it dies of it),
+    # and a KeyboardInterrupt or SystemExit no signal caused is the plugin's failure.
+    with StopSignals() as stops:
+        stops.arm()
+        try:
+            result = _explain(job) if job.action == "explain" else _load(job)
+        except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
+            result = Result(error=str(exc) or type(exc).__name__)
+    stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
+    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+        json.dump(dataclasses.asdict(result), out)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
+    os._exit(0)

@@ -1,0 +1,277 @@
+"""``serve``'s way from a request to a running backend: choose, load, check, launch, run.
+
+Imported once a request needs a backend (not for the general help): the
+registry and the contract come with it; the supervision stack only to serve.
+On Linux the backend runs in a supervised process
+(:mod:`sglang_backends._serve.supervise.supervisor`); elsewhere here, and
+every descendant is stopped after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from sglang_backends._core import console, processes
+from sglang_backends._core.console import printable
+from sglang_backends._core.detection import DetectionReport, preferred_note, what_happened
+from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
+from sglang_backends._core.selection import not_asked
+from sglang_backends._core.settings import Settings
+from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, normalize
+from sglang_backends._serve.help import usage_line
+from sglang_backends._serve.main import EXIT_USAGE, guarded
+from sglang_backends._sglang.general_plugins import run_general_plugins
+from sglang_backends._sglang.installed import sglang_installed
+from sglang_backends.contract import RegisteredServeBackend, ServeRequest
+from sglang_backends.errors import (
+    ConfigurationError,
+    DisabledBackendError,
+    ServeBackendError,
+    UnknownBackendError,
+    describe,
+    describe_typed,
+    set_in_configuration,
+)
+from sglang_backends.registry import ServeBackendRegistry
+
+if TYPE_CHECKING:
+    from sglang_backends._serve.supervise.backend import Channel
+
+__all__ = ["backend_help", "serve"]
+
+LOG = logging.getLogger(__name__)
+
+#: Seconds detection may take beyond ``load_timeout + detect_timeout`` before it is ended.
+DETECTION_GRACE = 2.0
+
+
+def _get(
+    registry: ServeBackendRegistry,
+    model_type: str,
+    host: ServeArguments,
+    settings: Settings,
+    channel: Channel | None = None,
+) -> RegisteredServeBackend:
+    """``registry.get(model_type)``, its load told on *channel*; a name nothing provides
+    says where configuration set it.
+    """
+    origin = None if host.model_type is not None else settings.set_in("model_type")
+    try:
+        return registry.get(model_type, progress=channel.progress if channel else None)
+    except (UnknownBackendError, DisabledBackendError) as exc:
+        if origin is None:
+            raise
+        raise set_in_configuration(exc, origin) from exc
+
+
+def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
+    """``'name' (from dist)`` (its label, escaped: the supervisor prints it), or ``(built-in)``."""
+    if registered.distribution:
+        plugin = registry.plugin_of(registered)
+        label = plugin.distribution_label if plugin else registered.distribution
+        return str(printable(f"{registered.name!r} (from {label})"))
+    if registered.name in registry.builtin_names:
+        return f"{registered.name!r} (built-in)"
+    return f"{registered.name!r} (from an entry point without distribution metadata)"
+
+
+def _failed(description: str, exc: BaseException) -> ServeBackendError:
+    """The one-line failure of *description*'s ``run()``: its message or type; for a
+    ``BaseException`` that is not an ``Exception`` (``CancelledError``, say), its type.
+    """
+    cause = describe(exc) if isinstance(exc, Exception) else f"run() raised {describe_typed(exc)}"
+    return ServeBackendError(f"serve backend {description} failed: {cause}")
+
+
+def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
+    """Call ``run()``: ``None`` once it returns, or the exit status its ``SystemExit``
+    or a stop signal asks for; anything else it raises is its failure.
+    """
+    try:
+        registered.backend.run(request)
+    except SystemExit as exc:
+        return processes.exit_status(exc)
+    except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
+        if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
+            return 128 + signal.SIGINT
+        raise _failed(description, exc) from exc
+    return None
+
+
+def _launch_here(
+    request: ServeRequest, timeout: float, description: str, registered: RegisteredServeBackend
+) -> int:
+    """Run the backend in this process, then stop every descendant (not Linux)."""
+    from sglang_backends._core import tree  # psutil: never in serve's own process on Linux
+
+    tree.become_subreaper()
+    # A forced stop (second signal, expired deadline) kills at once: no grace period.
+    guard = processes.StopSignals(
+        on_signal=processes.log_received,
+        timeout=2 * timeout,
+        on_force=lambda: tree.stop_tree(tree.descendants, 0),
+    )
+    status = 0
+    failure: ServeBackendError | None = None
+    with guard:
+        try:
+            try:
+                guard.arm()
+                status = _run(description, registered, request) or 0
+            finally:
+                # From here a first signal is only recorded; a second one, or
+                # a first one caught in this very window, still ends in cleanup.
+                guard.disarm()
+        except KeyboardInterrupt:
+            status = 128 + signal.SIGINT
+        except SystemExit as exc:
+            status = processes.exit_status(exc)
+        except ServeBackendError as exc:
+            failure = exc
+        processes.log_swept(tree.stop_tree(tree.descendants, timeout))
+    if guard.signum is not None:
+        processes.log_stopped(description, guard.signum)
+        return 128 + guard.signum
+    if failure is not None:
+        raise failure
+    return status
+
+
+def _backend(
+    host: ServeArguments,
+    settings: Settings,
+    model_type: str,
+    request: ServeRequest,
+    launch: Callable[[str, RegisteredServeBackend], int],  # (description, backend) -> status
+    channel: Channel | None = None,
+) -> int:
+    """Choose and load the backend, check the request, then *launch* it.
+
+    Hints follow two slips: serve's options after the model (status 2), and
+    the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
+    """
+    registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
+    # before SGLang's hardware and hook plugins run, which it finds in the same distributions
+    run_general_plugins(registry.inventory.distributions)
+    detection: DetectionReport | None = None
+    why = ""
+    if model_type == AUTO:
+        progress = None
+        if channel is not None:
+            # The threads bounding each load and detector need the GIL; the
+            # supervisor, another process, keeps the bound whatever a plugin does.
+            bound = registry.load_timeout + registry.detect_timeout + DETECTION_GRACE
+            channel.deadline(
+                bound,
+                f"load_timeout {registry.load_timeout:g} s + detect_timeout "
+                f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
+            )
+            progress = channel.progress
+        detection = registry.explain(request, progress=progress)
+        registered = registry.get(detection.choice())  # what auto_detect() does
+        chosen = "Selected serve backend %s by automatic detection%s"
+        if detection.preferred:
+            why = f" ({preferred_note(registered.name, detection.matches)})"
+    else:
+        registered = _get(registry, model_type, host, settings, channel)
+        chosen = "Using serve backend %s%s"
+    description = _describe(registry, registered)
+    LOG.info(chosen, description, why)
+    if registered.backend.requires_model_path and request.model_path is None:
+        raise ConfigurationError(f"serve backend {description} needs a model. {usage_line()}")
+    try:
+        status = launch(description, registered)
+    except ServeBackendError as exc:
+        if detection is not None and detection.fallback and not sglang_installed():
+            why = _unclaimed(registry, settings, request, detection)
+            raise type(exc)(f"{why} {exc}") from exc
+        raise
+    if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
+        console.note(
+            PROG,
+            "serve's own options go before the model; if they were meant for serve, run: "
+            + shlex.join([*PROG.split(), *corrected]),
+        )
+    return status
+
+
+def _unclaimed(
+    registry: ServeBackendRegistry,
+    settings: Settings,
+    request: ServeRequest,
+    detection: DetectionReport,
+) -> str:
+    """Why detection fell back to ``llm`` (said only when it cannot run): each plugin by
+    what happened to it (declined, failed to load, timed out, duplicate, not enabled).
+    """
+    reasons = []
+    model = request.model_path
+    if model is None:
+        reasons.append("no model was given")
+    elif not os.path.exists(model):
+        reasons.append(f"the model path {model!r} does not exist")
+    left_out, unasked = not_asked(
+        registry.plugins, disabled=settings.disabled, origins=settings.list_origins()
+    )
+    reasons += left_out
+    reasons += [
+        what_happened(outcome)
+        for outcome in detection.outcomes
+        if outcome.name not in registry.builtin_names and outcome.name not in unasked
+    ]
+    if not registry.plugins:
+        reasons.append("no serve backend plugin is installed")
+    return f"Automatic detection fell back to {FALLBACK_BACKEND!r}: {'; '.join(reasons)}."
+
+
+def _request(host: ServeArguments) -> ServeRequest:
+    request = normalize(host.argv)  # imports the contract
+    LOG.debug("Backend request: %r", request)
+    return request
+
+
+def backend_help(host: ServeArguments, settings: Settings, model_type: str) -> int | None:
+    """Print the chosen backend's own help (its ``run()``): ``None`` once it returns, or
+    the exit status its ``SystemExit`` asks for.
+    """
+    request = _request(host)
+    # Watched, so that a plugin's own KeyboardInterrupt is told from the user's Ctrl+C.
+    with processes.StopSignals() as stops:
+        stops.arm()
+        registry = ServeBackendRegistry.from_settings(settings)
+        registered = _get(registry, model_type, host, settings)
+        # The backend prints its own help: no model path check, no cleanup.
+        return _run(_describe(registry, registered), registered, request)
+
+
+def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
+    """Serve the request: in a supervised backend process (Linux), or here."""
+    request = _request(host)
+    timeout = settings.stop_timeout
+    from sglang_backends._serve.supervise import backend, supervisor  # not for a backend's help
+
+    if not supervisor.SUPPORTED:
+        return _backend(
+            host, settings, model_type, request, partial(_launch_here, request, timeout)
+        )
+
+    def work(channel: Channel) -> int:
+        """The backend process's part: everything from choosing the backend on."""
+
+        def launch(description: str, registered: RegisteredServeBackend) -> int:
+            channel.backend(description)
+            backend.take_role(f"backend {registered.name}")
+            return _run(description, registered, request) or 0
+
+        return guarded(
+            lambda: _backend(host, settings, model_type, request, launch, channel),
+            debug=host.debug,
+        )
+
+    return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)

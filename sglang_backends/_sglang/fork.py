@@ -1,0 +1,90 @@
+"""An ``sglang`` package that is not SGLang (a fork, or SGLang before its serve-backend
+API): which distribution provides it, and how to get SGLang without overwriting it.
+
+Read only on an error's path: the provider is looked up in every distribution's file list.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+
+from sglang_backends._core.discovery import normalize_distribution
+from sglang_backends._sglang.installed import (
+    INSTALL_COMMANDS,
+    has_serve_backend_api,
+    sglang_package,
+)
+from sglang_backends.contract import SGLANG_CONTRACT_MODULE
+
+__all__ = ["advice", "provider", "sglang_unusable", "unusable"]
+
+LOG = logging.getLogger(__name__)
+
+
+def sglang_unusable() -> str | None:
+    """Why an installed ``sglang`` package is not SGLang as a host, naming the distribution
+    that provides it; ``None`` when there is no such package, or it is SGLang's.
+
+    The provider is looked up only here (it reads every distribution's file list): an
+    error's path, not serve's.
+    """
+    places = sglang_package()
+    if places is None or has_serve_backend_api(places):
+        return None
+    return unusable(provider(places))
+
+
+def unusable(found: tuple[str, str] | None) -> str:
+    """Why the ``sglang`` package of distribution *found* (name, version) is not SGLang."""
+    source = " ".join(found) if found else "a distribution its metadata does not name"
+    return (
+        f"the installed 'sglang' package (from {source}) lacks SGLang's serve-backend API "
+        f"({SGLANG_CONTRACT_MODULE}, SGLang 0.5.18 or later)"
+    )
+
+
+def provider(places: list[str]) -> tuple[str, str] | None:
+    """The name and version of the distribution whose files are the ``sglang`` package at
+    *places* (the first that lists an ``sglang`` package when none is there)."""
+    candidates = importlib.metadata.packages_distributions().get("sglang") or _shipping_sglang()
+    found = {os.path.realpath(place) for place in places}
+    first = None
+    for name in dict.fromkeys(candidates):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        named = (dist.metadata["Name"] or name, dist.version or "")
+        first = first or named
+        if os.path.realpath(str(dist.locate_file("sglang"))) in found:
+            return named
+    return first
+
+
+def _shipping_sglang() -> list[str]:
+    """The distributions whose ``RECORD`` lists an ``sglang`` file: what ``packages_distributions``
+    infers from 3.11, where Python 3.10 reads only ``top_level.txt`` (which not every
+    build backend writes)."""
+    names = []
+    for dist in importlib.metadata.distributions():
+        try:
+            if any(path.parts[0] == "sglang" for path in dist.files or ()):
+                names.append(dist.metadata["Name"])
+        except Exception as exc:  # noqa: BLE001 - an unreadable RECORD names nothing
+            LOG.debug("Cannot read the files of %r: %s", dist, exc)
+    return names
+
+
+def advice(name: str, found: tuple[str, str] | None) -> str:
+    """How to get SGLang for built-in *name* without overwriting *found*'s ``sglang``."""
+    command = INSTALL_COMMANDS[name]
+    if found is not None and normalize_distribution(found[0]) == "sglang":
+        # SGLang itself, before 0.5.18
+        return f"upgrade it with: {command.replace('pip install', 'pip install -U', 1)}"
+    whose = f"{found[0]}'s" if found else "that"
+    return (
+        f"installing SGLang here would overwrite {whose} 'sglang' package, so install it in "
+        f"an environment of its own: python -m venv sglang-env && sglang-env/bin/{command}"
+    )

@@ -1,0 +1,105 @@
+"""SGLang's closing note after a help (``COOKBOOK_EPILOG``): read from its file, not imported.
+
+``sglang serve`` imports SGLang (seconds) to print it; this reads the
+distribution's ``sglang/cli/main.py`` and evaluates the one string instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import logging
+import os
+
+from sglang_backends._core.discovery import has_metadata, is_regular_file
+from sglang_backends._sglang.installed import import_sglang, sglang_installed
+
+__all__ = ["help_note"]
+
+LOG = logging.getLogger(__name__)
+
+# SGLang's help note: the file, from the distribution's root, and the name in it.
+_NOTE_FILE, _NOTE_NAME = "sglang/cli/main.py", "COOKBOOK_EPILOG"
+
+
+def help_note() -> str | None:
+    """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``; read, not imported."""
+    if not sglang_installed():  # cheap: no package, no metadata lookup
+        return None
+    try:
+        return _static_note()
+    except ValueError as exc:
+        LOG.debug("Importing sglang.cli.main for its help note: %s", exc)
+    main = import_sglang(  # a note is never worth a failure
+        "sglang.cli.main", "No help note: sglang.cli.main failed to import: %s", expected=True
+    )
+    note = getattr(main, _NOTE_NAME, None)
+    return note if isinstance(note, str) and note else None
+
+
+def _static_note() -> str | None:
+    """The note parsed from the ``sglang`` distribution's regular file, found without importing."""
+    try:
+        dist = importlib.metadata.distribution("sglang")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ValueError("no sglang distribution is installed") from exc
+    path = str(dist.locate_file(_NOTE_FILE))
+    if os.path.lexists(path) and not is_regular_file(path):  # a FIFO, say: it could block
+        LOG.debug("No help note: %s is not a regular file", path)
+        return None
+    if not is_regular_file(path):
+        # Not where the distribution's root says: ask its RECORD (read only now: it is long).
+        try:
+            files = dist.files if has_metadata(dist, "RECORD") else None
+        except OSError as exc:
+            raise ValueError(str(exc)) from exc
+        listed = [str(f.locate()) for f in files or () if f.as_posix() == _NOTE_FILE]
+        if not listed or not is_regular_file(listed[0]):
+            raise ValueError(f"no regular file {_NOTE_FILE} in the sglang distribution")
+        path = listed[0]
+    return _read_string(path, _NOTE_NAME) or None
+
+
+def _read_string(path: str, name: str) -> str:
+    """Module-level *name* of *path*: strings, ``+``, f-strings of names bound once; not run."""
+    try:
+        with open(path, "rb") as stream:
+            tree = ast.parse(stream.read(), filename=path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ValueError(f"{path} could not be read: {exc}") from exc
+    bound: dict[str, list[ast.expr]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign):
+            targets, value = statement.targets, statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            targets, value = [statement.target], statement.value
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(value)
+
+    def evaluate(node: ast.expr, seen: frozenset[str]) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            values = bound.get(node.id, [])
+            if len(values) != 1:
+                how = "not bound" if not values else "bound more than once"
+                raise ValueError(f"{node.id} is {how} at module level")
+            if node.id in seen:
+                raise ValueError(f"{node.id} refers to itself")
+            return evaluate(values[0], seen | {node.id})
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return evaluate(node.left, seen) + evaluate(node.right, seen)
+        if isinstance(node, ast.JoinedStr):
+            return "".join(evaluate(part, seen) for part in node.values)
+        if (
+            isinstance(node, ast.FormattedValue)
+            and node.conversion in (-1, ord("s"))
+            and node.format_spec is None
+        ):
+            return evaluate(node.value, seen)
+        raise ValueError(f"{ast.unparse(node)[:80]!r} is not a string literal")
+
+    return evaluate(ast.Name(id=name), frozenset())
