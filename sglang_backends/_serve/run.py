@@ -266,7 +266,7 @@ def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
             channel.backend(description)
-            backend.take_role(f"backend {registered.name}")
+            backend.set_role_title(f"backend {registered.name}")
             return _run(description, registered, request) or 0
 
         return guarded(

@@ -277,7 +277,7 @@ class DetectBackend(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends._operators.worker import Job, run_isolated
-        from sglang_backends._serve.supervise.backend import Underway
+        from sglang_backends._serve.supervise.backend import InFlight
 
         tokens = list(parsed_args.request)
         if tokens and tokens[0] == "--":
@@ -320,7 +320,7 @@ class DetectBackend(SelectionOptions, Lister):
                 progress=trace.name,
             )
             worker = run_isolated(job, timeout=timeout)
-            underway = Underway().replay(trace.read().decode("utf-8", "replace"))
+            underway = InFlight().replay(trace.read().decode("utf-8", "replace"))
         result = worker.result
         if result is None:
             crashed = worker.failure == "crashed"

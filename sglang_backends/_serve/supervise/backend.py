@@ -2,11 +2,11 @@
 
 The backend process chooses, loads and runs the backend, and tells the supervisor over a
 :class:`Channel` which backend runs, each plugin load and detector as it starts
-and ends (read back by :class:`Underway`; ``detect``'s worker writes the same
-lines), and how the work ended; the supervisor hears it (:class:`Hearing`),
+and ends (read back by :class:`InFlight`; ``detect``'s worker writes the same
+lines), and how the work ended; the supervisor hears it (:class:`ChannelReader`),
 which words how the backend process ended. The supervisor and
 this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
-(:func:`take_role`; the front keeps its own title), so ``pgrep -f
+(:func:`set_role_title`; the front keeps its own title), so ``pgrep -f
 sglang-backends`` finds all three.
 """
 
@@ -24,11 +24,11 @@ from sglang_backends._core import signals
 __all__ = [
     "BackendWork",
     "Channel",
-    "Hearing",
-    "Underway",
+    "ChannelReader",
+    "InFlight",
     "channel_pipe",
     "flush",
-    "take_role",
+    "set_role_title",
     "title_for",
 ]
 
@@ -42,7 +42,7 @@ def title_for(role: str, argv: list[str]) -> str:
     return " ".join(["sglang-backends serve", f"[{role}]", *shown])
 
 
-def take_role(role: str) -> None:
+def set_role_title(role: str) -> None:
     """Title this process after *role* (``supervisor``, ``backend NAME``) if it can; never fails."""
     try:
         from setproctitle import setproctitle  # imported only when used
@@ -95,7 +95,7 @@ class Channel:
     progress = say  # a registry's Progress: a plugin's load or detector starts or ends
 
 
-class Underway:
+class InFlight:
     """The loads and detectors under way, from progress events (:meth:`Channel.progress`):
     what holds automatic detection up.
     """
@@ -109,7 +109,7 @@ class Underway:
         elif event in ("loaded", "detected"):
             self.busy["loading" if event == "loaded" else "detecting"].pop(label, None)
 
-    def replay(self, text: str) -> Underway:
+    def replay(self, text: str) -> InFlight:
         """Take in events written one per line as ``event label``; return self."""
         for line in text.splitlines():
             event, _, label = line.partition(" ")
@@ -133,7 +133,7 @@ class Underway:
         return f"while {busy}" if busy else ""
 
 
-class Hearing:
+class ChannelReader:
     """The supervisor's end of the :class:`Channel`: what the backend process has said."""
 
     def __init__(self, fd: int) -> None:
@@ -143,7 +143,7 @@ class Hearing:
         self.said: dict[str, str] = {}  # "backend" and "status", once said
         self.choosing: tuple[float, str] | None = None  # detection's deadline, and why
         self.detecting = False  # whether automatic detection began
-        self.underway = Underway()
+        self.underway = InFlight()
 
     def read(self) -> None:
         """Take in every complete line written so far."""

@@ -6,7 +6,7 @@ keeps detection's deadline and stops every descendant once the backend
 process has ended. The mark, which every process it starts inherits, lets
 the front and the backend process stop (:func:`sweep`) what the backend
 started should the supervisor be killed; the supervisor tells the front
-which process is the backend's (:func:`tell`, :func:`told`). psutil is
+which process is the backend's (:func:`send_backend_pid`, :func:`read_backend_pid`). psutil is
 imported here, never in the front.
 """
 
@@ -25,10 +25,16 @@ import psutil
 
 from sglang_backends._core import console, processes, signals, tree
 from sglang_backends._serve.supervise import backend as backend_process
-from sglang_backends._serve.supervise.backend import BackendWork, Channel, Hearing, flush, take_role
+from sglang_backends._serve.supervise.backend import (
+    BackendWork,
+    Channel,
+    ChannelReader,
+    flush,
+    set_role_title,
+)
 from sglang_backends._serve.supervise.supervisor import EXIT_FAILURE, Setup, fork
 
-__all__ = ["MARKER", "mark", "run", "sweep", "tell", "told"]
+__all__ = ["MARKER", "mark", "read_backend_pid", "run", "send_backend_pid", "sweep"]
 
 LOG = logging.getLogger(__name__)
 
@@ -48,7 +54,7 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
         if setup.terminal is not None:  # serve is the foreground job: the tree takes the terminal
             setup.terminal.give(os.getpgrp())
             setup.terminal.close()
-        take_role("supervisor")
+        set_role_title("supervisor")
         take = signals.SignalWait({*setup.relayed, signal.SIGCHLD})
         signal.signal(signal.SIGCONT, take.on_continue)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
@@ -73,7 +79,7 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
             )
         os.close(writer)
         supervision = _Supervision(child, reader, setup, take)
-        tell(setup.news, child)  # should the supervisor be killed
+        send_backend_pid(setup.news, child)  # should the supervisor be killed
         os.close(setup.news)
         status = supervision.run()
     except BaseException:
@@ -88,7 +94,7 @@ class _Supervision:
 
     def __init__(self, child: int, channel: int, setup: Setup, take: signals.SignalWait) -> None:
         self.child, self.setup, self.take = child, setup, take
-        self.heard = Hearing(channel)
+        self.heard = ChannelReader(channel)
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
         self.senders: dict[object, int] = {}  # stop signals by sender
@@ -226,18 +232,18 @@ def _backend_process(
     :param token: the tree's mark, to sweep should the supervisor be killed.
     """
     me = os.getpid()
-    tell = Channel(channel)
+    to_supervisor = Channel(channel)
     status = 1
     try:
         tree.die_with_parent()
-        take_role("backend")  # serve adds the backend's name once it is chosen
+        set_role_title("backend")  # serve adds the backend's name once it is chosen
         # A stop signal unwinds run() once, whatever serve inherited; the supervisor forces.
         with processes.StopSignals() as stops:
             stops.arm()
             signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
             if os.getppid() != supervisor:  # the supervisor has gone already
                 raise SystemExit(128 + signal.SIGTERM)
-            status = work(tell)
+            status = work(to_supervisor)
     except SystemExit as exc:
         status = processes.exit_status(exc)
     except KeyboardInterrupt:
@@ -245,7 +251,7 @@ def _backend_process(
     except BaseException:
         LOG.exception("The serve backend process failed")
     finally:
-        tell.say("status", str(status))
+        to_supervisor.say("status", str(status))
         if os.getpid() == me and os.getppid() != supervisor:
             # The supervisor was killed: stop what is left, marked processes included.
             sweep([], token, timeout=stop_timeout)
@@ -294,13 +300,13 @@ def marked(token: str) -> list[psutil.Process]:
     return tree.running(p for p in psutil.process_iter() if p.pid != os.getpid() and carries(p))
 
 
-def tell(fd: int, pid: int) -> None:
+def send_backend_pid(fd: int, pid: int) -> None:
     """Write to *fd* that process *pid* is the backend process: ``PID CREATE_TIME``."""
     with contextlib.suppress(OSError, psutil.Error):
         os.write(fd, f"{pid} {psutil.Process(pid).create_time()!r}".encode())
 
 
-def told(fd: int) -> list[psutil.Process]:
+def read_backend_pid(fd: int) -> list[psutil.Process]:
     """The backend process :func:`tell` wrote to *fd*, if it is still that process; or none."""
     try:
         os.set_blocking(fd, False)

@@ -205,7 +205,7 @@ def _last_resort(pid: int, signum: int, news: int, setup: Setup) -> int:
     """The supervisor was killed: sweep the backend process and whatever carries the mark."""
     from sglang_backends._serve.supervise import subreaper  # psutil: only now, in the front
 
-    count = subreaper.sweep(subreaper.told(news), setup.token, timeout=setup.timeout)
+    count = subreaper.sweep(subreaper.read_backend_pid(news), setup.token, timeout=setup.timeout)
     console.error(
         setup.prog,
         f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(signum)}; "
