@@ -4,8 +4,6 @@ This is the one route to ``serve``: it is taken before anything else is
 imported, so serving a model never pays for the operator machinery (cliff,
 oslo.config), and ``serve`` is never a cliff command (cliff reads its
 global options anywhere on the line, a backend's arguments included).
-
-Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

@@ -13,8 +13,6 @@ stale list for minutes after a reinstall, drops the distribution of each
 entry point, folds two providers with the same target into one and fails
 on a damaged cache file. Nothing here imports plugin code. Which of the
 discovered plugins may be used is decided in :mod:`sglang_backends._core.selection`.
-
-Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

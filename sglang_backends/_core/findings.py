@@ -19,8 +19,6 @@ The commands render these; serve reads none of it, and the registry only
 :func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
 :func:`sglang_backends._core.names.general_plugins_allowed`, which serve uses too.
 :mod:`packaging` is imported only to parse a requirement that is more than a name.
-
-Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ only (no plugin is imported): the distributions
 (``ServeBackendRegistry(inventory=...)``), so nothing is read or said twice.
 What else an operator should see before a failure is metadata too, read from
 the same :attr:`Inventory.distributions`.
-
-Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

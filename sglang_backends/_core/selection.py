@@ -4,8 +4,6 @@ The enabled/disabled rules, applied to what discovery found: a plugin
 outside the selection is never imported, none may take a reserved or
 built-in name, and a name several distributions register is a duplicate.
 Pure: no file access, no plugin import.
-
-Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

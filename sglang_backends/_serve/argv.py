@@ -6,8 +6,6 @@ is the backend's, in order. ``serve``'s own options are taken only from the
 leading run of arguments, so a backend's option of the same name reaches it.
 They are declared once, here (:data:`SERVE_OPTIONS`), for the general help
 and the operator commands as well.
-
-Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

@@ -3,8 +3,6 @@
 The general ``serve --help`` (:func:`metadata_help`), from the
 inventory (:mod:`~sglang_backends._core.inventory`) alone, which still prints when a
 plugin claims a built-in name, with a warning; and the usage line a missing model gets.
-
-Internal module: its names may change between releases without notice.
 """
 
 from __future__ import annotations

@@ -307,7 +307,9 @@ def send_backend_pid(fd: int, pid: int) -> None:
 
 
 def read_backend_pid(fd: int) -> list[psutil.Process]:
-    """The backend process :func:`tell` wrote to *fd*, if it is still that process; or none."""
+    """The backend process :func:`send_backend_pid` wrote to *fd*, if it is still that
+    process; or none.
+    """
     try:
         os.set_blocking(fd, False)
         pid_text, started = os.read(fd, 4096).decode("ascii").split()
