@@ -37,7 +37,7 @@ def factory():
 SETUP = """
 import time
 from sglang_backends import ServeBackendRegistry, ServeRequest
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 registry = ServeBackendRegistry(default_builtins())
 request = ServeRequest(argv=(), model_path="org/model")
 """

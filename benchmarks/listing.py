@@ -35,7 +35,7 @@ print(time.perf_counter() - t)
 REGISTRY = """
 import time
 from sglang_backends import ServeBackendRegistry
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 t = time.perf_counter()
 names = ServeBackendRegistry(default_builtins()).available_names
 print(time.perf_counter() - t)

@@ -39,7 +39,7 @@ def factory():
 DETECT = f"""
 import time
 from sglang_backends import ServeBackendRegistry, ServeRequest
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 registry = ServeBackendRegistry(
     default_builtins(), load_timeout={LOAD_TIMEOUT}, detect_timeout={DETECT_TIMEOUT}
 )

@@ -44,7 +44,7 @@ def factory():
 DETECTION = """
 import time
 from sglang_backends import ServeBackendRegistry, ServeRequest
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 t = time.perf_counter()
 registry = ServeBackendRegistry(default_builtins(), load_timeout=5, detect_timeout=10)
 report = registry.explain(ServeRequest(argv=(), model_path="org/model"))

@@ -84,7 +84,7 @@ print(time.perf_counter() - t)
 AUTO_DETECT = """
 import time
 from sglang_backends import ServeBackendRegistry, ServeRequest
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 t = time.perf_counter()
 registry = ServeBackendRegistry(default_builtins(), load_timeout=60, detect_timeout=60)
 chosen = registry.auto_detect(ServeRequest(argv=(), model_path=MODEL))

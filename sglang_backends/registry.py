@@ -34,7 +34,7 @@ from sglang_backends._core.settings import (
     Settings,
     seconds,
 )
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     RegisteredServeBackend,

@@ -12,7 +12,7 @@ import time
 
 from sglang_backends import ServeBackendRegistry, ServeRequest
 from sglang_backends._core.detection import Verdict
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 
 REQUEST = ServeRequest(argv=(), model_path="some/model")
 MATCH = "return ServeBackendDetection.MATCH"
@@ -104,7 +104,7 @@ def test_with_every_worker_on_a_hang_the_rest_start_once_the_hangs_overrun(site,
         """
         from sglang_backends import ServeBackendRegistry, ServeRequest
         from sglang_backends._core import detection
-        from sglang_backends._sglang.host import default_builtins
+        from sglang_backends._sglang.builtins import default_builtins
         detection.MAX_WORKERS = 1
         registry = ServeBackendRegistry(default_builtins(), detect_timeout=0.5)
         report = registry.explain(ServeRequest(argv=(), model_path="m"))

@@ -16,7 +16,7 @@ from oslo_config import cfg
 
 from sglang_backends import config
 from sglang_backends._core.settings import Settings
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends.contract import ServeRequest
 from sglang_backends.errors import ConfigurationError, DisabledBackendError
 

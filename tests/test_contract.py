@@ -26,7 +26,7 @@ def shape(cls: type) -> list[tuple[str, object]]:
 def test_a_plugin_declaring_upstreams_group_and_version_literally_is_served(site):
     """SGLang's contract, as a plugin spells it: the group, API version 1, and never ``auto``."""
     from sglang_backends import BackendConflictError, ServeBackendRegistry
-    from sglang_backends._sglang.host import default_builtins
+    from sglang_backends._sglang.builtins import default_builtins
 
     info = site.install(
         "literal-runtime",
@@ -103,7 +103,8 @@ def _refusals():
     from sglang_backends import ServeBackendRegistry
     from sglang_backends._core.loading import call_plugin_code
     from sglang_backends._serve.argv import parse_host_options
-    from sglang_backends._sglang import host, installed
+    from sglang_backends._sglang import builtins as host
+    from sglang_backends._sglang import installed
     from sglang_backends.testing import assert_backend_contract
 
     backend = ServeBackend(api_version=1, run=print)

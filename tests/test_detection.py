@@ -19,7 +19,7 @@ from sglang_backends import (
     ServeRequest,
 )
 from sglang_backends._core.detection import Verdict
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
 MATCH = "return ServeBackendDetection.MATCH"
@@ -216,7 +216,7 @@ def test_interpreter_exits_promptly_after_a_detector_hangs(site, install_backend
         """
         import json
         from sglang_backends import ServeBackendRegistry, ServeRequest
-        from sglang_backends._sglang.host import default_builtins
+        from sglang_backends._sglang.builtins import default_builtins
         registry = ServeBackendRegistry(default_builtins(), detect_timeout=0.5)
         report = registry.explain(ServeRequest(argv=(), model_path="m"))
         print(json.dumps([[o.name, o.verdict.value] for o in report.outcomes]))

@@ -13,7 +13,7 @@ import pytest
 from sglang_backends import ServeBackendRegistry
 from sglang_backends._core.discovery import discover, split_qualified_name
 from sglang_backends._core.selection import designates
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 
 
 def run_python(site, code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -96,7 +96,7 @@ def test_entry_points_rewritten_in_place_are_seen_by_a_new_registry(
         + f"""
     import importlib, json, pathlib, sys
     from sglang_backends import ServeBackendRegistry
-    from sglang_backends._sglang.host import default_builtins
+    from sglang_backends._sglang.builtins import default_builtins
 
     from sglang_backends.testing import write_distribution
 
@@ -151,7 +151,7 @@ def test_corrupted_stevedore_cache_does_not_break_the_registry(
         """
         import json
         from sglang_backends import ServeBackendRegistry, ServeRequest
-        from sglang_backends._sglang.host import default_builtins
+        from sglang_backends._sglang.builtins import default_builtins
 
         registry = ServeBackendRegistry(default_builtins())
         names = registry.available_names

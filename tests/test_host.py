@@ -33,14 +33,14 @@ from sglang_standin import (
 from sglang_backends import ServeBackendDetection, ServeRequest
 from sglang_backends._core.discovery import discover
 from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
-from sglang_backends._sglang.fork import sglang_unusable
-from sglang_backends._sglang.host import (
+from sglang_backends._sglang.builtins import (
     default_builtins,
     detect_diffusion_offline,
     diffusion_backend,
     run_diffusion,
     run_llm,
 )
+from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import (
     BUILTIN_NOTES,
     DIFFUSION_INSTALL_HINT,

@@ -19,7 +19,7 @@ from clitools import clean_environ
 from sglang_backends import errors
 from sglang_backends._core.inventory import take_inventory
 from sglang_backends._core.settings import Settings
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends.registry import ServeBackendRegistry
 
 #: Runs ``sglang-backends ARGV`` in this interpreter, counting metadata scans.

@@ -28,7 +28,7 @@ def imported_after(
         "from sglang_backends import host_prog, stop_quietly\nwith stop_quietly(): host_prog('x')",
         "import sglang_backends.contract",
         "import sglang_backends.errors",
-        "from sglang_backends._sglang.host import default_builtins; default_builtins()",
+        "from sglang_backends._sglang.builtins import default_builtins; default_builtins()",
     ],
 )
 def test_contract_import_is_lean(code):
@@ -58,12 +58,12 @@ def test_the_contract_imports_serves_argument_rules_only_for_from_argv():
 
 def test_the_builtins_import_json_only_to_read_a_diffusers_index(tmp_path):
     """Listing builds them; only the offline diffusion detector reads a model's index."""
-    built = "from sglang_backends._sglang.host import default_builtins; default_builtins()"
+    built = "from sglang_backends._sglang.builtins import default_builtins; default_builtins()"
     assert imported_after(built, ("json",)) == set()
     (tmp_path / "model_index.json").write_text('{"_diffusers_version": "0.30"}')
     detected = f"""
         from sglang_backends import ServeRequest
-        from sglang_backends._sglang.host import detect_diffusion_offline
+        from sglang_backends._sglang.builtins import detect_diffusion_offline
         print(detect_diffusion_offline(ServeRequest((), {str(tmp_path)!r})))
     """
     assert imported_after(detected, ("json",)) == {"json"}
@@ -83,7 +83,7 @@ def test_listing_in_a_fresh_interpreter_imports_no_plugin_and_no_sglang(site, in
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends._sglang.host import default_builtins
+        from sglang_backends._sglang.builtins import default_builtins
         assert "omni" in ServeBackendRegistry(default_builtins()).available_names
         """,
         (module, "sglang", "stevedore"),
@@ -100,7 +100,7 @@ def test_get_in_a_fresh_interpreter_imports_only_the_selected_plugin(site, insta
     modules = imported_after(
         """
         from sglang_backends import ServeBackendRegistry
-        from sglang_backends._sglang.host import default_builtins
+        from sglang_backends._sglang.builtins import default_builtins
         ServeBackendRegistry(default_builtins()).get("omni")
         """,
         (wanted, other, "stevedore"),

@@ -18,7 +18,7 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
 )
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
 MATCH = "return ServeBackendDetection.MATCH"

@@ -23,7 +23,7 @@ from sglang_backends import (
     host_contract,
     portable_backend,
 )
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends.contract import SGLANG_CONTRACT_MODULE
 from sglang_backends.testing import ContractViolation, assert_backend_contract
 from sglang_backends.testing._conformance import assert_sglang_accepts

@@ -27,10 +27,8 @@ from sglang_backends import (
     UnknownBackendError,
 )
 from sglang_backends._core.selection import PluginStatus
-from sglang_backends._sglang import (
-    host,
-)
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang import builtins as host
+from sglang_backends._sglang.builtins import default_builtins
 
 # -- listing -------------------------------------------------------------------
 

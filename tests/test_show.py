@@ -87,7 +87,7 @@ def test_show_a_built_in(site):
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["Origin"] == "built-in"
-    assert shown["Target"] == "sglang_backends._sglang.host:run_diffusion"
+    assert shown["Target"] == "sglang_backends._sglang.builtins:run_diffusion"
     assert shown["Has detector"] is True
     assert shown["Distribution"] is None
 

@@ -21,7 +21,7 @@ from sglang_backends import (
     ServeRequest,
 )
 from sglang_backends._core.detection import Verdict
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 
 #: SGLang's contract module, as the stand-in SGLang distribution provides it.
 STAND_IN = MODULES["sglang/cli/serve_backends.py"]

@@ -70,7 +70,7 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
     if host.model_type is not None or settings.model_type == AUTO:
         return []
-    from sglang_backends._sglang.host import default_builtins  # the contract: not for a help
+    from sglang_backends._sglang.builtins import default_builtins  # the contract: not for a help
 
     found = take_inventory(settings, default_builtins())
     try:

@@ -40,7 +40,7 @@ import pytest
 
 from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
 from sglang_backends._serve.argv import normalize
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends.contract import ServeRequest
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import PluginSite

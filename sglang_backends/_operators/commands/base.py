@@ -26,7 +26,7 @@ from sglang_backends._core.inventory import Inventory, model_type_problem, take_
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings, configured, seconds
 from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
-from sglang_backends._sglang.host import default_builtins
+from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends._sglang.installed import INSTALL_COMMANDS, install_hint, sglang_installed
 from sglang_backends.errors import ConfigurationError, UnknownBackendError
 

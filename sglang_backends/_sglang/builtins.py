@@ -1,4 +1,4 @@
-"""SGLang as the host: its built-in backends, ``llm`` and ``diffusion``.
+"""SGLang's built-in backends, ``llm`` and ``diffusion``.
 
 Each runs SGLang's own server, imported only when run
 (:func:`sglang_backends._sglang.installed.import_sglang`); without SGLang a
