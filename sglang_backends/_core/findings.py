@@ -1,4 +1,4 @@
-"""Foresight: what will break, read from package metadata before anything loads.
+"""Findings: what will break, read from package metadata before anything loads.
 
 Three things an operator can be told in advance, each a pure reading of
 :mod:`importlib.metadata` (nothing here imports a plugin):

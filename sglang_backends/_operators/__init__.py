@@ -1,1 +1,1 @@
-"""The operator side: configuration, the cliff commands and their workers."""
+"""The operator side: the cliff application, its commands and their worker processes."""
