@@ -125,7 +125,8 @@ class ServeBackendRegistry:
         if inventory is None:
             if builtins is None:
                 builtins = default_builtins()
-            selection.check_lists(builtins, enabled, disabled)  # before tuple() splits a str
+            # Before tuple() splits a string into letters.
+            selection.check_lists(builtins, enabled, disabled, preferred)
             selected = Settings(
                 enabled=None if enabled is None else tuple(enabled),
                 disabled=tuple(disabled),

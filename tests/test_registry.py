@@ -417,7 +417,9 @@ def test_invalid_timeout_is_refused(option, value):
         ServeBackendRegistry(default_builtins(), **{option: value})
 
 
-@pytest.mark.parametrize("selection", [{"enabled": "omni"}, {"disabled": "omni"}])
+@pytest.mark.parametrize(
+    "selection", [{"enabled": "omni"}, {"disabled": "omni"}, {"preferred": "omni"}]
+)
 def test_a_single_string_selection_is_refused(selection):
     with pytest.raises(TypeError, match="collection of backend names, not a string"):
         ServeBackendRegistry(default_builtins(), **selection)

@@ -144,7 +144,7 @@ def take_inventory(
         too), :func:`~sglang_backends._core.discovery.distributions` by default.
     :raises ConfigurationError: a built-in is named ``auto``, or a list is a string.
     """
-    selection.check_lists(builtins, settings.enabled, settings.disabled)
+    selection.check_lists(builtins, settings.enabled, settings.disabled, settings.preferred)
     allowed = None if settings.enabled is None else frozenset(settings.enabled)
     refused = frozenset(settings.disabled)
     origins = settings.list_origins()

@@ -202,18 +202,21 @@ def duplicate_text(
     return " ".join([*repeated, advice])
 
 
-def check_lists(builtin_names: Collection[str], enabled: object, disabled: object) -> None:
+def check_lists(
+    builtin_names: Collection[str], enabled: object, disabled: object, preferred: object = ()
+) -> None:
     """Refuse a reserved built-in name and a list given as a string.
 
-    :raises ConfigurationError: a built-in is named ``auto``, or *enabled* or *disabled*
-        is a string, not a collection (a ``TypeError`` too).
+    :raises ConfigurationError: a built-in is named ``auto``, or *enabled*, *disabled* or
+        *preferred* is a string, not a collection (a ``TypeError`` too).
     """
     reserved = sorted(set(builtin_names) & RESERVED_SERVE_BACKEND_NAMES)
     if reserved:
         raise ConfigurationError(
             f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
         )
-    for label, names in (("enabled", enabled), ("disabled", disabled)):
+    lists = (("enabled", enabled), ("disabled", disabled), ("preferred", preferred))
+    for label, names in lists:
         if isinstance(names, str):
             raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
 
