@@ -33,7 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
-    index, options = 0, []  # the options before the command name, as (name, tokens)
+    index = 0
+    options = []  # the options before the command name, as (name, tokens)
     while index < len(args) and args[index].startswith("-"):
         name, sep, _ = args[index].partition("=")
         width = 2 if not sep and name in _VALUED else 1

@@ -169,7 +169,8 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
         return Settings(), [*problems, f"Invalid configuration: {exc}"]
     for problem in _unknown(parsed):
         LOG.warning("%s", problem)
-    legacy, variable = os.environ.get(STOP_TIMEOUT_ENV), ENVIRONMENT_PREFIX + "STOP_TIMEOUT"
+    legacy = os.environ.get(STOP_TIMEOUT_ENV)
+    variable = ENVIRONMENT_PREFIX + "STOP_TIMEOUT"
     if legacy is not None:
         LOG.warning("%s is deprecated; set %s instead", STOP_TIMEOUT_ENV, variable)
     if legacy is not None and variable not in os.environ:
@@ -210,7 +211,8 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
             values[opt.dest] = conf[GROUP][opt.dest]
         except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
             problems.append(_refused(opt.dest, exc, parsed))
-            values[opt.dest], refused = opt.default, [*refused, opt.dest]
+            values[opt.dest] = opt.default
+            refused = [*refused, opt.dest]
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(

@@ -110,7 +110,8 @@ class PrintableRecords(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = printable(record.getMessage()), None
+        record.msg = printable(record.getMessage())
+        record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = printable_traceback(record.exc_info[1]).rstrip("\n")
         return True

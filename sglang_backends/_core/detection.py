@@ -213,7 +213,9 @@ class _Pool(Generic[_T]):
 
     def __init__(self, work: Callable[[_T], object], name: Callable[[_T], str], timeout: float):
         self.queue: collections.deque[_T] = collections.deque()
-        self.work, self.name, self.timeout = work, name, timeout
+        self.work = work
+        self.name = name
+        self.timeout = timeout
         # When each worker took its current item: inf while between items,
         # -inf once it died of an exception (busy for ever, so replaced).
         self.since: list[float] = []
@@ -377,7 +379,8 @@ def run_detectors(
     runs = {i: _DetectorRun() for i, b in enumerate(backends) if b.backend.detect is not None}
 
     def work(index: int) -> None:
-        run, detector = runs[index], backends[index].backend.detect
+        run = runs[index]
+        detector = backends[index].backend.detect
         # Each detector gets its own copy: one that mutates its request (with
         # object.__setattr__, say) changes neither the others' nor the backend's.
         own = dataclasses.replace(request, argv=tuple(request.argv))
@@ -403,7 +406,8 @@ def _outcome(
     timeout: float,
 ) -> DetectionOutcome:
     """What *run*, the run of *registered*'s detector (``None``: it has none), concluded."""
-    name, dist = registered.name, registered.distribution
+    name = registered.name
+    dist = registered.distribution
     if run is None:
         return DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist)
     if not finished:

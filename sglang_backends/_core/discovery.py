@@ -284,7 +284,8 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
         name, version = installed.identity()
     except Exception as exc:  # noqa: BLE001 - its entry points are still served
         # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
-        name, version = _directory_name(installed.distribution), None
+        name = _directory_name(installed.distribution)
+        version = None
         problem = f"metadata unreadable: {installed.location}"
         _warn_once(
             "Using the entry points of the distribution at %s under the name %r: "

@@ -263,11 +263,13 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
     noticed: dict[int, float] = {}
     pause = SLOW_LOAD_NOTICE
     while not done.wait(pause):
-        pause, now = 1.0, time.perf_counter()
+        pause = 1.0
+        now = time.perf_counter()
         for load in loads:
             if load.finished or load.started is None:
                 continue
-            running, last = now - load.started, noticed.get(id(load))
+            running = now - load.started
+            last = noticed.get(id(load))
             if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
                 noticed[id(load)] = running
                 _log_still_loading(load, running, timeout)

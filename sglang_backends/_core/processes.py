@@ -99,7 +99,9 @@ class StopSignals:
     ) -> None:
         self.signum: int | None = None
         self.armed = False
-        self._on_signal, self._timeout, self._on_force = on_signal, timeout, on_force
+        self._on_signal = on_signal
+        self._timeout = timeout
+        self._on_force = on_force
         self._pid = os.getpid()
         self._previous: dict[int, Any] = {}
         self._watchdog: threading.Timer | None = None

@@ -95,12 +95,14 @@ class SignalWait:
 
     def continued(self) -> bool:
         """Whether this process was continued since the last call (or since it began)."""
-        told, self._told = self._told, self._continues
+        told = self._told
+        self._told = self._continues
         return told != self._continues
 
     def __call__(self, timeout: float) -> signal.struct_siginfo | None:
         """Wait up to *timeout* s for one of the signals; it, or ``None``."""
-        continues, started = self._continues, time.monotonic()
+        continues = self._continues
+        started = time.monotonic()
         info = signal.sigtimedwait(self.waited, timeout)
         if info is None or info.si_signo not in self.waited:
             return None

@@ -168,10 +168,12 @@ def _session_groups(found: Iterable[psutil.Process]) -> set[int]:
     Only the tree's processes can be in a session one of them made, so such
     a group is the tree's to stop whole.
     """
-    own, groups = os.getsid(0), set()
+    own = os.getsid(0)
+    groups = set()
     for process in found:
         with contextlib.suppress(OSError):
-            session, group = os.getsid(process.pid), os.getpgid(process.pid)
+            session = os.getsid(process.pid)
+            group = os.getpgid(process.pid)
             if session != own and process.is_running():  # the same process: no reused pid
                 groups.add(group)
     return groups

@@ -242,7 +242,8 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
             _WORKERS.discard(process.pid)
             send(process.pid, signal.SIGKILL, group=True)  # what is left of its group
         seconds = time.perf_counter() - started
-        stdout, stderr = _read(out), _read(err)
+        stdout = _read(out)
+        stderr = _read(err)
     try:
         result = json.loads(stdout)
     except ValueError:

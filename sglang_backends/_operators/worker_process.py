@@ -39,7 +39,9 @@ def _load(job: Job) -> Result:
     registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
     registered = registry.get(job.name)
-    help_seconds, detections, sglang = 0.0, 0, None
+    help_seconds = 0.0
+    detections = 0
+    sglang = None
     if job.action == "contract":
         try:
             with warnings.catch_warnings():  # said in the SGLang column instead
@@ -51,7 +53,8 @@ def _load(job: Job) -> Result:
         except ContractViolation as exc:
             provider = registered.distribution or "an unknown distribution"
             return Result(error=f"{exc} (provided by {provider})")
-        help_seconds, detections = report.help_seconds, len(report.detections)
+        help_seconds = report.help_seconds
+        detections = len(report.detections)
         sglang = "accepted" if report.sglang_checked else "not checked: SGLang is not installed"
     backend = registered.backend
     return Result(

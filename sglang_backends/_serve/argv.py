@@ -130,7 +130,8 @@ def _arguments(
     """
     index = 0
     while index < len(argv):
-        arg, end = argv[index], index + 1
+        arg = argv[index]
+        end = index + 1
         name = arg.split("=", 1)[0]
         option = _TAKEN.get(name)
         value: str | None = None
@@ -138,7 +139,8 @@ def _arguments(
             if arg != name:
                 value = arg[len(name) + 1 :]
             elif end < len(argv) and not argv[end].startswith("-"):
-                value, end = argv[end], end + 1
+                value = argv[end]
+                end += 1
         elif arg != name:
             option = None  # a flag given a value is not serve's: --debug=1
         yield option, value, argv[index:end]

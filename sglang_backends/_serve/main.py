@@ -31,7 +31,8 @@ __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "guarded", "main"]
 
 LOG = logging.getLogger(__name__)
 
-EXIT_FAILURE, EXIT_USAGE = 1, 2
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
 
 
 @contextlib.contextmanager
@@ -117,7 +118,8 @@ def guarded(step: Callable[[], int], *, debug: bool) -> int:
         return step()
     except ServeBackendError as exc:
         usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
-        failure, status = exc, EXIT_USAGE if usage else EXIT_FAILURE
+        failure = exc
+        status = EXIT_USAGE if usage else EXIT_FAILURE
     except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
     if debug:

@@ -19,7 +19,8 @@ __all__ = ["help_note"]
 LOG = logging.getLogger(__name__)
 
 # SGLang's help note: the file, from the distribution's root, and the name in it.
-_NOTE_FILE, _NOTE_NAME = "sglang/cli/main.py", "COOKBOOK_EPILOG"
+_NOTE_FILE = "sglang/cli/main.py"
+_NOTE_NAME = "COOKBOOK_EPILOG"
 
 
 def help_note() -> str | None:
@@ -70,9 +71,11 @@ def _read_string(path: str, name: str) -> str:
     bound: dict[str, list[ast.expr]] = {}
     for statement in tree.body:
         if isinstance(statement, ast.Assign):
-            targets, value = statement.targets, statement.value
+            targets = statement.targets
+            value = statement.value
         elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
-            targets, value = [statement.target], statement.value
+            targets = [statement.target]
+            value = statement.value
         else:
             continue
         for target in targets:

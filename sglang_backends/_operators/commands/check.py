@@ -147,7 +147,8 @@ class CheckBackends(SelectionOptions, Lister):
         from sglang_backends._operators.worker import Job, last_line, run_loads
 
         settings, inventory = self.inventory(parsed_args)
-        builtins, chosen = inventory.builtins, _chosen(inventory, parsed_args.names)
+        builtins = inventory.builtins
+        chosen = _chosen(inventory, parsed_args.names)
         for warning in _sglang_script_warnings(record for record, _ in chosen):
             self.app.LOG.warning(printable(warning))
         unmet = _foretold(self.app.LOG, [record.plugin for record, _ in chosen])

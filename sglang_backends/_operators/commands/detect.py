@@ -73,7 +73,8 @@ def _why(
     bound = max(timeout, CULPRIT_TIMEOUT)
     load = Job(action="load", settings=settings)
     results = run_loads(load, names, timeout=bound, concurrency=default_jobs())
-    broken, slow = [], []
+    broken = []
+    slow = []
     for name, result in results.items():
         if result.failure == "timeout":
             broken.append(f"{labels[name]} does not load within {bound:g} s (it hangs)")
@@ -151,7 +152,8 @@ class _RequestParser(argparse.ArgumentParser):
                     break
                 index += span
         parsed, rest = super().parse_known_args(args, namespace)
-        parsed.misplaced, parsed.corrected = misplaced, corrected
+        parsed.misplaced = misplaced
+        parsed.corrected = corrected
         return parsed, rest
 
     def _own_options(self, request: list[str]) -> tuple[list[list[str]], list[str]]:

@@ -108,10 +108,13 @@ class ShowBackend(SelectionOptions, ShowOne):
             # Already imported by registry.get(): this is a lookup, not a second import.
             documented = backend.run if plugin is None else plugin.entry_point.load()
         if plugin is None:
-            head, unmet, shadowed = builtin_row(registered.name, backend), None, None
+            head = builtin_row(registered.name, backend)
+            unmet = None
+            shadowed = None
         else:
             head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
-            unmet, shadowed = unmet_text(plugin), shadowed_text(plugin)
+            unmet = unmet_text(plugin)
+            shadowed = shadowed_text(plugin)
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
         values = (

@@ -57,7 +57,8 @@ def orphaned() -> bool:
     """
     import psutil
 
-    group, session = os.getpgrp(), os.getsid(0)
+    group = os.getpgrp()
+    session = os.getsid(0)
     process = psutil.Process()
     with contextlib.suppress(OSError, psutil.Error):
         while (parent := process.parent()) is not None:
@@ -71,7 +72,8 @@ class JobControl:
     """``serve``'s side: its job stops and continues with the tree's group, led by *tree*."""
 
     def __init__(self, terminal: Terminal, tree: int) -> None:
-        self.terminal, self.tree = terminal, tree
+        self.terminal = terminal
+        self.tree = tree
 
     def relayed(self, signum: int) -> None:
         """*signum* was passed on to the tree: SIGTSTP stops serve, as it stops a process."""

@@ -93,7 +93,9 @@ class _Supervision:
     """The supervisor's loop: signals, what the backend process says, deadlines."""
 
     def __init__(self, child: int, channel: int, setup: Setup, take: signals.SignalWait) -> None:
-        self.child, self.setup, self.take = child, setup, take
+        self.child = child
+        self.setup = setup
+        self.take = take
         self.heard = ChannelReader(channel)
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came

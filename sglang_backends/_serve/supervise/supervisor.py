@@ -101,7 +101,8 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     :param prog: the program name prefixing error lines.
     """
-    stops, relayed = signals.stop_signals(), signals.relayed_signals()
+    stops = signals.stop_signals()
+    relayed = signals.relayed_signals()
     take = signals.SignalWait({*relayed, signal.SIGCHLD})
     token = f"{os.getpid()}-{os.urandom(8).hex()}"
     taken: list[int] = []  # signals another thread took, for the loop to relay
@@ -172,7 +173,11 @@ class _Front:
     def __init__(
         self, pid: int, prog: str, take: signals.SignalWait, taken: list[int], jobs: JobControl
     ) -> None:
-        self.pid, self.prog, self.take, self.taken, self.jobs = pid, prog, take, taken, jobs
+        self.pid = pid
+        self.prog = prog
+        self.take = take
+        self.taken = taken
+        self.jobs = jobs
 
     def run(self) -> int:
         """Relay until the supervisor ends; its exit code (-N: signal N killed it)."""
