@@ -182,10 +182,10 @@ def take_inventory(
 def model_type_problem(settings: Settings, inventory: Inventory) -> str | None:
     """Why ``serve`` would refuse the configured ``model_type``, in its words, or ``None``."""
     model_type = settings.model_type
-    if model_type == AUTO or model_type in inventory.builtins:
+    if model_type == AUTO:
         return None
     try:
-        inventory.choose(model_type)
+        inventory.by_name(model_type)
     except ServeBackendError as exc:
         where = settings.describe("model_type")
         return f"model_type {model_type!r} ({where}) would make serve fail: {exc}"
