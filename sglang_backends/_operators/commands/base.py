@@ -8,7 +8,8 @@ import functools
 import importlib.metadata
 import io
 import os
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 import stevedore
@@ -41,7 +42,6 @@ __all__ = [
     "default_jobs",
     "plugin_row",
     "positive_seconds",
-    "requirements_cell",
     "shortened",
 ]
 
@@ -129,33 +129,24 @@ class SafeCommand(Command):
         return _CONFIG_EPILOG
 
 
-def _names(values: list[str] | None, flag: str) -> tuple[str, ...] | None:
+def _names(values: list[str] | None, flag: str, problems: list[str]) -> tuple[str, ...] | None:
     """Flatten repeated and comma-separated ``--enable``/``--disable`` values, by
-    ``enabled_backends``' rule: one empty value alone is an empty list.
-
-    :raises ConfigurationError: an empty name among others.
+    ``enabled_backends``' rule: one empty value alone is an empty list. An empty name among
+    others is a problem, added to *problems* (then ``None``: no override).
     """
     if values is None:
         return None
     if values == [""]:
         return ()
     names = tuple(name.strip() for value in values for name in value.split(","))
-    if any(not name for name in names):
-        given = " ".join(f"{flag} {value!r}" for value in values)
-        raise ConfigurationError(
-            f"{given} on the command line holds an empty backend name; give names "
-            f"separated by commas, or {flag} '' alone for an empty list"
-        )
-    return names
-
-
-def _flag_names(values: list[str] | None, flag: str, problems: list[str]) -> tuple[str, ...] | None:
-    """:func:`_names`, its error added to *problems* (then ``None``: no override)."""
-    try:
-        return _names(values, flag)
-    except ConfigurationError as exc:
-        problems.append(str(exc))
-        return None
+    if all(names):
+        return names
+    given = " ".join(f"{flag} {value!r}" for value in values)
+    problems.append(
+        f"{given} on the command line holds an empty backend name; give names "
+        f"separated by commas, or {flag} '' alone for an empty list"
+    )
+    return None
 
 
 class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
@@ -189,18 +180,14 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         stays); for a human one, with control characters escaped and no value blank (not
         ``None``); for table and value, each cell longer than :data:`MAX_CELL` shortened.
         """
-        formatter = getattr(parsed_args, "formatter", None)
-        if formatter not in _HUMAN_FORMATS:
+        if parsed_args.formatter not in _HUMAN_FORMATS:
             return [tuple(row) for row in rows]
         pointer = f"see {self.command_name} -f json"
-        short = bool(self.command_name) and formatter in _TERMINAL_FORMATS
+        short = self.command_name and parsed_args.formatter in _TERMINAL_FORMATS
+        width = MAX_CELL if short else sys.maxsize
         return [
             tuple(
-                ""
-                if value is None
-                else shortened(printable(value), pointer)
-                if short
-                else printable(value)
+                "" if value is None else shortened(printable(value), pointer, width)
                 for value in row
             )
             for row in rows
@@ -276,8 +263,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             from sglang_backends.config import read_settings
 
             settings, problems = read_settings(args)
-        enable = _flag_names(parsed_args.enable, "--enable", problems)
-        disable = _flag_names(parsed_args.disable, "--disable", problems)
+        enable = _names(parsed_args.enable, "--enable", problems)
+        disable = _names(parsed_args.disable, "--disable", problems)
         flagged = settings.flag_origins
         if enable is not None:
             flagged += (("enabled", "--enable on the command line"),)
@@ -351,15 +338,10 @@ class OptionSpans:
         self._probe = _Probe(
             parents=[parser], add_help=False, allow_abbrev=False, exit_on_error=False
         )
-        self._spans: dict[str, int | None] = {}
+        self.span: Callable[[str], int | None] = functools.cache(self._span)
 
-    def span(self, token: str) -> int | None:
+    def _span(self, token: str) -> int | None:
         """How many arguments option *token* spans from its place; ``None`` if not an option."""
-        if token not in self._spans:
-            self._spans[token] = self._ask(token)
-        return self._spans[token]
-
-    def _ask(self, token: str) -> int | None:
         if not token.startswith("-") or token == "-":
             return None  # argparse's positionals
         try:
@@ -400,12 +382,3 @@ def plugin_row(plugin: PluginEntryPoint, status: str, origin: str = "plugin") ->
     general plugin.
     """
     return (plugin.name, origin, plugin.distribution_label, plugin.version, plugin.target, status)
-
-
-def requirements_cell(unmet: str | None) -> str | None:
-    """How ``list`` shows a distribution's requirements (:func:`~sglang_backends._core.findings.
-    unmet_text`): ``met``, ``unmet: …``, or nothing when its metadata could not be read.
-    """
-    if unmet is None:
-        return None
-    return f"unmet: {unmet}" if unmet else "met"

@@ -41,19 +41,10 @@ WORKER_MARGIN = 10.0
 CULPRIT_TIMEOUT = 10.0
 
 
-def _why(
-    underway: Any, settings: Settings, records: Iterable[Any], timeout: float, *, crashed: bool
-) -> str:
-    """Why detection did not finish: the plugin under way when the worker *crashed*, or
-    the detectors still running, else the loads' culprits.
-
-    Once every plugin had loaded, loading them again would find nothing wrong;
-    while loads were under way, one holding the interpreter makes them all look
-    stuck, so each enabled plugin is loaded alone, given ``max(timeout,
-    CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
+def _stalled(underway: Any, *, crashed: bool) -> str | None:
+    """Why detection did not finish, if what was under way tells: the plugin under way when
+    the worker *crashed*, or the detectors still running; else ``None``.
     """
-    from sglang_backends._operators.worker import Job, run_loads
-
     loading = underway.busy["loading"]
     # At most one load among what was under way: name it all, as serve does.
     if crashed and (ended := underway.ended()) and len(loading) <= 1:
@@ -67,15 +58,21 @@ def _why(
             f"It was {busy}: a detector that does not return (one holding the GIL defeats "
             "detect_timeout). Disable it to detect without it, and report it to its authors."
         )
-    enabled = [r.plugin for r in records if r.status is PluginStatus.ENABLED]
+    return None
+
+
+def _culprits(loads: dict[str, Any], enabled: Iterable[Any], bound: float, timeout: float) -> str:
+    """Why detection did not finish, from *loads*: each *enabled* plugin loaded alone.
+
+    Once every plugin had loaded, loading them again would find nothing wrong;
+    while loads were under way, one holding the interpreter makes them all look
+    stuck, so each enabled plugin is loaded alone, given *bound*, ``max(timeout,
+    CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
+    """
     labels = {plugin.name: f"{plugin.name!r} ({plugin.provider})" for plugin in enabled}
-    names = sorted(labels)
-    bound = max(timeout, CULPRIT_TIMEOUT)
-    load = Job(action="load", settings=settings)
-    results = run_loads(load, names, timeout=bound, concurrency=default_jobs())
     broken = []
     slow = []
-    for name, result in results.items():
+    for name, result in loads.items():
         if result.failure == "timeout":
             broken.append(f"{labels[name]} does not load within {bound:g} s (it hangs)")
         elif result.failure is not None:
@@ -128,8 +125,8 @@ class _RequestParser(argparse.ArgumentParser):
     """A parser that takes everything after detect's own options as the request.
 
     It inserts ``--`` before the first argument that is not one of them, so
-    ``detect --model-path X --tp 2`` needs no ``--``. Its own options found
-    after that point are part of the request; the result's ``misplaced``
+    ``detect --model-path X --tp 2`` needs no ``--``. Its own options (but
+    ``--help``) found after that point, up to an explicit ``--``, are part of the request; the result's ``misplaced``
     lists them (each with its values) and ``corrected`` is the argument list
     with them moved before the request, for the warning. Which arguments are its own
     options, :attr:`spans` says: set once they are all added, before the request.
@@ -142,39 +139,27 @@ class _RequestParser(argparse.ArgumentParser):
         corrected: list[str] = []
         if args is not None:
             args = list(args)
+            start = None  # where the request starts
+            kept: list[str] = []  # the request's own arguments
             index = 0
-            while index < len(args) and args[index] != "--":
+            while index < len(args) and args[index] != "--":  # an explicit -- ends the search
                 span = self.spans.span(args[index])
-                if span is None:
-                    misplaced, kept = self._own_options(args[index:])
-                    corrected = [*args[:index], *(t for o in misplaced for t in o), *kept]
-                    args.insert(index, "--")
-                    break
+                if span is None or (start is not None and args[index] in HELP.flags):
+                    if start is None:
+                        start = index
+                    kept.append(args[index])
+                    span = 1
+                elif start is not None:  # one of its own options, after the request's start
+                    misplaced.append(args[index : index + span])
                 index += span
+            if start is not None:
+                own = [token for option in misplaced for token in option]
+                corrected = [*args[:start], *own, *kept, *args[index:]]
+                args.insert(start, "--")
         parsed, rest = super().parse_known_args(args, namespace)
         parsed.misplaced = misplaced
         parsed.corrected = corrected
         return parsed, rest
-
-    def _own_options(self, request: list[str]) -> tuple[list[list[str]], list[str]]:
-        """detect's own options (but ``--help``) in *request*, each with its values, and
-        the rest of *request*; an explicit ``--`` ends the search.
-        """
-        misplaced: list[list[str]] = []
-        kept: list[str] = []
-        index = 0
-        while index < len(request):
-            span = self.spans.span(request[index])
-            if request[index] == "--" or span is None or request[index] in HELP.flags:
-                kept.append(request[index])
-                if request[index] == "--":
-                    kept += request[index + 1 :]
-                    break
-                index += 1
-                continue
-            misplaced.append(request[index : index + span])
-            index += span
-        return misplaced, kept
 
 
 class DetectBackend(SelectionOptions, Lister):
@@ -278,7 +263,7 @@ class DetectBackend(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends._operators.worker import Job, run_isolated
+        from sglang_backends._operators.worker import Job, run_isolated, run_loads
         from sglang_backends._serve.supervise.backend import InFlight
 
         tokens = list(parsed_args.request)
@@ -325,11 +310,16 @@ class DetectBackend(SelectionOptions, Lister):
             underway = InFlight().replay(trace.read().decode("utf-8", "replace"))
         result = worker.result
         if result is None:
-            crashed = worker.failure == "crashed"
-            raise ServeBackendError(
-                f"Automatic detection did not complete: {worker.detail}. "
-                f"{_why(underway, settings, inventory.records, timeout, crashed=crashed)}"
-            )
+            why = _stalled(underway, crashed=worker.failure == "crashed")
+            if why is None:
+                records = inventory.records
+                enabled = [r.plugin for r in records if r.status is PluginStatus.ENABLED]
+                job = Job(action="load", settings=settings)
+                names = sorted(plugin.name for plugin in enabled)
+                bound = max(timeout, CULPRIT_TIMEOUT)
+                loads = run_loads(job, names, timeout=bound, concurrency=default_jobs())
+                why = _culprits(loads, enabled, bound, timeout)
+            raise ServeBackendError(f"Automatic detection did not complete: {worker.detail}. {why}")
         if result.error is not None:
             raise ServeBackendError(result.error)
 

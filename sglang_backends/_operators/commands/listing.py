@@ -10,12 +10,7 @@ from cliff.lister import Lister
 
 from sglang_backends._core.discovery import PluginEntryPoint, normalize_distribution
 from sglang_backends._core.findings import distributions_of, general_plugins, unmet_text
-from sglang_backends._operators.commands.base import (
-    SelectionOptions,
-    builtin_row,
-    plugin_row,
-    requirements_cell,
-)
+from sglang_backends._operators.commands.base import SelectionOptions, builtin_row, plugin_row
 from sglang_backends._sglang.installed import sglang_installed
 
 __all__ = ["BACKEND_COLUMNS", "COLUMNS", "ListBackends"]
@@ -83,11 +78,10 @@ class ListBackends(SelectionOptions, Lister):
         general = general_plugins(inventory.distributions, sglang=sglang_installed())
         plugins = [*(record.plugin for record in inventory.records), *(g.plugin for g in general)]
         # Read once per distribution: several entry points share one.
-        unmet = {key: unmet_text(plugin) for key, plugin in distributions_of(plugins).items()}
+        cells = {key: _requirements(plugin) for key, plugin in distributions_of(plugins).items()}
 
         def requirements(plugin: PluginEntryPoint) -> str | None:
-            key = normalize_distribution(plugin.distribution or "")
-            return requirements_cell(unmet.get(key))
+            return cells.get(normalize_distribution(plugin.distribution or ""))
 
         rows = [(*builtin_row(name, b), None) for name, b in inventory.builtins.items()]
         rows += [
@@ -98,3 +92,14 @@ class ListBackends(SelectionOptions, Lister):
             (*plugin_row(g.plugin, g.status, "general"), requirements(g.plugin)) for g in general
         ]
         return COLUMNS, self.safe_rows(parsed_args, rows)
+
+
+def _requirements(plugin: PluginEntryPoint) -> str | None:
+    """How ``list`` shows *plugin*'s distribution's requirements (:func:`~sglang_backends.
+    _core.findings.unmet_text`): ``met``, ``unmet: …``, or nothing when its metadata could
+    not be read.
+    """
+    unmet = unmet_text(plugin)
+    if unmet is None:
+        return None
+    return f"unmet: {unmet}" if unmet else "met"
