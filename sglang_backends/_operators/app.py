@@ -7,6 +7,7 @@ import copy
 import importlib.metadata
 import itertools
 import logging
+import sys
 from typing import Any
 
 from cliff.app import App
@@ -41,9 +42,7 @@ class _GlobalOptions(argparse.ArgumentParser):
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if args is None:
-            return super().parse_known_args(args, namespace)
-        args = list(args)
+        args = sys.argv[1:] if args is None else list(args)  # as argparse reads them
         mine: list[str] = []
         rest: list[str] = []
         commanded = False  # whether the command name has been read
@@ -136,16 +135,12 @@ class OperatorApp(App):
         )
         # Commands added by name, no namespace: one malformed entry_points.txt of an
         # unrelated package would break a stevedore scan of every entry point.
-        commands: dict[str, type[Command]] = {
-            "list": ListBackends,
-            "show": ShowBackend,
-            "check": CheckBackends,
-            "detect": DetectBackend,
-            "serve": Serve,
-            "help": Help,
-        }
-        for name, command in commands.items():
-            manager.add_command(name, command)
+        manager.add_command("list", ListBackends)
+        manager.add_command("show", ShowBackend)
+        manager.add_command("check", CheckBackends)
+        manager.add_command("detect", DetectBackend)
+        manager.add_command("serve", Serve)
+        manager.add_command("help", Help)
 
     def build_option_parser(
         self,
@@ -157,10 +152,12 @@ class OperatorApp(App):
 
         No abbreviations: ``--deb`` or ``--log`` in a ``detect`` request stay the request's.
         """
-        kwargs = dict(argparse_kwargs or {})
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        kwargs.setdefault("prog", self.NAME)
-        kwargs.setdefault("allow_abbrev", False)
+        kwargs = {
+            "formatter_class": argparse.RawDescriptionHelpFormatter,
+            "prog": self.NAME,
+            "allow_abbrev": False,
+            **(argparse_kwargs or {}),
+        }
         cliffs = super().build_option_parser(description, version, kwargs)
         # The same options in a parser that reads them in linear time (argparse's ``parents``).
         parser = _GlobalOptions(

@@ -39,9 +39,12 @@ def _load(job: Job) -> Result:
     registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
     registered = registry.get(job.name)
-    help_seconds = 0.0
-    detections = 0
-    sglang = None
+    backend = registered.backend
+    result = Result(
+        api_version=backend.api_version,
+        has_detector=backend.detect is not None,
+        requires_model_path=backend.requires_model_path,
+    )
     if job.action == "contract":
         try:
             with warnings.catch_warnings():  # said in the SGLang column instead
@@ -53,19 +56,13 @@ def _load(job: Job) -> Result:
         except ContractViolation as exc:
             provider = registered.distribution or "an unknown distribution"
             return Result(error=f"{exc} (provided by {provider})")
-        help_seconds = report.help_seconds
-        detections = len(report.detections)
-        sglang = "accepted" if report.sglang_checked else "not checked: SGLang is not installed"
-    backend = registered.backend
-    return Result(
-        seconds=time.perf_counter() - started,
-        api_version=backend.api_version,
-        has_detector=backend.detect is not None,
-        requires_model_path=backend.requires_model_path,
-        help_seconds=help_seconds,
-        detections=detections,
-        sglang=sglang,
-    )
+        result = dataclasses.replace(
+            result,
+            help_seconds=report.help_seconds,
+            detections=len(report.detections),
+            sglang="accepted" if report.sglang_checked else "not checked: SGLang is not installed",
+        )
+    return dataclasses.replace(result, seconds=time.perf_counter() - started)
 
 
 def _explain(job: Job) -> Result:

@@ -147,13 +147,10 @@ class CheckBackends(SelectionOptions, Lister):
         from sglang_backends._operators.worker import Job, last_line, run_loads
 
         settings, inventory = self.inventory(parsed_args)
-        builtins = inventory.builtins
         chosen = _chosen(inventory, parsed_args.names)
-        for warning in _sglang_script_warnings(record for record, _ in chosen):
-            self.app.LOG.warning(printable(warning))
-        unmet = _foretold(self.app.LOG, [record.plugin for record, _ in chosen])
-        if parsed_args.names:
-            builtins = {name: b for name, b in builtins.items() if name in parsed_args.names}
+        plugins = [record.plugin for record, _ in chosen]
+        _warn_of_sglang_scripts(self.app.LOG, plugins)
+        unmet = _foretold(self.app.LOG, plugins)
         conflicts = {plugin.name for plugin in inventory.conflicts}
         to_load = sorted({key for record, key in chosen if record.status.usable})
         base = Job(
@@ -169,46 +166,41 @@ class CheckBackends(SelectionOptions, Lister):
             base, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs
         )
 
-        rows: list[tuple[Any, ...]] = []
+        names = parsed_args.names
+        rows = [_builtin_row(name) for name in inventory.builtins if not names or name in names]
         sglang: dict[str, str] = {}  # with --contract: SGLang's verdict, by plugin name
-        for name in builtins:
-            status = builtin_status(name)
-            outcome = "ok" if status == ENABLED else status
-            rows.append((name, "built-in", None, None, outcome, 0.0, "built-in; not loaded"))
         for record, key in chosen:
-            plugin = record.plugin
-            head = (plugin.name, "plugin", plugin.distribution, plugin.version)
+            head = (record.name, "plugin", record.distribution, record.version)
             if record.status is PluginStatus.DISABLED:
                 rows.append((*head, "skipped", 0.0, "disabled by the selection; not loaded"))
                 continue
             if record.status is PluginStatus.CONFLICT:
-                rows.append((*head, "error", 0.0, conflict_warning(plugin)))
+                rows.append((*head, "error", 0.0, conflict_warning(record.plugin)))
                 continue
             worker = results[key]
             seconds = round(worker.seconds, 3)
             result = worker.result
             if result is None:
-                detail = f"{plugin.name!r} from {plugin.provider}: {worker.detail}"
+                detail = f"{record.name!r} from {record.plugin.provider}: {worker.detail}"
                 if worker.failure == "crashed" and last_line(worker.stderr):
                     detail += f" (last output: {last_line(worker.stderr)})"
                 rows.append((*head, worker.failure, seconds, detail))
-                continue
-            if result.error is not None:
+            elif result.error is not None:
                 rows.append((*head, "error", seconds, result.error))
-                continue
-            detail = (
-                f"API version {result.api_version}, "
-                f"{'has a detector' if result.has_detector else 'no detector'}, "
-                f"{'requires' if result.requires_model_path else 'does not require'} "
-                "a model path"
-            )
-            if parsed_args.contract:
-                sglang[plugin.name] = result.sglang or "not checked"
-                detail += (
-                    f"; contract kept (--help in {result.help_seconds:.2f} s, "
-                    f"{result.detections} detector requests answered)"
+            else:
+                detail = (
+                    f"API version {result.api_version}, "
+                    f"{'has a detector' if result.has_detector else 'no detector'}, "
+                    f"{'requires' if result.requires_model_path else 'does not require'} "
+                    "a model path"
                 )
-            rows.append((*head, "ok", seconds, detail))
+                if parsed_args.contract:
+                    sglang[record.name] = result.sglang or "not checked"
+                    detail += (
+                        f"; contract kept (--help in {result.help_seconds:.2f} s, "
+                        f"{result.detections} detector requests answered)"
+                    )
+                rows.append((*head, "ok", seconds, detail))
         rows = [_with_unmet(row, unmet) for row in rows]
         rows += _not_installed(settings, inventory)
         self.failed = any(row[4] in FAILURES for row in rows)
@@ -256,27 +248,28 @@ def _not_installed(settings: Settings, inventory: Inventory) -> list[tuple[Any, 
     service missing one.
     """
     where = settings.list_origins().get("enabled", "the enabled list")
-    return [
-        (
-            name,
-            "plugin",
-            None,
-            None,
-            "not installed",
-            0.0,
+    rows: list[tuple[Any, ...]] = []
+    for name in inventory.not_installed["enabled"]:
+        detail = (
             f"enabled by {where}, but no installed distribution provides serve backend "
-            f"{name!r}{did_you_mean(name, inventory.installed)}",
+            f"{name!r}{did_you_mean(name, inventory.installed)}"
         )
-        for name in inventory.not_installed["enabled"]
-    ]
+        rows.append((name, "plugin", None, None, "not installed", 0.0, detail))
+    return rows
 
 
-def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
-    """One line per plugin distribution installing a console script named ``sglang``,
+def _builtin_row(name: str) -> tuple[Any, ...]:
+    """Built-in *name*'s row: ``ok``, or the SGLang it needs (as list and show say)."""
+    status = builtin_status(name)
+    outcome = "ok" if status == ENABLED else status
+    return (name, "built-in", None, None, outcome, 0.0, "built-in; not loaded")
+
+
+def _warn_of_sglang_scripts(log: Any, plugins: Iterable[PluginEntryPoint]) -> None:
+    """Warn once per plugin distribution installing a console script named ``sglang``,
     which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
-    lines: list[str] = []
-    for key, plugin in distributions_of(record.plugin for record in records).items():
+    for key, plugin in distributions_of(plugins).items():
         if key == "sglang" or plugin.installed is None:  # SGLang's own distribution installs it
             continue
         try:
@@ -289,14 +282,15 @@ def _sglang_script_warnings(records: Iterable[Any]) -> list[str]:
         except Exception:  # noqa: BLE001 - discovery already warned about unreadable metadata
             continue
         if scripts:
-            lines.append(
-                f"Distribution {plugin.distribution_label} (serve backend {plugin.name!r}) "
-                f"installs a console script named 'sglang' ({scripts[0].value}): it replaces "
-                "SGLang's own 'sglang' command, and uninstalling it removes that command. "
-                "SGLang reserves the executable for the sglang distribution; the plugin "
-                "should install its script under another name"
+            log.warning(
+                printable(
+                    f"Distribution {plugin.distribution_label} (serve backend {plugin.name!r}) "
+                    f"installs a console script named 'sglang' ({scripts[0].value}): it "
+                    "replaces SGLang's own 'sglang' command, and uninstalling it removes that "
+                    "command. SGLang reserves the executable for the sglang distribution; the "
+                    "plugin should install its script under another name"
+                )
             )
-    return lines
 
 
 def _chosen(inventory: Inventory, names: Sequence[str]) -> list[tuple[PluginRecord, str]]:

@@ -125,11 +125,12 @@ class _RequestParser(argparse.ArgumentParser):
     """A parser that takes everything after detect's own options as the request.
 
     It inserts ``--`` before the first argument that is not one of them, so
-    ``detect --model-path X --tp 2`` needs no ``--``. Its own options (but
-    ``--help``) found after that point, up to an explicit ``--``, are part of the request; the result's ``misplaced``
-    lists them (each with its values) and ``corrected`` is the argument list
-    with them moved before the request, for the warning. Which arguments are its own
-    options, :attr:`spans` says: set once they are all added, before the request.
+    ``detect --model-path X --tp 2`` needs no ``--``. Its own options found
+    after that point are part of the request; the result's ``misplaced`` lists
+    them (each with its values; not ``--help``, nor any after an explicit
+    ``--``) and ``corrected`` is the argument list with them moved before the
+    request, for the warning. Which arguments are its own options,
+    :attr:`spans` says: set once they are all added, before the request.
     """
 
     spans: OptionSpans
