@@ -255,8 +255,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid:
             every such problem, with the ``model_type`` serve would refuse, a line each.
         """
-        before = self.app.options  # the global options, read before the command name
-        args = [*before.config_args, *parsed_args.config_args]
+        # The global options (read before the command name), then the command's.
+        args = [*self.app.options.config_args, *parsed_args.config_args]
         settings = Settings()
         problems: list[str] = []
         if configured(args):  # else the defaults, without importing oslo.config

@@ -301,14 +301,14 @@ def _chosen(inventory: Inventory, names: Sequence[str]) -> list[tuple[PluginReco
         plugin's, worded as serve words it, with every such name as the values.
     """
     if not names:
-        return [(record, record.plugin.name) for record in inventory.records]
+        return [(record, record.name) for record in inventory.records]
     chosen: dict[int, tuple[PluginRecord, str]] = {}
     for name in names:
         found = inventory.designated(name)
         if not found and name not in inventory.builtins:
             values = list(dict.fromkeys([*inventory.builtins, *sorted(inventory.installed)]))
             raise unknown_backend(name, values, inventory.discovered, inventory.builtins)
-        for record in found:
-            _, key = chosen.get(id(record), (record, record.plugin.name))
-            chosen[id(record)] = (record, name if key == record.plugin.name else key)
+        for record in found:  # the first DIST:NAME that designates it stays its key
+            if chosen.get(id(record), (record, record.name))[1] == record.name:
+                chosen[id(record)] = (record, name)
     return list(chosen.values())

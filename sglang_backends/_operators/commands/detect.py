@@ -267,10 +267,8 @@ class DetectBackend(SelectionOptions, Lister):
         from sglang_backends._operators.worker import Job, run_isolated, run_loads
         from sglang_backends._serve.supervise.backend import InFlight
 
-        tokens = list(parsed_args.request)
-        if tokens and tokens[0] == "--":
-            tokens = tokens[1:]
-        host = parse_host_options(tokens)
+        request = parsed_args.request  # after the -- the parser inserts or was given
+        host = parse_host_options(request[1:] if request[:1] == ["--"] else request)
         if parsed_args.misplaced:
             given = ", ".join(" ".join(option) for option in parsed_args.misplaced)
             command = shlex.join(["sglang-backends", "detect", *parsed_args.corrected])
@@ -301,12 +299,7 @@ class DetectBackend(SelectionOptions, Lister):
             settings.load_timeout + settings.detect_timeout + WORKER_MARGIN
         )
         with tempfile.NamedTemporaryFile(prefix="sglang-backends-detect-") as trace:
-            job = Job(
-                action="explain",
-                settings=settings,
-                argv=host.argv,
-                progress=trace.name,
-            )
+            job = Job(action="explain", settings=settings, argv=host.argv, progress=trace.name)
             worker = run_isolated(job, timeout=timeout)
             underway = InFlight().replay(trace.read().decode("utf-8", "replace"))
         result = worker.result
