@@ -317,7 +317,7 @@ def positive_seconds(text: str) -> float:
 
 
 class _Probe(argparse.ArgumentParser):
-    """A parser that raises its errors, as ``exit_on_error=False`` does for most of them."""
+    """A parser that raises its errors (:class:`argparse.ArgumentError`) instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
         raise argparse.ArgumentError(None, message)
@@ -335,9 +335,7 @@ class OptionSpans:
     """
 
     def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self._probe = _Probe(
-            parents=[parser], add_help=False, allow_abbrev=False, exit_on_error=False
-        )
+        self._probe = _Probe(parents=[parser], add_help=False, allow_abbrev=False)
         self.span: Callable[[str], int | None] = functools.cache(self._span)
 
     def _span(self, token: str) -> int | None:
