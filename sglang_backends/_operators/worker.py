@@ -46,9 +46,9 @@ __all__ = [
 class Job:
     """What one worker does (``load`` backend :attr:`name`, check its ``contract`` too, or
     ``explain`` detection for the request *argv*, host options removed, which the worker
-    normalizes as serve does), under which *settings* (the registry's: no ``locate``,
-    which JSON cannot carry); *progress* is a file it notes each load and detector in,
-    read should the worker not finish.
+    normalizes as serve does), under which *settings* (the registry's selection and
+    timeouts, sent as a JSON array); *progress* is the file an ``explain`` job notes each load
+    and detector in, read should the worker not finish.
     """
 
     action: Literal["load", "contract", "explain"]
@@ -56,7 +56,7 @@ class Job:
     name: str = ""
     contract_timeout: float = 0.0
     argv: Sequence[str] = ()
-    progress: str | None = None
+    progress: str = ""
 
 
 class Outcome(NamedTuple):

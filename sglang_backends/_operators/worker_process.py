@@ -70,10 +70,9 @@ def _explain(job: Job) -> Result:
     registry = ServeBackendRegistry.from_settings(job.settings)
     request = normalize(job.argv)
     started = time.perf_counter()
-    progress = None
-    if job.progress:  # noted as serve's backend process tells its supervisor
-        progress = Channel(os.open(job.progress, os.O_WRONLY | os.O_APPEND)).progress
-    report = registry.explain(request, progress=progress)
+    # Noted as serve's backend process tells its supervisor.
+    channel = Channel(os.open(job.progress, os.O_WRONLY | os.O_APPEND))
+    report = registry.explain(request, progress=channel.progress)
     return Result(
         seconds=time.perf_counter() - started,
         outcomes=[
