@@ -153,7 +153,7 @@ class CheckBackends(SelectionOptions, Lister):
         unmet = _foretold(self.app.LOG, plugins)
         conflicts = {plugin.name for plugin in inventory.conflicts}
         to_load = sorted({key for record, key in chosen if record.status.usable})
-        base = Job(
+        job = Job(
             action="contract" if parsed_args.contract else "load",
             # A conflict makes every registry fail; set it aside to check the rest.
             settings=Settings(
@@ -162,9 +162,7 @@ class CheckBackends(SelectionOptions, Lister):
             # The kit bounds each call; a third of the worker's time leaves room to report.
             contract_timeout=parsed_args.timeout / 3,
         )
-        results = run_loads(
-            base, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs
-        )
+        results = run_loads(job, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
 
         names = parsed_args.names
         rows = [_builtin_row(name) for name in inventory.builtins if not names or name in names]
