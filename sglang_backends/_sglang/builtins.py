@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +20,7 @@ from sglang_backends._sglang.installed import (
     INSTALL_COMMANDS,
     has_serve_backend_api,
     import_sglang,
-    quiet_sglang,
+    load_sglang,
     sglang_installed,
     sglang_package,
 )
@@ -58,11 +58,8 @@ def _missing(name: str, exc: Exception) -> BackendLoadError:
 
 def _required(backend: str, module: str, name: str) -> Any:
     """*name* from SGLang's *module*, or a load error saying what *backend* needs installed."""
-    if not sglang_installed():  # nothing of a fork is imported
-        raise _missing(backend, ImportError("No module named 'sglang'"))
-    quiet_sglang()
     try:
-        return getattr(importlib.import_module(module), name)
+        return getattr(load_sglang(module), name)
     except (ImportError, AttributeError) as exc:
         raise _missing(backend, exc) from exc
 
@@ -72,8 +69,6 @@ def run_llm(request: ServeRequest) -> None:
 
     :raises BackendLoadError: SGLang is not importable; the message says what to install.
     """
-    if not sglang_installed():
-        raise _missing("llm", ImportError("No module named 'sglang'"))
     if wants_help(request.argv):
         prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
         with contextlib.suppress(SystemExit):  # argparse's --help exits; the help is wanted
@@ -143,8 +138,6 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
         for name in _DIFFUSERS_INDEX_FILES:
             index = os.path.join(path, name)
             if os.path.isfile(index):
-                import json  # not for listing: only a detection reads an index
-
                 with open(index, encoding="utf-8") as stream:
                     data = json.load(stream)
                 if isinstance(data, dict) and "_diffusers_version" in data:
