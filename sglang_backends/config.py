@@ -146,10 +146,7 @@ def load_settings(
     :raises ConfigurationError: a source is missing, unreadable or malformed, or a value is
         invalid: every such problem, a line each, naming the file (or variable) and option.
     """
-    given = list(args)
-    for flag, paths in (("--config-file", config_files), ("--config-dir", config_dirs)):
-        given += [item for path in paths for item in (flag, path)]
-    settings, problems = read_settings(given)
+    settings, problems = read_settings([*args, *_args(config_files, config_dirs)])
     if problems:
         raise ConfigurationError("\n".join(problems))
     return settings
@@ -189,15 +186,19 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     :raises ConfigurationError: a value is invalid: every such value, a line each, naming the
         option and where it was set.
     """
-    given = [("--config-file", path) for path in conf.config_file]  # before the directories:
-    given += [("--config-dir", path) for path in conf.config_dirs]  # oslo.config keeps no order
     problems: list[str] = []
-    settings = _settings(
-        conf, _read([item for pair in given for item in pair], problems)[1], problems
-    )
+    # The files before the directories: oslo.config keeps no order.
+    _, parsed = _read(_args(conf.config_file, conf.config_dirs), problems)
+    settings = _settings(conf, parsed, problems)
     if problems:
         raise ConfigurationError("\n".join(problems))
     return settings
+
+
+def _args(files: Sequence[str], dirs: Sequence[str]) -> list[str]:
+    """``--config-file`` for each of *files*, then ``--config-dir`` for each of *dirs*."""
+    pairs = [("--config-file", path) for path in files] + [("--config-dir", p) for p in dirs]
+    return [item for pair in pairs for item in pair]
 
 
 def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Settings:
@@ -205,14 +206,17 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
     type refuses is added to *problems* and read as its default.
     """
     values: dict[str, Any] = {}
-    refused: list[str] = []
+    located: list[tuple[str, str]] = []
     for opt in OPTS:
         try:
             values[opt.dest] = conf[GROUP][opt.dest]
         except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
             problems.append(_refused(opt.dest, exc, parsed))
             values[opt.dest] = opt.default
-            refused = [*refused, opt.dest]
+            continue
+        where = _where(conf.get_location(opt.dest, GROUP))
+        if where:
+            located.append((opt.dest, where))
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
@@ -224,11 +228,7 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
         stop_timeout=values["stop_timeout"],
         preferred=tuple(values["preferred_backends"]),
         source=", ".join(sources) or "defaults",
-        located=tuple(
-            (o.dest, w)
-            for o in OPTS
-            if o.dest not in refused and (w := _where(conf.get_location(o.dest, GROUP)))
-        ),
+        located=tuple(located),
     )
 
 
