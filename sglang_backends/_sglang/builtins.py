@@ -18,11 +18,9 @@ from sglang_backends._serve.argv import PROG, wants_help
 from sglang_backends._sglang.installed import (
     DIFFUSION_INSTALL_HINT,
     INSTALL_COMMANDS,
-    has_serve_backend_api,
     import_sglang,
     load_sglang,
     sglang_installed,
-    sglang_package,
 )
 from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.errors import BackendLoadError, describe
@@ -40,16 +38,11 @@ _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 
 
 def _missing(name: str, exc: Exception) -> BackendLoadError:
-    places = sglang_package()
-    if places is not None and not has_serve_backend_api(places):
-        # A fork, or an SGLang before the API: nothing of it was imported.
-        from sglang_backends._sglang import fork  # reads every distribution's files
+    from sglang_backends._sglang import fork  # importlib.metadata: an error's path only
 
-        provider = fork.provider(places)
-        return BackendLoadError(
-            f"The {name!r} backend needs SGLang, but {fork.unusable(provider)}; "
-            f"{fork.advice(name, provider)}"
-        )
+    unusable = fork.sglang_unusable(name)
+    if unusable is not None:  # a fork, or an SGLang before the API: nothing of it was imported
+        return BackendLoadError(f"The {name!r} backend needs SGLang, but {unusable}")
     return BackendLoadError(
         f"The {name!r} backend needs SGLang, which is not importable "
         f"({exc}); install it with: {INSTALL_COMMANDS[name]}"
