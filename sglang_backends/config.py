@@ -157,7 +157,8 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
     the settings then reading a source in trouble as absent and a refused value as its default.
     """
     problems: list[str] = []
-    checked, parsed = _read(args, problems)
+    parsed = _read(args, problems)
+    checked = _args([path for path, _ in parsed], ())  # exactly the files checked
     conf = cfg.ConfigOpts()
     register_opts(conf)
     try:
@@ -188,7 +189,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     """
     problems: list[str] = []
     # The files before the directories: oslo.config keeps no order.
-    _, parsed = _read(_args(conf.config_file, conf.config_dirs), problems)
+    parsed = _read(_args(conf.config_file, conf.config_dirs), problems)
     settings = _settings(conf, parsed, problems)
     if problems:
         raise ConfigurationError("\n".join(problems))
@@ -272,11 +273,11 @@ def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
     return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
 
 
-def _read(args: Sequence[str], problems: list[str]) -> tuple[list[str], _Parsed]:
-    """*args* with absolute paths, and every file oslo.config will read, in its order, parsed:
-    only a regular file, or a pipe given as one; none skipped (its ``disabled_backends`` apply).
-    A file or directory in trouble is left out of both, its problem added to *problems*."""
-    absolute: list[str] = []
+def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
+    """Every file *args* name (``--config-file``/``--config-dir`` pairs), in oslo.config's
+    order, by absolute path, parsed: only a regular file, or a pipe given as one; none skipped
+    (its ``disabled_backends`` apply). A file or directory in trouble is left out, its
+    problem added to *problems*."""
     parsed: _Parsed = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
         what = "directory" if flag == "--config-dir" else "file"
@@ -297,8 +298,7 @@ def _read(args: Sequence[str], problems: list[str]) -> tuple[list[str], _Parsed]
                 problems.append(str(exc))
         if len(problems) == refused:  # else oslo.config could not read it either
             parsed += read
-            absolute += [flag, path]
-    return absolute, parsed
+    return parsed
 
 
 def _parse(path: str, *, as_file: bool) -> _Sections | None:
