@@ -46,8 +46,7 @@ def installed_hosts() -> tuple[str, ...]:
     looks for it (:func:`sglang_backends._sglang.installed.sglang_installed`): a fork
     shipping the ``sglang`` package without SGLang's serve-backend API is not SGLang.
     """
-    sglang = sglang_installed()
-    return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
+    return tuple(HOSTS) if sglang_installed() else ("sglang-backends serve",)
 
 
 def assert_stops_cleanly(
@@ -124,8 +123,9 @@ def _stop_under(
         errors="backslashreplace",
         start_new_session=True,
     )
-    assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(stdout), daemon=True)
     reader.start()
     seen: set[psutil.Process] = set()
 
@@ -168,7 +168,7 @@ def _stop_under(
             processes.send(proc.pid, signal.SIGKILL, group=True)
             proc.wait()
     reader.join(5)
-    proc.stdout.close()
+    stdout.close()
     left = tree.running(seen)
     tree.stop_tree(lambda: tree.running(left), 0)  # SIGKILL, and wait for them
     output = "".join(lines)
