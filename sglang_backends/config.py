@@ -177,8 +177,7 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
         except ValueError as exc:
             where = f"environment variable {STOP_TIMEOUT_ENV}"
             problems.append(_invalid("stop_timeout", legacy, where, exc))
-    settings = _settings(conf, parsed, problems)
-    return settings, problems
+    return _settings(conf, parsed, problems), problems
 
 
 def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:

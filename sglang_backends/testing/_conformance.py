@@ -283,12 +283,7 @@ def assert_backend_contract(
             )
         if unchecked is None:
             assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
-    return ContractReport(
-        backend=backend,
-        help_seconds=help_seconds,
-        detections=detections,
-        sglang_unchecked=unchecked,
-    )
+    return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
 
 
 _PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that both hosts accept it"
