@@ -96,9 +96,10 @@ def install_hint(name: str) -> str:
 
 
 def quiet_sglang() -> None:
-    """Apply SGLang's (cosmetic) warning filters once, as ``sglang serve`` does, before a use."""
+    """Apply SGLang's (cosmetic) warning filters once, as ``sglang serve`` does, before a use
+    of installed SGLang."""
     global _quieted
-    if _quieted or not sglang_installed():
+    if _quieted:
         return
     _quieted = True  # first: load_sglang calls back here
     common = import_sglang(
