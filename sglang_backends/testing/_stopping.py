@@ -6,7 +6,6 @@ under this package's ``serve`` and, where SGLang is installed, under SGLang's.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -115,7 +114,7 @@ def _stop_under(
     lines: list[str] = []
     proc = subprocess.Popen(
         command,
-        env=dict(os.environ if env is None else env),
+        env=env,  # None: this process's
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
