@@ -1,7 +1,7 @@
 """SGLang's built-in backends, ``llm`` and ``diffusion``.
 
 Each runs SGLang's own server, imported only when run
-(:func:`sglang_backends._sglang.installed.import_sglang`); without SGLang a
+(:func:`sglang_backends._sglang.installed.load_sglang`); without SGLang a
 run fails with what to install, and ``diffusion`` detects by SGLang's rule.
 """
 

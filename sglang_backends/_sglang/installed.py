@@ -1,10 +1,10 @@
 """Whether SGLang is installed as a host, found without importing it; and importing it.
 
 SGLang counts as installed where its ``sglang`` package holds the serve-backend
-API. :func:`import_sglang` is the one way this package imports SGLang's
-modules (lazily: importing SGLang takes seconds), after SGLang's warning filters,
-so that without SGLang (or with an older release) each use falls back as
-doc/source/user/operators.rst describes. Also what each built-in needs
+API. :func:`load_sglang` is the one way this package imports SGLang's
+modules (lazily: importing SGLang takes seconds), after SGLang's warning filters;
+:func:`import_sglang` logs its failure instead, so that without SGLang (or with an
+older release) each use falls back as doc/source/user/operators.rst describes. Also what each built-in needs
 installed, all the general help needs of them.
 """
 
