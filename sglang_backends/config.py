@@ -146,10 +146,7 @@ def load_settings(
     :raises ConfigurationError: a source is missing, unreadable or malformed, or a value is
         invalid: every such problem, a line each, naming the file (or variable) and option.
     """
-    given = list(args)
-    for flag, paths in (("--config-file", config_files), ("--config-dir", config_dirs)):
-        given += [item for path in paths for item in (flag, path)]
-    settings, problems = read_settings(given)
+    settings, problems = read_settings([*args, *_args(config_files, config_dirs)])
     if problems:
         raise ConfigurationError("\n".join(problems))
     return settings
@@ -160,7 +157,8 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
     the settings then reading a source in trouble as absent and a refused value as its default.
     """
     problems: list[str] = []
-    checked, parsed = _read(args, problems)
+    parsed = _read(args, problems)
+    checked = _args([path for path, _ in parsed], ())  # exactly the files checked
     conf = cfg.ConfigOpts()
     register_opts(conf)
     try:
@@ -179,8 +177,7 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
         except ValueError as exc:
             where = f"environment variable {STOP_TIMEOUT_ENV}"
             problems.append(_invalid("stop_timeout", legacy, where, exc))
-    settings = _settings(conf, parsed, problems)
-    return settings, problems
+    return _settings(conf, parsed, problems), problems
 
 
 def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
@@ -189,15 +186,19 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     :raises ConfigurationError: a value is invalid: every such value, a line each, naming the
         option and where it was set.
     """
-    given = [("--config-file", path) for path in conf.config_file]  # before the directories:
-    given += [("--config-dir", path) for path in conf.config_dirs]  # oslo.config keeps no order
     problems: list[str] = []
-    settings = _settings(
-        conf, _read([item for pair in given for item in pair], problems)[1], problems
-    )
+    # The files before the directories: oslo.config keeps no order.
+    parsed = _read(_args(conf.config_file, conf.config_dirs), problems)
+    settings = _settings(conf, parsed, problems)
     if problems:
         raise ConfigurationError("\n".join(problems))
     return settings
+
+
+def _args(files: Sequence[str], dirs: Sequence[str]) -> list[str]:
+    """``--config-file`` for each of *files*, then ``--config-dir`` for each of *dirs*."""
+    pairs = [("--config-file", path) for path in files] + [("--config-dir", p) for p in dirs]
+    return [item for pair in pairs for item in pair]
 
 
 def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Settings:
@@ -205,14 +206,17 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
     type refuses is added to *problems* and read as its default.
     """
     values: dict[str, Any] = {}
-    refused: list[str] = []
+    located: list[tuple[str, str]] = []
     for opt in OPTS:
         try:
             values[opt.dest] = conf[GROUP][opt.dest]
         except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
             problems.append(_refused(opt.dest, exc, parsed))
             values[opt.dest] = opt.default
-            refused = [*refused, opt.dest]
+            continue
+        where = _where(conf.get_location(opt.dest, GROUP))
+        if where:
+            located.append((opt.dest, where))
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
@@ -224,11 +228,7 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
         stop_timeout=values["stop_timeout"],
         preferred=tuple(values["preferred_backends"]),
         source=", ".join(sources) or "defaults",
-        located=tuple(
-            (o.dest, w)
-            for o in OPTS
-            if o.dest not in refused and (w := _where(conf.get_location(o.dest, GROUP)))
-        ),
+        located=tuple(located),
     )
 
 
@@ -272,11 +272,11 @@ def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
     return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
 
 
-def _read(args: Sequence[str], problems: list[str]) -> tuple[list[str], _Parsed]:
-    """*args* with absolute paths, and every file oslo.config will read, in its order, parsed:
-    only a regular file, or a pipe given as one; none skipped (its ``disabled_backends`` apply).
-    A file or directory in trouble is left out of both, its problem added to *problems*."""
-    absolute: list[str] = []
+def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
+    """Every file *args* name (``--config-file``/``--config-dir`` pairs), in oslo.config's
+    order, by absolute path, parsed: only a regular file, or a pipe given as one; none skipped
+    (its ``disabled_backends`` apply). A file or directory in trouble is left out, its
+    problem added to *problems*."""
     parsed: _Parsed = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
         what = "directory" if flag == "--config-dir" else "file"
@@ -297,8 +297,7 @@ def _read(args: Sequence[str], problems: list[str]) -> tuple[list[str], _Parsed]
                 problems.append(str(exc))
         if len(problems) == refused:  # else oslo.config could not read it either
             parsed += read
-            absolute += [flag, path]
-    return absolute, parsed
+    return parsed
 
 
 def _parse(path: str, *, as_file: bool) -> _Sections | None:

@@ -56,19 +56,6 @@ def test_the_contract_imports_serves_argument_rules_only_for_from_argv():
     assert imported_after(parsed, watched) == set(watched)
 
 
-def test_the_builtins_import_json_only_to_read_a_diffusers_index(tmp_path):
-    """Listing builds them; only the offline diffusion detector reads a model's index."""
-    built = "from sglang_backends._sglang.builtins import default_builtins; default_builtins()"
-    assert imported_after(built, ("json",)) == set()
-    (tmp_path / "model_index.json").write_text('{"_diffusers_version": "0.30"}')
-    detected = f"""
-        from sglang_backends import ServeRequest
-        from sglang_backends._sglang.builtins import detect_diffusion_offline
-        print(detect_diffusion_offline(ServeRequest((), {str(tmp_path)!r})))
-    """
-    assert imported_after(detected, ("json",)) == {"json"}
-
-
 def test_registry_is_imported_on_first_use():
     modules = imported_after(
         "import sglang_backends; sglang_backends.ServeBackendRegistry",

@@ -1,7 +1,7 @@
 """SGLang's built-in backends, ``llm`` and ``diffusion``.
 
 Each runs SGLang's own server, imported only when run
-(:func:`sglang_backends._sglang.installed.import_sglang`); without SGLang a
+(:func:`sglang_backends._sglang.installed.load_sglang`); without SGLang a
 run fails with what to install, and ``diffusion`` detects by SGLang's rule.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -18,11 +18,9 @@ from sglang_backends._serve.argv import PROG, wants_help
 from sglang_backends._sglang.installed import (
     DIFFUSION_INSTALL_HINT,
     INSTALL_COMMANDS,
-    has_serve_backend_api,
     import_sglang,
-    quiet_sglang,
+    load_sglang,
     sglang_installed,
-    sglang_package,
 )
 from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.errors import BackendLoadError, describe
@@ -40,16 +38,11 @@ _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 
 
 def _missing(name: str, exc: Exception) -> BackendLoadError:
-    places = sglang_package()
-    if places is not None and not has_serve_backend_api(places):
-        # A fork, or an SGLang before the API: nothing of it was imported.
-        from sglang_backends._sglang import fork  # reads every distribution's files
+    from sglang_backends._sglang import fork  # importlib.metadata: an error's path only
 
-        provider = fork.provider(places)
-        return BackendLoadError(
-            f"The {name!r} backend needs SGLang, but {fork.unusable(provider)}; "
-            f"{fork.advice(name, provider)}"
-        )
+    unusable = fork.sglang_unusable(name)
+    if unusable is not None:  # a fork, or an SGLang before the API: nothing of it was imported
+        return BackendLoadError(f"The {name!r} backend needs SGLang, but {unusable}")
     return BackendLoadError(
         f"The {name!r} backend needs SGLang, which is not importable "
         f"({exc}); install it with: {INSTALL_COMMANDS[name]}"
@@ -58,11 +51,8 @@ def _missing(name: str, exc: Exception) -> BackendLoadError:
 
 def _required(backend: str, module: str, name: str) -> Any:
     """*name* from SGLang's *module*, or a load error saying what *backend* needs installed."""
-    if not sglang_installed():  # nothing of a fork is imported
-        raise _missing(backend, ImportError("No module named 'sglang'"))
-    quiet_sglang()
     try:
-        return getattr(importlib.import_module(module), name)
+        return getattr(load_sglang(module), name)
     except (ImportError, AttributeError) as exc:
         raise _missing(backend, exc) from exc
 
@@ -72,8 +62,6 @@ def run_llm(request: ServeRequest) -> None:
 
     :raises BackendLoadError: SGLang is not importable; the message says what to install.
     """
-    if not sglang_installed():
-        raise _missing("llm", ImportError("No module named 'sglang'"))
     if wants_help(request.argv):
         prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
         with contextlib.suppress(SystemExit):  # argparse's --help exits; the help is wanted
@@ -143,8 +131,6 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
         for name in _DIFFUSERS_INDEX_FILES:
             index = os.path.join(path, name)
             if os.path.isfile(index):
-                import json  # not for listing: only a detection reads an index
-
                 with open(index, encoding="utf-8") as stream:
                     data = json.load(stream)
                 if isinstance(data, dict) and "_diffusers_version" in data:

@@ -18,14 +18,15 @@ from sglang_backends._sglang.installed import (
 )
 from sglang_backends.contract import SGLANG_CONTRACT_MODULE
 
-__all__ = ["advice", "provider", "sglang_unusable", "unusable"]
+__all__ = ["sglang_unusable"]
 
 LOG = logging.getLogger(__name__)
 
 
-def sglang_unusable() -> str | None:
+def sglang_unusable(builtin: str | None = None) -> str | None:
     """Why an installed ``sglang`` package is not SGLang as a host, naming the distribution
-    that provides it; ``None`` when there is no such package, or it is SGLang's.
+    that provides it, and with *builtin*, how to get SGLang for it without overwriting that
+    package; ``None`` when there is no such package, or it is SGLang's.
 
     The provider is looked up only here (it reads every distribution's file list): an
     error's path, not serve's.
@@ -33,19 +34,16 @@ def sglang_unusable() -> str | None:
     places = sglang_package()
     if places is None or has_serve_backend_api(places):
         return None
-    return unusable(provider(places))
-
-
-def unusable(found: tuple[str, str] | None) -> str:
-    """Why the ``sglang`` package of distribution *found* (name, version) is not SGLang."""
+    found = _provider(places)
     source = " ".join(found) if found else "a distribution its metadata does not name"
-    return (
+    why = (
         f"the installed 'sglang' package (from {source}) lacks SGLang's serve-backend API "
         f"({SGLANG_CONTRACT_MODULE}, SGLang 0.5.18 or later)"
     )
+    return why if builtin is None else f"{why}; {_advice(builtin, found)}"
 
 
-def provider(places: list[str]) -> tuple[str, str] | None:
+def _provider(places: list[str]) -> tuple[str, str] | None:
     """The name and version of the distribution whose files are the ``sglang`` package at
     *places* (the first that lists an ``sglang`` package when none is there)."""
     candidates = importlib.metadata.packages_distributions().get("sglang") or _shipping_sglang()
@@ -77,7 +75,7 @@ def _shipping_sglang() -> list[str]:
     return names
 
 
-def advice(name: str, found: tuple[str, str] | None) -> str:
+def _advice(name: str, found: tuple[str, str] | None) -> str:
     """How to get SGLang for built-in *name* without overwriting *found*'s ``sglang``."""
     command = INSTALL_COMMANDS[name]
     if found is not None and normalize_distribution(found[0]) == "sglang":

@@ -1,10 +1,10 @@
 """Whether SGLang is installed as a host, found without importing it; and importing it.
 
 SGLang counts as installed where its ``sglang`` package holds the serve-backend
-API. :func:`import_sglang` is the one way this package imports SGLang's
-modules (lazily: importing SGLang takes seconds), after SGLang's warning filters,
-so that without SGLang (or with an older release) each use falls back as
-doc/source/user/operators.rst describes. Also what each built-in needs
+API. :func:`load_sglang` is the one way this package imports SGLang's
+modules (lazily: importing SGLang takes seconds), after SGLang's warning filters;
+:func:`import_sglang` logs its failure instead, so that without SGLang (or with an
+older release) each use falls back as doc/source/user/operators.rst describes. Also what each built-in needs
 installed, all the general help needs of them.
 """
 
@@ -25,7 +25,7 @@ __all__ = [
     "has_serve_backend_api",
     "import_sglang",
     "install_hint",
-    "quiet_sglang",
+    "load_sglang",
     "sglang_installed",
     "sglang_package",
 ]
@@ -96,17 +96,32 @@ def install_hint(name: str) -> str:
 
 
 def quiet_sglang() -> None:
-    """Apply SGLang's (cosmetic) warning filters once, as ``sglang serve`` does, before a use."""
+    """Apply SGLang's (cosmetic) warning filters once, as ``sglang serve`` does, before a use
+    of installed SGLang."""
     global _quieted
-    if _quieted or not sglang_installed():
+    if _quieted:
         return
-    _quieted = True  # first: import_sglang calls back here
+    _quieted = True  # first: load_sglang calls back here
     common = import_sglang(
         "sglang.srt.utils.common", "SGLang's warning filters were not applied: %s", expected=True
     )
     suppress = getattr(common, "suppress_noisy_warnings", None)
     if callable(suppress):
         suppress()
+
+
+def load_sglang(module: str, *, filtered: bool = True) -> ModuleType:
+    """SGLang's *module*, imported after SGLang's warning filters (unless not *filtered*).
+
+    :raises ModuleNotFoundError: SGLang is not installed (a fork's ``sglang`` package is
+        not SGLang: nothing of it is imported).
+    :raises Exception: what importing *module* raises.
+    """
+    if not sglang_installed():
+        raise ModuleNotFoundError("No module named 'sglang'", name="sglang")
+    if filtered:
+        quiet_sglang()
+    return importlib.import_module(module)
 
 
 def import_sglang(
@@ -124,9 +139,8 @@ def import_sglang(
     if not sglang_installed():
         LOG.debug(failure, f"SGLang is not installed, so {module} was not imported")
         return None
-    quiet_sglang()
     try:
-        return importlib.import_module(module)
+        return load_sglang(module)
     except errors as exc:
         # An older SGLang lacks *module* (or a parent): not a fault.
         absent = getattr(exc, "name", None) or ""

@@ -11,7 +11,7 @@ import importlib.metadata
 import logging
 import os
 
-from sglang_backends._core.discovery import has_metadata, is_regular_file
+from sglang_backends._core.discovery import is_regular_file
 from sglang_backends._sglang.installed import import_sglang, sglang_installed
 
 __all__ = ["help_note"]
@@ -48,16 +48,8 @@ def _static_note() -> str | None:
     if os.path.lexists(path) and not is_regular_file(path):  # a FIFO, say: it could block
         LOG.debug("No help note: %s is not a regular file", path)
         return None
-    if not is_regular_file(path):
-        # Not where the distribution's root says: ask its RECORD (read only now: it is long).
-        try:
-            files = dist.files if has_metadata(dist, "RECORD") else None
-        except OSError as exc:
-            raise ValueError(str(exc)) from exc
-        listed = [str(f.locate()) for f in files or () if f.as_posix() == _NOTE_FILE]
-        if not listed or not is_regular_file(listed[0]):
-            raise ValueError(f"no regular file {_NOTE_FILE} in the sglang distribution")
-        path = listed[0]
+    if not is_regular_file(path):  # RECORD would locate it at the same place: no need to ask
+        raise ValueError(f"no regular file {_NOTE_FILE} in the sglang distribution")
     return _read_string(path, _NOTE_NAME) or None
 
 

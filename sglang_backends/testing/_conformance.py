@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import os
 import tempfile
 import threading
@@ -24,7 +23,7 @@ from typing import cast
 
 import sglang_backends
 from sglang_backends._sglang.fork import sglang_unusable
-from sglang_backends._sglang.installed import sglang_installed
+from sglang_backends._sglang.installed import load_sglang
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     SGLANG_CONTRACT_MODULE,
@@ -85,18 +84,6 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
         "very long string": ServeRequest(("--model-path", long_path), long_path),
         "help only": ServeRequest(argv=("--help",), model_path=None),
     }
-
-
-def _check_literal_api_version(factory: object, name: str) -> None:
-    """Raise unless the factory's source declares ``api_version`` as a literal (or is unknown)."""
-    __tracebackhide__ = True
-    for value in declared_api_versions(factory):
-        if not isinstance(value, ast.Constant):
-            raise ContractViolation(
-                f"Serve backend {name!r}: api_version is given as {ast.unparse(value)!r}; "
-                f"declare it as a literal (api_version={SERVE_BACKEND_API_VERSION}) so a later "
-                "host can tell which contract the plugin was written for"
-            )
 
 
 def _call_bounded(
@@ -269,8 +256,13 @@ def assert_backend_contract(
                 f"Factory {name!r} declares API version {backend.api_version!r}; "
                 f"this release requires version {SERVE_BACKEND_API_VERSION}"
             )
-    if factory is not None:
-        _check_literal_api_version(factory, name)
+    for value in declared_api_versions(factory):  # none for a built-in (no factory)
+        if not isinstance(value, ast.Constant):
+            raise ContractViolation(
+                f"Serve backend {name!r}: api_version is given as {ast.unparse(value)!r}; "
+                f"declare it as a literal (api_version={SERVE_BACKEND_API_VERSION}) so a later "
+                "host can tell which contract the plugin was written for"
+            )
     if not callable(backend.run):
         raise ContractViolation(f"Serve backend {name!r}: run is not callable")
     if backend.detect is not None and not callable(backend.detect):
@@ -291,19 +283,7 @@ def assert_backend_contract(
             )
         if unchecked is None:
             assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
-    return ContractReport(
-        backend=backend,
-        help_seconds=help_seconds,
-        detections=detections,
-        sglang_unchecked=unchecked,
-    )
-
-
-_NOT_INSTALLED = (
-    f"SGLang is not installed ({SGLANG_CONTRACT_MODULE} is not importable), so whether "
-    "'sglang serve' accepts the backend is unknown; install SGLang where the tests run, "
-    "or pass sglang=False to say it is not wanted"
-)
+    return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
 
 
 _PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that both hosts accept it"
@@ -380,29 +360,25 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
     nothing of it is imported: SGLang is absent.
     """
     __tracebackhide__ = True
-    unusable = None if sglang_installed() else sglang_unusable()
-    if unusable is not None:
-        if not required:
-            return None
-        raise ContractViolation(
-            f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
-            f" (SGLang 0.5.23 or later), but {unusable}"
-        )
     try:
-        return importlib.import_module(SGLANG_CONTRACT_MODULE)
+        return load_sglang(SGLANG_CONTRACT_MODULE, filtered=False)
     except Exception as exc:
         parents = ("sglang", "sglang.cli", SGLANG_CONTRACT_MODULE)
-        if isinstance(exc, ModuleNotFoundError) and exc.name in parents:
-            if not required:
-                return None
+        if not isinstance(exc, ModuleNotFoundError) or exc.name not in parents:
+            detail = exc if isinstance(exc, ModuleNotFoundError) else f"{type(exc).__name__}: {exc}"
             raise ContractViolation(
-                f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
-                f" (SGLang 0.5.23 or later), which is not importable: {exc}"
+                f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {detail}"
             ) from exc
-        detail = exc if isinstance(exc, ModuleNotFoundError) else f"{type(exc).__name__}: {exc}"
-        raise ContractViolation(
-            f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {detail}"
-        ) from exc
+        if not required:
+            return None
+        unusable = sglang_unusable()
+        needs = (
+            f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
+            " (SGLang 0.5.23 or later)"
+        )
+        if unusable is not None:  # nothing of the fork was imported: no error to chain
+            raise ContractViolation(f"{needs}, but {unusable}") from None
+        raise ContractViolation(f"{needs}, which is not importable: {exc}") from exc
 
 
 def _sglang_absent() -> str:
@@ -410,7 +386,11 @@ def _sglang_absent() -> str:
     (named, with its distribution) stands where SGLang's would; and what to do about it."""
     unusable = sglang_unusable()
     if unusable is None:
-        return _NOT_INSTALLED
+        return (
+            f"SGLang is not installed ({SGLANG_CONTRACT_MODULE} is not importable), so whether "
+            "'sglang serve' accepts the backend is unknown; install SGLang where the tests run, "
+            "or pass sglang=False to say it is not wanted"
+        )
     return (
         f"SGLang is not installed: {unusable}, so whether 'sglang serve' accepts the backend "
         "is unknown; run the tests where SGLang is installed, or pass sglang=False to say "

@@ -84,15 +84,13 @@ def write_distribution(
     return info
 
 
-def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
+def _uninstall(root: str | os.PathLike[str], name: str) -> None:
     """Remove every copy of distribution *name* from *root*, as ``pip uninstall`` does.
 
     Each copy's files listed in its ``RECORD`` (with their cached bytecode), the
     directories that leaves empty, and its dist-info go; modules imported from those
     files are dropped from :data:`sys.modules`. Names compare as pip compares them
     (``My.Plugin`` is ``my-plugin``).
-
-    :returns: the files removed.
     """
     root = Path(root).resolve()
     wanted = normalize_distribution(name)
@@ -108,7 +106,10 @@ def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
             path = (root / row[0]).resolve() if row else root
             if path == root or root not in path.parents or info in path.parents:
                 continue  # outside the site, or the dist-info itself (removed below)
-            for file in (path, *_bytecode_of(path)):
+            files = [path]
+            if path.suffix == ".py":  # and its bytecode, for every interpreter and level
+                files += path.parent.glob(f"__pycache__/{path.stem}.*.pyc")
+            for file in files:
                 if file.is_file() or file.is_symlink():
                     file.unlink()
                     removed.append(file)
@@ -117,27 +118,12 @@ def _uninstall(root: str | os.PathLike[str], name: str) -> list[Path]:
         while directory != root and directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
             directory = directory.parent
-    _forget_files(removed)
-    importlib.invalidate_caches()
-    return removed
-
-
-def _bytecode_of(path: Path) -> list[Path]:
-    """The bytecode Python cached for source *path*, for every interpreter and level."""
-    if path.suffix != ".py":
-        return []
-    return sorted((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"))
-
-
-def _forget_files(files: Sequence[Path]) -> None:
-    """Drop the modules imported from *files* from :data:`sys.modules`."""
-    gone = {str(file) for file in files}
-    if not gone:
-        return
+    gone = {str(file) for file in removed}
     for module_name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
-        if origin and str(Path(origin).resolve()) in gone:
-            del sys.modules[module_name]
+        if gone and origin and str(Path(origin).resolve()) in gone:
+            del sys.modules[module_name]  # the next import reads the new copy
+    importlib.invalidate_caches()
 
 
 class PluginSite:

@@ -28,23 +28,16 @@ class ServeBackendsFixture(PluginSite):
     ) -> Any:
         """A new :class:`~sglang_backends.ServeBackendRegistry` seeing what is installed now.
 
-        *builtins* defaults to the package's own (``llm``, ``diffusion``);
-        *options* are :class:`~sglang_backends._core.settings.Settings` fields
-        (``enabled``, ``disabled``, ``detect_timeout``, ``load_timeout``), checked
-        as the registry checks them: a string for a list of names is refused
+        *builtins* defaults to the package's own (``llm``, ``diffusion``); *options* are the
+        registry's (``enabled``, ``disabled``, ``detect_timeout``, ``load_timeout``), checked
+        as it checks them: a string for a list of names is refused
         (:class:`~sglang_backends.errors.ConfigurationError`).
 
         A distribution installed again since replaces the earlier copy (see
         :func:`~sglang_backends.testing.write_distribution`); a registry built before
         keeps what it loaded.
         """
-        from sglang_backends._core.settings import Settings  # not for a session without it
-
-        for label in ("enabled", "disabled"):
-            names = options.get(label)
-            if names is not None and not isinstance(names, str):  # the registry refuses a str
-                options[label] = tuple(names)
-        return sglang_backends.ServeBackendRegistry.from_settings(Settings(**options), builtins)
+        return sglang_backends.ServeBackendRegistry(builtins, **options)
 
 
 @pytest.fixture

@@ -69,8 +69,8 @@ def _parse(filename: str | None) -> ast.AST | None:
         return None
 
 
-def _calls(tree: ast.AST | None) -> Iterator[ast.Call]:
-    return (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree else iter(())
+def _calls(tree: ast.AST) -> Iterator[ast.Call]:
+    return (n for n in ast.walk(tree) if isinstance(n, ast.Call))
 
 
 def _defines(node: ast.AST, code: types.CodeType) -> bool:

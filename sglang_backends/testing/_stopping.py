@@ -6,7 +6,6 @@ under this package's ``serve`` and, where SGLang is installed, under SGLang's.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -46,8 +45,7 @@ def installed_hosts() -> tuple[str, ...]:
     looks for it (:func:`sglang_backends._sglang.installed.sglang_installed`): a fork
     shipping the ``sglang`` package without SGLang's serve-backend API is not SGLang.
     """
-    sglang = sglang_installed()
-    return ("sglang-backends serve", "sglang serve") if sglang else ("sglang-backends serve",)
+    return tuple(HOSTS) if sglang_installed() else ("sglang-backends serve",)
 
 
 def assert_stops_cleanly(
@@ -116,7 +114,7 @@ def _stop_under(
     lines: list[str] = []
     proc = subprocess.Popen(
         command,
-        env=dict(os.environ if env is None else env),
+        env=env,  # None: this process's
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -124,8 +122,9 @@ def _stop_under(
         errors="backslashreplace",
         start_new_session=True,
     )
-    assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(stdout), daemon=True)
     reader.start()
     seen: set[psutil.Process] = set()
 
@@ -168,7 +167,7 @@ def _stop_under(
             processes.send(proc.pid, signal.SIGKILL, group=True)
             proc.wait()
     reader.join(5)
-    proc.stdout.close()
+    stdout.close()
     left = tree.running(seen)
     tree.stop_tree(lambda: tree.running(left), 0)  # SIGKILL, and wait for them
     output = "".join(lines)
