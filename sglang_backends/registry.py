@@ -150,7 +150,7 @@ class ServeBackendRegistry:
             for name, backend in self._builtins.items()
             if isinstance(backend, ServeBackend)
         }
-        selection.refuse_conflicts(inventory.records)  # as upstream's constructor does
+        selection.refuse_conflicts(inventory.conflicts)  # as upstream's constructor does
 
     @classmethod
     def from_settings(
@@ -222,9 +222,9 @@ class ServeBackendRegistry:
 
     def _resolve(self, name: str) -> Candidate:
         """The :data:`~sglang_backends._core.loading.Candidate` *name* designates."""
-        if name in self._builtins:
+        plugin = self.inventory.by_name(name)  # outlives every load
+        if plugin is None:
             return ("built-in", name), None, partial(self._produce, None, name)
-        plugin = self.inventory.choose(name)  # outlives every load
         return ("plugin", id(plugin)), plugin, partial(self._produce, plugin, plugin.name)
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
