@@ -114,14 +114,8 @@ class ServeBackendRegistry:
         preferred: Iterable[str] = (),
         inventory: Inventory | None = None,
     ) -> None:
-        timeouts = {"detect_timeout": detect_timeout, "load_timeout": load_timeout}
-        for label, value in timeouts.items():
-            try:
-                timeouts[label] = seconds(value)
-            except ValueError as exc:
-                raise errors.ConfigurationError(
-                    f"Invalid value {value!r} for {label}: {exc}"
-                ) from None
+        self.detect_timeout = _timeout("detect_timeout", detect_timeout)
+        self.load_timeout = _timeout("load_timeout", load_timeout)
         if inventory is None:
             if builtins is None:
                 builtins = default_builtins()
@@ -139,8 +133,6 @@ class ServeBackendRegistry:
             raise TypeError("an inventory brings its own builtins, selection and origins")
         self._builtins = dict(inventory.builtins)
         self.preferred = tuple(preferred)
-        self.detect_timeout = timeouts["detect_timeout"]
-        self.load_timeout = timeouts["load_timeout"]
         #: What is installed and usable under the selection; the commands show the same.
         self.inventory = inventory
         self._loader = BackendLoader()  # one load per backend, shared by every caller
@@ -210,22 +202,19 @@ class ServeBackendRegistry:
         """The installed entry point *registered* was loaded from; ``None`` for a built-in."""
         if registered.name in self._builtins:
             return None
-        return next(
-            (
-                record.plugin
-                for record in self.inventory.records
-                if (record.plugin.name, record.plugin.distribution)
-                == (registered.name, registered.distribution)
-            ),
-            None,
-        )
+        wanted = (registered.name, registered.distribution)
+        return next((r.plugin for r in self.plugins if (r.name, r.distribution) == wanted), None)
 
-    def _resolve(self, name: str) -> Candidate:
-        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates."""
+    def _resolve(self, name: str, progress: Progress | None) -> Candidate:
+        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates, whose
+        load tells *progress* (if any) when it starts and ends."""
         plugin = self.inventory.by_name(name)  # outlives every load
-        if plugin is None:
-            return ("built-in", name), None, partial(self._produce, None, name)
-        return ("plugin", id(plugin)), plugin, partial(self._produce, plugin, plugin.name)
+        key = ("built-in", name) if plugin is None else ("plugin", id(plugin))
+        produce = partial(self._produce, plugin, plugin.name if plugin else name)
+        if progress is not None:
+            label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
+            produce = partial(_told, produce, progress, ("loading", "loaded"), label)
+        return key, plugin, produce
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
@@ -247,7 +236,7 @@ class ServeBackendRegistry:
         """
         registered = self._by_name.get(name)
         if registered is None:
-            registered = self._loader.load(name, _told_load(name, self._resolve(name), progress))
+            registered = self._loader.load(name, self._resolve(name, progress))
             self._by_name[name] = registered
         return registered
 
@@ -298,7 +287,7 @@ class ServeBackendRegistry:
         took: dict[str, float] = {}  # each load's seconds, by name
 
         def candidate(name: str) -> Candidate:
-            key, plugin, produce = _told_load(name, self._resolve(name), progress)
+            key, plugin, produce = self._resolve(name, progress)
             return key, plugin, partial(_timed, produce, took, name)
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
@@ -330,6 +319,17 @@ class ServeBackendRegistry:
         return self.get(self.explain(request, progress=progress).choice())
 
 
+def _timeout(label: str, value: float) -> float:
+    """*value*, the registry's argument *label*, as a timeout (:func:`.settings.seconds`).
+
+    :raises ConfigurationError: it is not one.
+    """
+    try:
+        return seconds(value)
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"Invalid value {value!r} for {label}: {exc}") from None
+
+
 def _told(
     function: Callable[..., _R],
     progress: Progress,
@@ -343,15 +343,6 @@ def _told(
         return function(*args)
     finally:
         progress(events[1], label)
-
-
-def _told_load(name: str, candidate: Candidate, progress: Progress | None) -> Candidate:
-    """*candidate*, whose load tells *progress* (if any) when it starts and ends."""
-    key, plugin, produce = candidate
-    if progress is None:
-        return candidate
-    label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-    return key, plugin, partial(_told, produce, progress, ("loading", "loaded"), label)
 
 
 def _timed(function: Callable[[], _R], took: dict[str, float], name: str) -> _R:

@@ -30,7 +30,6 @@ import importlib.metadata
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -138,27 +137,6 @@ def _chosen_driver_manager() -> type[Any]:
     return ChosenDriverManager
 
 
-#: Each distribution's unmet-requirements clause, kept while the registry that
-#: found the distribution lives: 10,000 failing entry points of one distribution
-#: read its metadata once, not 10,000 times.
-_UNMET: weakref.WeakKeyDictionary[importlib.metadata.Distribution, str] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _unmet_clause(plugin: PluginEntryPoint) -> str:
-    """:func:`~sglang_backends._core.findings.unmet_clause`, once per installed distribution."""
-    from sglang_backends._core.findings import unmet_clause  # packaging: only once a load failed
-
-    if plugin.installed is None or plugin.problem is not None:  # nothing to keep
-        return unmet_clause(plugin)
-    dist = plugin.installed.distribution
-    clause = _UNMET.get(dist)
-    if clause is None:
-        clause = _UNMET[dist] = unmet_clause(plugin)
-    return clause
-
-
 def load_failure(
     name: str, plugin: PluginEntryPoint | None, exc: BaseException
 ) -> BackendLoadError:
@@ -166,7 +144,9 @@ def load_failure(
     named = backend_named(name, plugin.provider if plugin else None, builtin=plugin is None)
     unmet = ""
     if plugin is not None:  # a mismatched requirement is the commonest cause: say so
-        unmet = f"; {clause}" if (clause := _unmet_clause(plugin)) else ""
+        from sglang_backends._core.findings import unmet_clause  # only once a load failed
+
+        unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
     return BackendLoadError(
         f"Failed to load {named}: {_cause(exc)}{unmet}",
         name=name,
