@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
@@ -266,9 +268,6 @@ def stop_quietly() -> Iterator[None]:
     then exits 130 or 143 as it always does. Outside the main thread,
     only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
     """
-    import signal
-    import threading
-
     previous = None
     main = threading.current_thread() is threading.main_thread()
     if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:

@@ -13,6 +13,7 @@ of the backend concerned, are internal.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -156,7 +157,5 @@ def meant(close: str | None) -> str:
 
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers."""
-    import difflib  # only on the error path
-
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return close[0] if close else None
