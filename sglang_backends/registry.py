@@ -16,7 +16,13 @@ from typing import TypeVar
 
 from sglang_backends import errors
 from sglang_backends._core import selection
-from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report
+from sglang_backends._core.detection import (
+    DetectionOutcome,
+    DetectionReport,
+    Verdict,
+    report,
+    told,
+)
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.loading import (
@@ -211,10 +217,8 @@ class ServeBackendRegistry:
         plugin = self.inventory.by_name(name)  # outlives every load
         key = ("built-in", name) if plugin is None else ("plugin", id(plugin))
         produce = partial(self._produce, plugin, plugin.name if plugin else name)
-        if progress is not None:
-            label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-            produce = partial(_told, produce, progress, ("loading", "loaded"), label)
-        return key, plugin, produce
+        label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
+        return key, plugin, partial(told, produce, progress, ("loading", "loaded"), label)
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
@@ -292,9 +296,13 @@ class ServeBackendRegistry:
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         loaded = self._loader.load_each_within(names, candidate, timeout=self.load_timeout)
-        if progress is not None:
-            loaded = [_watched_detector(c, progress) for c in loaded]
-        found = report(loaded, request, timeout=self.detect_timeout, preferred=self.preferred)
+        found = report(
+            loaded,
+            request,
+            timeout=self.detect_timeout,
+            preferred=self.preferred,
+            progress=progress,
+        )
         # A loaded backend's time is its load's and its detector's (a failed load's is its load's).
         outcomes = tuple(
             dataclasses.replace(o, seconds=took.get(o.name, 0.0) + o.seconds)
@@ -330,21 +338,6 @@ def _timeout(label: str, value: float) -> float:
         raise errors.ConfigurationError(f"Invalid value {value!r} for {label}: {exc}") from None
 
 
-def _told(
-    function: Callable[..., _R],
-    progress: Progress,
-    events: tuple[str, str],
-    label: str,
-    *args: object,
-) -> _R:
-    """Call *function*, telling *progress* ``events[0]`` before, ``events[1]`` after."""
-    progress(events[0], label)
-    try:
-        return function(*args)
-    finally:
-        progress(events[1], label)
-
-
 def _timed(function: Callable[[], _R], took: dict[str, float], name: str) -> _R:
     """Call *function*, noting its seconds as ``took[name]``, whatever it does."""
     started = time.perf_counter()
@@ -352,16 +345,3 @@ def _timed(function: Callable[[], _R], took: dict[str, float], name: str) -> _R:
         return function()
     finally:
         took[name] = time.perf_counter() - started
-
-
-def _watched_detector(
-    candidate: RegisteredServeBackend | DetectionOutcome, progress: Progress
-) -> RegisteredServeBackend | DetectionOutcome:
-    """*candidate* with a detector that tells *progress* when it runs."""
-    if not isinstance(candidate, RegisteredServeBackend) or candidate.backend.detect is None:
-        return candidate
-    label = f"{candidate.name!r} ({candidate.distribution or 'built-in'})"
-    detect = partial(_told, candidate.backend.detect, progress, ("detecting", "detected"), label)
-    return dataclasses.replace(
-        candidate, backend=dataclasses.replace(candidate.backend, detect=detect)
-    )

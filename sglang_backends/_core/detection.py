@@ -27,6 +27,7 @@ from sglang_backends._core.names import FALLBACK_BACKEND
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
+    ServeBackendDetector,
     ServeRequest,
     coerce_detection,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "run_detectors",
     "run_each",
     "skip_with_warning",
+    "told",
     "what_happened",
 ]
 
@@ -306,6 +308,23 @@ class TimedRun:
         return self.wait(max(0.0, left))
 
 
+def told(
+    function: Callable[..., _T],
+    progress: Callable[[str, str], None] | None,
+    events: tuple[str, str],
+    label: str,
+    *args: object,
+) -> _T:
+    """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after."""
+    if progress is None:
+        return function(*args)
+    progress(events[0], label)
+    try:
+        return function(*args)
+    finally:
+        progress(events[1], label)
+
+
 def skip_with_warning(
     name: str,
     distribution: str | None,
@@ -326,7 +345,8 @@ def report(
     request: ServeRequest,
     *,
     timeout: float,
-    preferred: Sequence[str] = (),
+    preferred: Sequence[str],
+    progress: Callable[[str, str], None] | None = None,
 ) -> DetectionReport:
     """Run the loaded candidates' detectors on *request* and decide.
 
@@ -334,12 +354,13 @@ def report(
         outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
     :param preferred: backend names in order of preference among several matches.
+    :param progress: told as each detector starts and ends (:func:`told`).
     :returns: one match selects it; several select the first of them in
         *preferred*, else nothing (ambiguous); none selects
         :data:`~sglang_backends._core.names.FALLBACK_BACKEND`.
     """
     backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
-    detected = iter(run_detectors(backends, request, timeout=timeout))
+    detected = iter(run_detectors(backends, request, timeout=timeout, progress=progress))
     outcomes = tuple(
         next(detected) if isinstance(c, RegisteredServeBackend) else c for c in candidates
     )
@@ -358,8 +379,9 @@ def report(
 class _DetectorRun(TimedRun):
     """One detector's run in a worker thread: its answer or failure, and its time."""
 
-    def __init__(self) -> None:
+    def __init__(self, detect: ServeBackendDetector) -> None:
         super().__init__()
+        self.detect = detect
         self.result: object = None
         self.failure: str | None = None
 
@@ -369,6 +391,7 @@ def run_detectors(
     request: ServeRequest,
     *,
     timeout: float,
+    progress: Callable[[str, str], None] | None = None,
 ) -> list[DetectionOutcome]:
     """Run the detectors of *backends* on *request*, concurrently.
 
@@ -376,17 +399,22 @@ def run_detectors(
     raises, returns something other than a detection, or has not returned
     within *timeout* seconds of its own start is logged as a WARNING and claims nothing.
     """
-    runs = {i: _DetectorRun() for i, b in enumerate(backends) if b.backend.detect is not None}
+    runs = {
+        i: _DetectorRun(b.backend.detect)
+        for i, b in enumerate(backends)
+        if b.backend.detect is not None
+    }
 
     def work(index: int) -> None:
         run = runs[index]
-        detector = backends[index].backend.detect
+        registered = backends[index]
+        label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
         # Each detector gets its own copy: one that mutates its request (with
         # object.__setattr__, say) changes neither the others' nor the backend's.
         own = dataclasses.replace(request, argv=tuple(request.argv))
         run.begin()
         try:
-            run.result = detector(own)  # type: ignore[misc]
+            run.result = told(run.detect, progress, ("detecting", "detected"), label, own)
         except BaseException as exc:  # noqa: BLE001 - a detector must not escape
             run.failure = f"detector raised {type(exc).__name__}: {describe(exc)}"
         run.end()
