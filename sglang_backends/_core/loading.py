@@ -188,23 +188,26 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
 
 
 class _BackendLoad(TimedRun):
-    """One backend's load, run by one caller and awaited by the others."""
+    """One backend's load (*candidate*'s, asked for as *name*), run by one caller and
+    awaited by the others."""
 
-    def __init__(self, name: str, plugin: PluginEntryPoint | None) -> None:
+    def __init__(self, name: str, candidate: Candidate) -> None:
         super().__init__()
         self.name = name
+        plugin = candidate[1]
         self.provider = plugin.provider if plugin else "built-in"
         self.distribution = plugin.distribution if plugin else None
+        self.produce = candidate[2]
         self.thread: threading.Thread | None = None
         self._value: RegisteredServeBackend | None = None
         self._error: BaseException | None = None
 
-    def run(self, produce: Callable[[], RegisteredServeBackend]) -> None:
-        """Run *produce* in this thread and keep its result or exception."""
+    def run(self) -> None:
+        """Run the load in this thread and keep its result or exception."""
         self.thread = threading.current_thread()
         self.begin()
         try:
-            self._value = produce()
+            self._value = self.produce()
         except BaseException as exc:  # kept for every waiter; the user's Ctrl-C goes on
             self._error = exc
             if not isinstance(exc, Exception):
@@ -255,11 +258,28 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
                 _log_still_loading(load, running, timeout)
 
 
-def _run_dropping_frames(job: tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]) -> None:
+def _run_dropping_frames(load: _BackendLoad) -> None:
     """Run a load of automatic detection's; if it fails, drop its frames at once."""
-    load, produce = job
-    load.run(produce)
+    load.run()
     load.drop_frames()
+
+
+def _thread_name(load: _BackendLoad) -> str:
+    """The name of the worker thread while it runs *load*."""
+    return f"load-{load.name}"
+
+
+def _within(
+    name: str, load: _BackendLoad, timeout: float
+) -> RegisteredServeBackend | DetectionOutcome:
+    """*load*'s backend if it finished within *timeout* s, else the outcome (logged) for *name*."""
+    if not load.within(timeout):
+        cause = f"loading from {load.provider} did not finish within {timeout:g} s (load_timeout)"
+        return skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
+    try:
+        return load.result()
+    except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
+        return skip_with_warning(name, load.distribution, load.seconds, str(exc))
 
 
 class BackendLoader:
@@ -271,7 +291,7 @@ class BackendLoader:
 
     def _claim(self, name: str, candidate: Candidate) -> tuple[_BackendLoad, bool]:
         """*candidate*'s load, and whether this caller created it (so must run it)."""
-        fresh = _BackendLoad(name, candidate[1])
+        fresh = _BackendLoad(name, candidate)
         with self._lock:
             load = self._loads.setdefault(candidate[0], fresh)
         return load, load is fresh
@@ -282,17 +302,16 @@ class BackendLoader:
         :raises BackendLoadError: the load is under way in this very thread
             (a factory asked the registry for its own backend).
         """
-        key, _, produce = candidate
         load, mine = self._claim(name, candidate)
         if mine:
             timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, SLOW_LOAD_NOTICE))
             timer.daemon = True
             timer.start()
             try:
-                load.run(produce)
+                load.run()
             except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
                 with self._lock:
-                    self._loads.pop(key, None)
+                    self._loads.pop(candidate[0], None)
                 raise
             finally:
                 timer.cancel()
@@ -319,7 +338,7 @@ class BackendLoader:
         :returns: in order, each backend or the outcome (logged) that replaced it.
         """
         loads: list[tuple[str, _BackendLoad] | DetectionOutcome] = []
-        mine: list[tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]] = []
+        mine: list[_BackendLoad] = []
         for name in names:
             try:
                 candidate = resolve(name)
@@ -328,36 +347,15 @@ class BackendLoader:
                 continue
             load, created = self._claim(name, candidate)
             if created:
-                mine.append((load, candidate[2]))
+                mine.append(load)
             loads.append((name, load))
         waited = threading.Event()
-        notices = [load for load, _ in mine], timeout, waited
-        threading.Thread(target=_notice_slow, args=notices, daemon=True).start()
-        result: list[RegisteredServeBackend | DetectionOutcome] = []
+        threading.Thread(target=_notice_slow, args=(mine, timeout, waited), daemon=True).start()
         try:
-            run_each(
-                mine, _run_dropping_frames, name=lambda job: f"load-{job[0].name}", timeout=timeout
-            )
-            for item in loads:
-                if isinstance(item, DetectionOutcome):
-                    result.append(item)
-                    continue
-                name, load = item
-                if not load.within(timeout):
-                    cause = (
-                        f"loading from {load.provider} did not finish within {timeout:g} s "
-                        "(load_timeout)"
-                    )
-                    result.append(
-                        skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
-                    )
-                    continue
-                try:
-                    result.append(load.result())
-                except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
-                    result.append(
-                        skip_with_warning(name, load.distribution, load.seconds, str(exc))
-                    )
+            run_each(mine, _run_dropping_frames, name=_thread_name, timeout=timeout)
+            return [
+                item if isinstance(item, DetectionOutcome) else _within(*item, timeout)
+                for item in loads
+            ]
         finally:
             waited.set()
-        return result
