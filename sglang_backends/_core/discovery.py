@@ -89,23 +89,6 @@ class InstalledDistribution:
             self._entry_points = tuple(self.distribution.entry_points) if found else ()
         return [ep for ep in self._entry_points if ep.group == group]
 
-    def identity(self) -> tuple[str, str | None]:
-        """Its ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
-        # Only the two header fields are needed: read them from the header block
-        # rather than parse the whole file (a long description included) with
-        # the email parser, as ``dist.metadata`` would, for every plugin listed.
-        dist = self.distribution
-        text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
-        if text is None:
-            raise ValueError("it has no METADATA")
-        fields: dict[str, str] = {}
-        for key, value in header_block(text):
-            if key in ("Name", "Version"):
-                fields.setdefault(key, value)
-        if not fields.get("Name"):
-            raise ValueError("its METADATA names no distribution")
-        return fields["Name"], fields.get("Version")
-
 
 class PluginEntryPoint(NamedTuple):
     """One installed ``sglang.serve_backends`` entry point.
@@ -199,6 +182,23 @@ def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str |
     return dist.read_text(filename) if has_metadata(dist, filename) else None
 
 
+def _identity(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
+    """*dist*'s ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
+    # Only the two header fields are needed: read them from the header block
+    # rather than parse the whole file (a long description included) with
+    # the email parser, as ``dist.metadata`` would, for every plugin listed.
+    text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
+    if text is None:
+        raise ValueError("it has no METADATA")
+    fields: dict[str, str] = {}
+    for key, value in header_block(text):
+        if key in ("Name", "Version"):
+            fields.setdefault(key, value)
+    if not fields.get("Name"):
+        raise ValueError("its METADATA names no distribution")
+    return fields["Name"], fields.get("Version")
+
+
 def _location(dist: importlib.metadata.Distribution) -> str:
     """Where *dist*'s metadata lives, as messages name it."""
     root = _metadata_path(dist)
@@ -211,7 +211,7 @@ def _key(dist: importlib.metadata.Distribution) -> str | None:
     if stem_name is not None:
         return normalize_distribution(stem_name)
     try:
-        name, _ = InstalledDistribution(dist, None, "").identity()
+        name = _identity(dist)[0]
     except Exception:  # noqa: BLE001 - reported when its entry points are read
         return None
     return normalize_distribution(name)
@@ -281,7 +281,7 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     problem = None
     name: str | None
     try:
-        name, version = installed.identity()
+        name, version = _identity(installed.distribution)
     except Exception as exc:  # noqa: BLE001 - its entry points are still served
         # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
         name = _directory_name(installed.distribution)
