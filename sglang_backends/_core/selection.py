@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
     PluginEntryPoint,
+    by_name,
     normalize_distribution,
     split_qualified_name,
 )
@@ -123,14 +124,6 @@ def _designated(
         return tuple(exact)
     plain = split_qualified_name(name)[1]
     return tuple(c for c in discovered.get(plain, ()) if designates(name, c))
-
-
-def by_name(plugins: Iterable[PluginEntryPoint]) -> dict[str, tuple[PluginEntryPoint, ...]]:
-    """*plugins* by backend name, as :func:`.discovery.discover` gives them."""
-    found: dict[str, list[PluginEntryPoint]] = {}
-    for plugin in plugins:
-        found.setdefault(plugin.name, []).append(plugin)
-    return {name: tuple(entries) for name, entries in found.items()}
 
 
 def qualified(
