@@ -93,9 +93,7 @@ class ServeRequest:
         :raises ValueError: a ``--model-type`` or a leading option of
             ``serve``'s without its value.
         """
-        from sglang_backends._serve import (
-            argv as dispatch,  # serve's argv rules: not for a plugin's import
-        )
+        from sglang_backends._serve import argv as dispatch  # not on a plugin's import path
 
         return dispatch.normalize(dispatch.parse_host_options(argv).argv)
 
