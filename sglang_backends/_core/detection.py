@@ -21,7 +21,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
 from sglang_backends.contract import (
@@ -170,14 +171,8 @@ MAX_WORKERS = 64
 FIRST_WORKERS = (os.cpu_count() or 1) if sysconfig.get_config_var("Py_GIL_DISABLED") else 1
 
 
-def run_each(
-    items: Iterable[_T],
-    work: Callable[[_T], object],
-    *,
-    name: Callable[[_T], str],
-    timeout: float,
-) -> None:
-    """Run ``work(item)`` for every item on a pool of daemon threads sized to the work.
+def run_each(items: Iterable[TimedRun[Any]], *, timeout: float) -> None:
+    """Run every item (:meth:`TimedRun.run`) on a pool of daemon threads sized to the work.
 
     The pool starts with :data:`FIRST_WORKERS` workers (at most one per item);
     a worker takes the next item nobody has taken until none is left. While
@@ -194,9 +189,9 @@ def run_each(
     every item starts.
 
     Returns once every item has finished or run *timeout* s from its own
-    start; a worker's thread is named *name(item)* while on it.
+    start; a worker's thread bears the item's :attr:`~TimedRun.thread_name` while on it.
     """
-    pool = _Pool(work, name, timeout)
+    pool = _Pool(timeout)
     pool.queue.extend(items)
     pool.left = len(pool.queue)
     if not pool.left:
@@ -210,13 +205,11 @@ def run_each(
         left = pool.left
 
 
-class _Pool(Generic[_T]):
+class _Pool:
     """:func:`run_each`'s workers and the items they have not taken yet."""
 
-    def __init__(self, work: Callable[[_T], object], name: Callable[[_T], str], timeout: float):
-        self.queue: collections.deque[_T] = collections.deque()
-        self.work = work
-        self.name = name
+    def __init__(self, timeout: float):
+        self.queue: collections.deque[TimedRun[Any]] = collections.deque()
         self.timeout = timeout
         # When each worker took its current item: inf while between items,
         # -inf once it died of an exception (busy for ever, so replaced).
@@ -237,9 +230,9 @@ class _Pool(Generic[_T]):
             except IndexError:
                 return
             self.since[index] = time.monotonic()
-            threading.current_thread().name = self.name(item)
+            threading.current_thread().name = item.thread_name
             try:
-                self.work(item)
+                item.run()
             except BaseException:
                 self.since[index] = -math.inf
                 raise
@@ -267,28 +260,34 @@ class _Pool(Generic[_T]):
         return not self.queue and all(s < 0 or s > self.timeout for s in self._busy())
 
 
-class TimedRun:
-    """One item's run (on :func:`run_each`'s pool): when it started, whether it finished.
+class TimedRun(Generic[_T]):
+    """One call of *function* (on :func:`run_each`'s pool, in a thread named *thread_name*):
+    when it started, whether it finished, what it returned or raised.
 
     Finishing releases a lock held from the start: a lock, unlike an event,
     is one object the garbage collector does not track, which counts with
     thousands of runs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, function: Callable[[], _T], thread_name: str) -> None:
         self._running = threading.Lock()
         self._running.acquire()
+        self.function = function
+        self.thread_name = thread_name
         self.finished = False
         self.started: float | None = None
         self.seconds = 0.0
+        self.value: _T | None = None
+        self.error: BaseException | None = None
 
-    def begin(self) -> None:
-        """The run starts now, in this thread."""
+    def run(self) -> None:
+        """Call the function now, in this thread, and keep what it returns or raises."""
         self.started = time.perf_counter()
-
-    def end(self) -> None:
-        """The run has finished: its result is kept."""
-        self.seconds = time.perf_counter() - (self.started or time.perf_counter())
+        try:
+            self.value = self.function()
+        except BaseException as exc:  # noqa: BLE001 - kept, for the run's owner to judge
+            self.error = exc
+        self.seconds = time.perf_counter() - self.started
         self.finished = True
         self._running.release()
 
@@ -376,16 +375,6 @@ def report(
     )
 
 
-class _DetectorRun(TimedRun):
-    """One detector's run in a worker thread: its answer or failure, and its time."""
-
-    def __init__(self, detect: ServeBackendDetector) -> None:
-        super().__init__()
-        self.detect = detect
-        self.result: object = None
-        self.failure: str | None = None
-
-
 def run_detectors(
     backends: Sequence[RegisteredServeBackend],
     request: ServeRequest,
@@ -400,36 +389,32 @@ def run_detectors(
     within *timeout* seconds of its own start is logged as a WARNING and claims nothing.
     """
     runs = {
-        i: _DetectorRun(b.backend.detect)
+        i: TimedRun(partial(_detect, b, b.backend.detect, request, progress), f"detect-{b.name}")
         for i, b in enumerate(backends)
         if b.backend.detect is not None
     }
-
-    def work(index: int) -> None:
-        run = runs[index]
-        registered = backends[index]
-        label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
-        # Each detector gets its own copy: one that mutates its request (with
-        # object.__setattr__, say) changes neither the others' nor the backend's.
-        own = dataclasses.replace(request, argv=tuple(request.argv))
-        run.begin()
-        try:
-            run.result = told(run.detect, progress, ("detecting", "detected"), label, own)
-        except BaseException as exc:  # noqa: BLE001 - a detector must not escape
-            run.failure = f"detector raised {type(exc).__name__}: {describe(exc)}"
-        run.end()
-
-    def name(index: int) -> str:
-        return f"detect-{backends[index].name}"
-
-    run_each(runs, work, name=name, timeout=timeout)
+    run_each(runs.values(), timeout=timeout)
     finished = {index: run.within(timeout) for index, run in runs.items()}
     return [_outcome(b, runs.get(i), finished.get(i), timeout) for i, b in enumerate(backends)]
 
 
+def _detect(
+    registered: RegisteredServeBackend,
+    detect: ServeBackendDetector,
+    request: ServeRequest,
+    progress: Callable[[str, str], None] | None,
+) -> ServeBackendDetection:
+    """*registered*'s detector *detect*'s answer to *request*, told to *progress*."""
+    # Each detector gets its own copy: one that mutates its request (with
+    # object.__setattr__, say) changes neither the others' nor the backend's.
+    own = dataclasses.replace(request, argv=tuple(request.argv))
+    label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
+    return told(detect, progress, ("detecting", "detected"), label, own)
+
+
 def _outcome(
     registered: RegisteredServeBackend,
-    run: _DetectorRun | None,
+    run: TimedRun[ServeBackendDetection] | None,
     finished: bool | None,
     timeout: float,
 ) -> DetectionOutcome:
@@ -441,10 +426,11 @@ def _outcome(
     if not finished:
         cause = f"detector did not return within {timeout:g} s"
         return skip_with_warning(name, dist, timeout, cause, Verdict.TIMEOUT)
-    if run.failure is not None:
-        return skip_with_warning(name, dist, run.seconds, run.failure)
-    detection = coerce_detection(run.result)
+    if run.error is not None:
+        cause = f"detector raised {type(run.error).__name__}: {describe(run.error)}"
+        return skip_with_warning(name, dist, run.seconds, cause)
+    detection = coerce_detection(run.value)
     if detection is None:
-        cause = f"detector must return ServeBackendDetection, got {type(run.result).__name__}"
+        cause = f"detector must return ServeBackendDetection, got {type(run.value).__name__}"
         return skip_with_warning(name, dist, run.seconds, cause)
     return DetectionOutcome(name, Verdict(detection.value), run.seconds, None, dist)

@@ -187,39 +187,34 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
     )
 
 
-class _BackendLoad(TimedRun):
+class _BackendLoad(TimedRun[RegisteredServeBackend]):
     """One backend's load (*candidate*'s, asked for as *name*), run by one caller and
-    awaited by the others."""
+    awaited by the others; a *detached* one, automatic detection's, on a worker."""
 
-    def __init__(self, name: str, candidate: Candidate) -> None:
-        super().__init__()
+    def __init__(self, name: str, candidate: Candidate, *, detached: bool) -> None:
+        super().__init__(candidate[2], f"load-{name}")
         self.name = name
         plugin = candidate[1]
         self.provider = plugin.provider if plugin else "built-in"
         self.distribution = plugin.distribution if plugin else None
-        self.produce = candidate[2]
+        self.detached = detached
         self.thread: threading.Thread | None = None
-        self._value: RegisteredServeBackend | None = None
-        self._error: BaseException | None = None
 
     def run(self) -> None:
-        """Run the load in this thread and keep its result or exception."""
+        """Run the load in this thread. A failure is kept for every waiter (a detached load's
+        without its frames); the user's Ctrl-C goes on."""
         self.thread = threading.current_thread()
-        self.begin()
-        try:
-            self._value = self.produce()
-        except BaseException as exc:  # kept for every waiter; the user's Ctrl-C goes on
-            self._error = exc
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            self.end()
+        super().run()
+        if self.error is not None and not isinstance(self.error, Exception):
+            raise self.error
+        if self.detached:
+            self.drop_frames()
 
     def result(self) -> RegisteredServeBackend:
         """The loaded backend; raises the load's exception if it failed."""
-        if self._error is not None:
-            raise self._error
-        return cast(RegisteredServeBackend, self._value)
+        if self.error is not None:
+            raise self.error
+        return cast(RegisteredServeBackend, self.value)
 
     def drop_frames(self) -> None:
         """Keep a failed load's exceptions without their tracebacks.
@@ -231,7 +226,7 @@ class _BackendLoad(TimedRun):
         keeps them.
         """
         seen: set[int] = set()
-        exc = self._error
+        exc = self.error
         while exc is not None and id(exc) not in seen:
             seen.add(id(exc))
             exc.__traceback__ = None
@@ -258,17 +253,6 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
                 _log_still_loading(load, running, timeout)
 
 
-def _run_dropping_frames(load: _BackendLoad) -> None:
-    """Run a load of automatic detection's; if it fails, drop its frames at once."""
-    load.run()
-    load.drop_frames()
-
-
-def _thread_name(load: _BackendLoad) -> str:
-    """The name of the worker thread while it runs *load*."""
-    return f"load-{load.name}"
-
-
 def _within(
     name: str, load: _BackendLoad, timeout: float
 ) -> RegisteredServeBackend | DetectionOutcome:
@@ -289,9 +273,11 @@ class BackendLoader:
         self._lock = threading.Lock()
         self._loads: dict[Hashable, _BackendLoad] = {}
 
-    def _claim(self, name: str, candidate: Candidate) -> tuple[_BackendLoad, bool]:
+    def _claim(
+        self, name: str, candidate: Candidate, *, detached: bool = False
+    ) -> tuple[_BackendLoad, bool]:
         """*candidate*'s load, and whether this caller created it (so must run it)."""
-        fresh = _BackendLoad(name, candidate)
+        fresh = _BackendLoad(name, candidate, detached=detached)
         with self._lock:
             load = self._loads.setdefault(candidate[0], fresh)
         return load, load is fresh
@@ -345,14 +331,14 @@ class BackendLoader:
             except ServeBackendError as exc:
                 loads.append(skip_with_warning(name, exc.distribution, 0.0, str(exc)))
                 continue
-            load, created = self._claim(name, candidate)
+            load, created = self._claim(name, candidate, detached=True)
             if created:
                 mine.append(load)
             loads.append((name, load))
         waited = threading.Event()
         threading.Thread(target=_notice_slow, args=(mine, timeout, waited), daemon=True).start()
         try:
-            run_each(mine, _run_dropping_frames, name=_thread_name, timeout=timeout)
+            run_each(mine, timeout=timeout)
             return [
                 item if isinstance(item, DetectionOutcome) else _within(*item, timeout)
                 for item in loads
