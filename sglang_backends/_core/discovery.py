@@ -25,7 +25,7 @@ import pathlib
 import re
 import stat
 from collections.abc import Iterable, Iterator
-from importlib.metadata import Distribution
+from importlib.metadata import Distribution, EntryPoint
 from typing import NamedTuple
 
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
@@ -65,18 +65,18 @@ class InstalledDistribution:
 
     def __init__(
         self,
-        distribution: importlib.metadata.Distribution,
+        distribution: Distribution,
         key: str | None,
         location: str,
-        shadowed: tuple[importlib.metadata.Distribution, ...] = (),
+        shadowed: tuple[Distribution, ...] = (),
     ) -> None:
         self.distribution = distribution
         self.key = key
         self.location = location
         self.shadowed = shadowed
-        self._entry_points: tuple[importlib.metadata.EntryPoint, ...] | None = None
+        self._entry_points: tuple[EntryPoint, ...] | None = None
 
-    def entry_points(self, group: str) -> list[importlib.metadata.EntryPoint]:
+    def entry_points(self, group: str) -> list[EntryPoint]:
         """Its entry points in *group*, read only from a regular file.
 
         ``entry_points.txt`` is parsed on the first call and kept: a listing asks
@@ -110,7 +110,7 @@ class PluginEntryPoint(NamedTuple):
     target: str
     distribution: str | None
     version: str | None
-    entry_point: importlib.metadata.EntryPoint
+    entry_point: EntryPoint
     problem: str | None = None
     installed: InstalledDistribution | None = None
 
@@ -127,7 +127,7 @@ class PluginEntryPoint(NamedTuple):
         return self.distribution_label or self.target
 
 
-def _metadata_path(dist: importlib.metadata.Distribution) -> object:
+def _metadata_path(dist: Distribution) -> object:
     """The traversable *dist* reads its metadata from (a directory, or a folder in a zip).
 
     :class:`~importlib.metadata.PathDistribution` keeps it in ``_path`` and
@@ -157,7 +157,7 @@ def header_block(text: str) -> Iterator[tuple[str, str]]:
             yield key, value.strip()
 
 
-def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool:
+def has_metadata(dist: Distribution, filename: str) -> bool:
     """Whether *dist* may hold *filename*, without reading it: on disk, whether its metadata
     directory holds it; elsewhere (a zip, another finder) ``True``, ``read_text`` deciding.
 
@@ -174,7 +174,7 @@ def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool:
     return True
 
 
-def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str | None:
+def read_metadata(dist: Distribution, filename: str) -> str | None:
     """``dist.read_text(filename)``, refusing what would block it; ``None`` when it has none.
 
     :raises OSError: it exists on disk but is not a regular file, or cannot be read.
@@ -183,7 +183,7 @@ def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str |
     return dist.read_text(filename) if has_metadata(dist, filename) else None
 
 
-def _identity(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
+def _identity(dist: Distribution) -> tuple[str, str | None]:
     """*dist*'s ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
     # Only the two header fields are needed: read them from the header block
     # rather than parse the whole file (a long description included) with
@@ -200,13 +200,13 @@ def _identity(dist: importlib.metadata.Distribution) -> tuple[str, str | None]:
     return fields["Name"], fields.get("Version")
 
 
-def _location(dist: importlib.metadata.Distribution) -> str:
+def _location(dist: Distribution) -> str:
     """Where *dist*'s metadata lives, as messages name it."""
     root = _metadata_path(dist)
     return repr(dist) if root is None else str(root).rstrip("/" + os.sep)
 
 
-def _key(dist: importlib.metadata.Distribution) -> str | None:
+def _key(dist: Distribution) -> str | None:
     """*dist*'s normalized name: its directory's, else its ``METADATA``'s; ``None`` if neither."""
     stem_name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
     if stem_name is not None:
@@ -305,7 +305,7 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     ]
 
 
-def _directory_name(dist: importlib.metadata.Distribution) -> str | None:
+def _directory_name(dist: Distribution) -> str | None:
     """The distribution name *dist*'s metadata directory bears (``NAME-VERSION.dist-info``).
 
     ``None`` for an ``EGG-INFO`` directory, which bears none.

@@ -26,11 +26,11 @@ ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
+from importlib.metadata import EntryPoint
 from typing import Any, TypeVar, cast
 
 from sglang_backends._core.detection import (
@@ -107,7 +107,7 @@ def _cause(exc: BaseException) -> str:
     return describe(exc)
 
 
-class _GuardedEntryPoint(importlib.metadata.EntryPoint):
+class _GuardedEntryPoint(EntryPoint):
     """An entry point whose ``load()`` refuses a malformed target and a non-callable one."""
 
     def load(self) -> Any:
@@ -127,11 +127,11 @@ def _chosen_driver_manager() -> type[Any]:
     from stevedore import DriverManager
 
     class ChosenDriverManager(DriverManager):  # type: ignore[type-arg]  # generic only in newer stevedore
-        def __init__(self, entry_point: importlib.metadata.EntryPoint, **options: Any) -> None:
+        def __init__(self, entry_point: EntryPoint, **options: Any) -> None:
             self._chosen = entry_point
             super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, **options)
 
-        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        def list_entry_points(self) -> list[EntryPoint]:
             return [self._chosen]
 
     return ChosenDriverManager
