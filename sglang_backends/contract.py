@@ -213,10 +213,7 @@ def portable_backend(
     if detect is not None and detection_class is not ServeBackendDetection:
         detect = _answering_in(detection_class, detect)
     return backend_class(
-        api_version=api_version,
-        run=run,
-        detect=detect,
-        requires_model_path=requires_model_path,
+        api_version=api_version, run=run, detect=detect, requires_model_path=requires_model_path
     )
 
 

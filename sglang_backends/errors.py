@@ -37,11 +37,7 @@ class ServeBackendError(Exception):
     """
 
     def __init__(
-        self,
-        message: str,
-        *,
-        name: str | None = None,
-        distribution: str | None = None,
+        self, message: str, *, name: str | None = None, distribution: str | None = None
     ) -> None:
         super().__init__(message)
         self.name = name

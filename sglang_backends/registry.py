@@ -16,13 +16,7 @@ from typing import TypeVar
 
 from sglang_backends import errors
 from sglang_backends._core import selection
-from sglang_backends._core.detection import (
-    DetectionOutcome,
-    DetectionReport,
-    Verdict,
-    report,
-    told,
-)
+from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report, told
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.loading import (
