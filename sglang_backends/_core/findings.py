@@ -13,7 +13,7 @@ Three things an operator can be told in advance, each a pure reading of
   (unset or empty allows all), and ``SGLANG_PLATFORM``, which skips the
   general plugins of the distributions providing another platform;
 * later copies of a distribution on the path, which the first copy shadows
-  (:func:`shadowed_copies`).
+  (:func:`shadowed_text`).
 
 The commands render these; serve reads none of it, and the registry only
 :func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
