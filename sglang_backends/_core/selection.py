@@ -300,15 +300,8 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
     plain = name if name in discovered else split_qualified_name(name)[1]
     candidates = _designated(name, discovered)
     if not candidates or plain in inventory.builtins or plain in RESERVED_SERVE_BACKEND_NAMES:
-        raise unknown_backend(
-            name,
-            ("auto", *inventory.available_names),
-            discovered,
-            inventory.builtins,
-            enabled=inventory.enabled,
-            disabled=disabled,
-            origins=inventory.origins,
-        )
+        values = ("auto", *inventory.available_names)
+        raise unknown_backend(name, values, discovered, inventory.builtins, selected=inventory)
     if not _allowed(plain, inventory.enabled, disabled):
         remedy = "remove it from" if plain in disabled else "add it to"
         raise DisabledBackendError(
@@ -333,9 +326,7 @@ def unknown_backend(
     discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
     builtin_names: Collection[str] = (),
     *,
-    enabled: Collection[str] | None = None,
-    disabled: Collection[str] = (),
-    origins: Mapping[str, str] | None = None,
+    selected: Inventory | None = None,
 ) -> UnknownBackendError:
     """The one wording of a name that designates nothing usable, with the closest name
     (``; did you mean 'x'?``, :func:`_closest_name`); a left-out one is said to be.
@@ -344,11 +335,17 @@ def unknown_backend(
         available names; ``check``: every built-in and installed plugin).
     :param discovered: every installed entry point, for the closest name.
     :param builtin_names: names that are never plugins', for the closest name.
+    :param selected: the inventory whose enabled and disabled lists may leave the closest
+        name out, which is then said (where the lists were set too).
     """
     close, found = _closest_name(name, values, discovered, builtin_names)
     suggestion = meant(close)
-    if found is not None and not _allowed(found.name, enabled, disabled):
-        why = _unavailable_because(found.name, disabled, origins or {})
+    if (
+        found is not None
+        and selected is not None
+        and not _allowed(found.name, selected.enabled, selected.disabled)
+    ):
+        why = _unavailable_because(found.name, selected.disabled, selected.origins)
         suggestion = (
             f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
             "so it is not available."
