@@ -247,10 +247,7 @@ class ServeBackendRegistry:
         else:
             builtin = self._builtins[name]
             failure = partial(load_failure, name, None)
-            try:
-                obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
-            except errors.ServeBackendError as exc:  # the part of SGLang it needs, say
-                raise failure(exc) from exc
+            obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
         backend = coerce_backend(obj)
         if backend is None:
             by = f" (provided by {provider})" if provider else ""

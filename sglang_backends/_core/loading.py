@@ -81,13 +81,10 @@ def call_plugin_code(function: Callable[[], _T], failure: Callable[[BaseExceptio
     Only a stop signal's unwinding (:func:`~sglang_backends._core.processes.from_signal`:
     a ``KeyboardInterrupt`` or ``SystemExit`` a signal caused) is the user's and
     propagates; a plugin's own raise of either is its failure, as any other
-    ``BaseException`` is. An error of this package's (a failure stevedore's
-    callback already worded) passes as it is.
+    ``BaseException`` is.
     """
     try:
         return function()
-    except ServeBackendError:
-        raise
     except BaseException as exc:
         if from_signal(exc):
             raise
@@ -162,7 +159,7 @@ def load_plugin(plugin: PluginEntryPoint) -> object:
     """
 
     def failed(manager: object, entry_point: object, exc: BaseException) -> None:
-        raise load_failure(plugin.name, plugin, exc) from exc
+        raise exc  # for call_plugin_code to word, as what stevedore lets through
 
     entry_point = plugin.entry_point
     guarded = _GuardedEntryPoint(entry_point.name, entry_point.value, entry_point.group)
