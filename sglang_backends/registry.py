@@ -194,7 +194,7 @@ class ServeBackendRegistry:
         return tuple(self._builtins)
 
     @property
-    def plugins(self) -> tuple[selection.PluginRecord, ...]:
+    def plugins(self) -> tuple[PluginRecord, ...]:
         """Every installed plugin entry point with its status; imports nothing."""
         return self.inventory.records
 

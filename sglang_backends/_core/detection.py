@@ -42,7 +42,6 @@ __all__ = [
     "Verdict",
     "preferred_note",
     "report",
-    "run_detectors",
     "run_each",
     "skip_with_warning",
     "told",
@@ -359,7 +358,7 @@ def report(
         :data:`~sglang_backends._core.names.FALLBACK_BACKEND`.
     """
     backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
-    detected = iter(run_detectors(backends, request, timeout=timeout, progress=progress))
+    detected = iter(_run_detectors(backends, request, timeout=timeout, progress=progress))
     outcomes = tuple(
         next(detected) if isinstance(c, RegisteredServeBackend) else c for c in candidates
     )
@@ -375,7 +374,7 @@ def report(
     )
 
 
-def run_detectors(
+def _run_detectors(
     backends: Sequence[RegisteredServeBackend],
     request: ServeRequest,
     *,

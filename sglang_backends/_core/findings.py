@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from importlib.metadata import Distribution
 
 __all__ = [
-    "GENERAL_PLUGINS_GROUP",
     "NEEDS_SGLANG",
     "NOT_ALLOWED",
     "OTHER_PLATFORM",
