@@ -190,9 +190,7 @@ def run_each(items: Iterable[TimedRun[Any]], *, timeout: float) -> None:
     Returns once every item has finished or run *timeout* s from its own
     start; a worker's thread bears the item's :attr:`~TimedRun.thread_name` while on it.
     """
-    pool = _Pool(timeout)
-    pool.queue.extend(items)
-    pool.left = len(pool.queue)
+    pool = _Pool(items, timeout)
     if not pool.left:
         return
     for _ in range(min(pool.left, FIRST_WORKERS)):
@@ -207,13 +205,13 @@ def run_each(items: Iterable[TimedRun[Any]], *, timeout: float) -> None:
 class _Pool:
     """:func:`run_each`'s workers and the items they have not taken yet."""
 
-    def __init__(self, timeout: float):
-        self.queue: collections.deque[TimedRun[Any]] = collections.deque()
+    def __init__(self, items: Iterable[TimedRun[Any]], timeout: float) -> None:
+        self.queue = collections.deque(items)
         self.timeout = timeout
         # When each worker took its current item: inf while between items,
         # -inf once it died of an exception (busy for ever, so replaced).
         self.since: list[float] = []
-        self.left = 0  # items not finished
+        self.left = len(self.queue)  # items not finished
         self.lock = threading.Lock()
         self.done = threading.Event()
 
