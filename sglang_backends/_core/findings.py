@@ -85,21 +85,15 @@ def unmet_requirements(dist: Distribution) -> tuple[str, ...]:
     specifier, as it does for pip once installed. :mod:`packaging` (some 25 ms
     to import) is imported only for a requirement that is more than a name.
     """
-    unmet: list[str] = []
-    for line in _requires(dist):
-        if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
-            if _installed_version(line) is None:
-                unmet.append(f"{line} (not installed)")
-            continue
-        found = _unmet(line, dist)
-        if found is not None:
-            unmet.append(found)
-    return tuple(unmet)
+    unmet = [_unmet(line, dist) for line in _requires(dist)]
+    return tuple(clause for clause in unmet if clause is not None)
 
 
 def _unmet(line: str, dist: Distribution) -> str | None:
-    """What requirement *line* of *dist* lacks here, parsed; ``None`` when it is met, not
-    for this environment (its marker) or unreadable."""
+    """What requirement *line* of *dist* lacks here; ``None`` when it is met, not for this
+    environment (its marker) or unreadable. Only a line that is more than a name is parsed."""
+    if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
+        return f"{line} (not installed)" if _installed_version(line) is None else None
     from packaging import requirements, version  # not for a requirement that is a name
 
     try:
