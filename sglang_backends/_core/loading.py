@@ -4,9 +4,10 @@ A plugin's load is ``DriverManager(group, name, invoke_on_load=True,
 on_load_failure_callback=...)`` over the one entry point the survey chose,
 handed over by overriding its public ``list_entry_points()``: stevedore
 reads no cache of its own, imports the plugin and calls its factory, and its
-failure callback words the error. The registry validates what comes back.
-That entry point's ``load()`` refuses a malformed target and one that is not
-callable; whatever the plugin raises becomes an :class:`Exception`.
+failure callback hands the plugin's exception on. The registry validates what
+comes back. That entry point's ``load()`` refuses a malformed target and one
+that is not callable; whatever the plugin raises becomes a :class:`BackendLoadError`
+(:func:`call_plugin_code`), but the user's Ctrl-C.
 
 stevedore's ``NamedExtensionManager`` would load a named set in one go, but
 no set is loaded so in one process without losing a guarantee. Automatic
