@@ -58,23 +58,8 @@ __all__ = [
 ]
 __all__ += _errors.__all__
 
+#: Where each name of ``__all__`` that is not an error lives, when not in the contract.
 _LAZY = {
-    **dict.fromkeys(
-        (
-            "RESERVED_SERVE_BACKEND_NAMES",
-            "SERVE_BACKEND_API_VERSION",
-            "SERVE_BACKENDS_GROUP",
-            "RegisteredServeBackend",
-            "ServeBackend",
-            "ServeBackendDetection",
-            "ServeRequest",
-            "host_contract",
-            "host_prog",
-            "portable_backend",
-            "stop_quietly",
-        ),
-        "sglang_backends.contract",
-    ),
     "DEFAULT_DETECT_TIMEOUT": "sglang_backends._core.settings",
     "DEFAULT_LOAD_TIMEOUT": "sglang_backends._core.settings",
     "DetectionReport": "sglang_backends._core.detection",
@@ -84,9 +69,9 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Import the contract, the registry and their companions on first access."""
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in __all__:  # the errors are imported already
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name, "sglang_backends.contract")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
@@ -91,9 +93,7 @@ class ServeRequest:
         :raises ValueError: a ``--model-type`` or a leading option of
             ``serve``'s without its value.
         """
-        from sglang_backends._serve import (
-            argv as dispatch,  # serve's argv rules: not for a plugin's import
-        )
+        from sglang_backends._serve import argv as dispatch  # not on a plugin's import path
 
         return dispatch.normalize(dispatch.parse_host_options(argv).argv)
 
@@ -213,10 +213,7 @@ def portable_backend(
     if detect is not None and detection_class is not ServeBackendDetection:
         detect = _answering_in(detection_class, detect)
     return backend_class(
-        api_version=api_version,
-        run=run,
-        detect=detect,
-        requires_model_path=requires_model_path,
+        api_version=api_version, run=run, detect=detect, requires_model_path=requires_model_path
     )
 
 
@@ -266,9 +263,6 @@ def stop_quietly() -> Iterator[None]:
     then exits 130 or 143 as it always does. Outside the main thread,
     only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
     """
-    import signal
-    import threading
-
     previous = None
     main = threading.current_thread() is threading.main_thread()
     if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:

@@ -13,6 +13,7 @@ of the backend concerned, are internal.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -36,11 +37,7 @@ class ServeBackendError(Exception):
     """
 
     def __init__(
-        self,
-        message: str,
-        *,
-        name: str | None = None,
-        distribution: str | None = None,
+        self, message: str, *, name: str | None = None, distribution: str | None = None
     ) -> None:
         super().__init__(message)
         self.name = name
@@ -156,7 +153,5 @@ def meant(close: str | None) -> str:
 
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers."""
-    import difflib  # only on the error path
-
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return close[0] if close else None

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from sglang_backends import errors
 from sglang_backends._core import selection
-from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report
+from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report, told
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.loading import (
@@ -114,14 +114,8 @@ class ServeBackendRegistry:
         preferred: Iterable[str] = (),
         inventory: Inventory | None = None,
     ) -> None:
-        timeouts = {"detect_timeout": detect_timeout, "load_timeout": load_timeout}
-        for label, value in timeouts.items():
-            try:
-                timeouts[label] = seconds(value)
-            except ValueError as exc:
-                raise errors.ConfigurationError(
-                    f"Invalid value {value!r} for {label}: {exc}"
-                ) from None
+        self.detect_timeout = _timeout("detect_timeout", detect_timeout)
+        self.load_timeout = _timeout("load_timeout", load_timeout)
         if inventory is None:
             if builtins is None:
                 builtins = default_builtins()
@@ -139,8 +133,6 @@ class ServeBackendRegistry:
             raise TypeError("an inventory brings its own builtins, selection and origins")
         self._builtins = dict(inventory.builtins)
         self.preferred = tuple(preferred)
-        self.detect_timeout = timeouts["detect_timeout"]
-        self.load_timeout = timeouts["load_timeout"]
         #: What is installed and usable under the selection; the commands show the same.
         self.inventory = inventory
         self._loader = BackendLoader()  # one load per backend, shared by every caller
@@ -150,7 +142,7 @@ class ServeBackendRegistry:
             for name, backend in self._builtins.items()
             if isinstance(backend, ServeBackend)
         }
-        selection.refuse_conflicts(inventory.records)  # as upstream's constructor does
+        selection.refuse_conflicts(inventory.conflicts)  # as upstream's constructor does
 
     @classmethod
     def from_settings(
@@ -202,7 +194,7 @@ class ServeBackendRegistry:
         return tuple(self._builtins)
 
     @property
-    def plugins(self) -> tuple[selection.PluginRecord, ...]:
+    def plugins(self) -> tuple[PluginRecord, ...]:
         """Every installed plugin entry point with its status; imports nothing."""
         return self.inventory.records
 
@@ -210,22 +202,17 @@ class ServeBackendRegistry:
         """The installed entry point *registered* was loaded from; ``None`` for a built-in."""
         if registered.name in self._builtins:
             return None
-        return next(
-            (
-                record.plugin
-                for record in self.inventory.records
-                if (record.plugin.name, record.plugin.distribution)
-                == (registered.name, registered.distribution)
-            ),
-            None,
-        )
+        wanted = (registered.name, registered.distribution)
+        return next((r.plugin for r in self.plugins if (r.name, r.distribution) == wanted), None)
 
-    def _resolve(self, name: str) -> Candidate:
-        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates."""
-        if name in self._builtins:
-            return ("built-in", name), None, partial(self._produce, None, name)
-        plugin = self.inventory.choose(name)  # outlives every load
-        return ("plugin", id(plugin)), plugin, partial(self._produce, plugin, plugin.name)
+    def _resolve(self, name: str, progress: Progress | None) -> Candidate:
+        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates, whose
+        load tells *progress* (if any) when it starts and ends."""
+        plugin = self.inventory.by_name(name)  # outlives every load
+        key = ("built-in", name) if plugin is None else ("plugin", id(plugin))
+        produce = partial(self._produce, plugin, plugin.name if plugin else name)
+        label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
+        return key, plugin, partial(told, produce, progress, ("loading", "loaded"), label)
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
@@ -247,7 +234,7 @@ class ServeBackendRegistry:
         """
         registered = self._by_name.get(name)
         if registered is None:
-            registered = self._loader.load(name, _told_load(name, self._resolve(name), progress))
+            registered = self._loader.load(name, self._resolve(name, progress))
             self._by_name[name] = registered
         return registered
 
@@ -260,10 +247,7 @@ class ServeBackendRegistry:
         else:
             builtin = self._builtins[name]
             failure = partial(load_failure, name, None)
-            try:
-                obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
-            except errors.ServeBackendError as exc:  # the part of SGLang it needs, say
-                raise failure(exc) from exc
+            obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
         backend = coerce_backend(obj)
         if backend is None:
             by = f" (provided by {provider})" if provider else ""
@@ -298,14 +282,18 @@ class ServeBackendRegistry:
         took: dict[str, float] = {}  # each load's seconds, by name
 
         def candidate(name: str) -> Candidate:
-            key, plugin, produce = _told_load(name, self._resolve(name), progress)
+            key, plugin, produce = self._resolve(name, progress)
             return key, plugin, partial(_timed, produce, took, name)
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         loaded = self._loader.load_each_within(names, candidate, timeout=self.load_timeout)
-        if progress is not None:
-            loaded = [_watched_detector(c, progress) for c in loaded]
-        found = report(loaded, request, timeout=self.detect_timeout, preferred=self.preferred)
+        found = report(
+            loaded,
+            request,
+            timeout=self.detect_timeout,
+            preferred=self.preferred,
+            progress=progress,
+        )
         # A loaded backend's time is its load's and its detector's (a failed load's is its load's).
         outcomes = tuple(
             dataclasses.replace(o, seconds=took.get(o.name, 0.0) + o.seconds)
@@ -330,28 +318,15 @@ class ServeBackendRegistry:
         return self.get(self.explain(request, progress=progress).choice())
 
 
-def _told(
-    function: Callable[..., _R],
-    progress: Progress,
-    events: tuple[str, str],
-    label: str,
-    *args: object,
-) -> _R:
-    """Call *function*, telling *progress* ``events[0]`` before, ``events[1]`` after."""
-    progress(events[0], label)
+def _timeout(label: str, value: float) -> float:
+    """*value*, the registry's argument *label*, as a timeout (:func:`.settings.seconds`).
+
+    :raises ConfigurationError: it is not one.
+    """
     try:
-        return function(*args)
-    finally:
-        progress(events[1], label)
-
-
-def _told_load(name: str, candidate: Candidate, progress: Progress | None) -> Candidate:
-    """*candidate*, whose load tells *progress* (if any) when it starts and ends."""
-    key, plugin, produce = candidate
-    if progress is None:
-        return candidate
-    label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-    return key, plugin, partial(_told, produce, progress, ("loading", "loaded"), label)
+        return seconds(value)
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"Invalid value {value!r} for {label}: {exc}") from None
 
 
 def _timed(function: Callable[[], _R], took: dict[str, float], name: str) -> _R:
@@ -361,16 +336,3 @@ def _timed(function: Callable[[], _R], took: dict[str, float], name: str) -> _R:
         return function()
     finally:
         took[name] = time.perf_counter() - started
-
-
-def _watched_detector(
-    candidate: RegisteredServeBackend | DetectionOutcome, progress: Progress
-) -> RegisteredServeBackend | DetectionOutcome:
-    """*candidate* with a detector that tells *progress* when it runs."""
-    if not isinstance(candidate, RegisteredServeBackend) or candidate.backend.detect is None:
-        return candidate
-    label = f"{candidate.name!r} ({candidate.distribution or 'built-in'})"
-    detect = partial(_told, candidate.backend.detect, progress, ("detecting", "detected"), label)
-    return dataclasses.replace(
-        candidate, backend=dataclasses.replace(candidate.backend, detect=detect)
-    )

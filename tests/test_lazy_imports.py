@@ -41,14 +41,6 @@ def test_contract_import_is_lean(code):
     assert imported_after(code, (*HEAVY, *inner)) == set()
 
 
-def test_the_contract_imports_signal_and_threading_only_to_stop_quietly():
-    watched = ("signal", "threading")
-    lean = "import sglang_backends.contract\nfrom sglang_backends import host_prog; host_prog('x')"
-    assert imported_after(lean, watched) == set()
-    stopping = "from sglang_backends import stop_quietly\nwith stop_quietly(): pass"
-    assert imported_after(stopping, watched) == set(watched)
-
-
 def test_the_contract_imports_serves_argument_rules_only_for_from_argv():
     watched = ("sglang_backends._serve.argv",)
     assert imported_after("from sglang_backends import ServeRequest", watched) == set()
@@ -150,7 +142,6 @@ GENERAL_HELP_DEFERS = (
     "sglang_backends._operators.commands",
     "cliff",
     "oslo_config",
-    "difflib",
     "json",
     "ast",
 )

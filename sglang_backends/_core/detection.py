@@ -21,12 +21,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
+    ServeBackendDetector,
     ServeRequest,
     coerce_detection,
 )
@@ -40,9 +42,9 @@ __all__ = [
     "Verdict",
     "preferred_note",
     "report",
-    "run_detectors",
     "run_each",
     "skip_with_warning",
+    "told",
     "what_happened",
 ]
 
@@ -168,14 +170,8 @@ MAX_WORKERS = 64
 FIRST_WORKERS = (os.cpu_count() or 1) if sysconfig.get_config_var("Py_GIL_DISABLED") else 1
 
 
-def run_each(
-    items: Iterable[_T],
-    work: Callable[[_T], object],
-    *,
-    name: Callable[[_T], str],
-    timeout: float,
-) -> None:
-    """Run ``work(item)`` for every item on a pool of daemon threads sized to the work.
+def run_each(items: Iterable[TimedRun[Any]], *, timeout: float) -> None:
+    """Run every item (:meth:`TimedRun.run`) on a pool of daemon threads sized to the work.
 
     The pool starts with :data:`FIRST_WORKERS` workers (at most one per item);
     a worker takes the next item nobody has taken until none is left. While
@@ -192,11 +188,9 @@ def run_each(
     every item starts.
 
     Returns once every item has finished or run *timeout* s from its own
-    start; a worker's thread is named *name(item)* while on it.
+    start; a worker's thread bears the item's :attr:`~TimedRun.thread_name` while on it.
     """
-    pool = _Pool(work, name, timeout)
-    pool.queue.extend(items)
-    pool.left = len(pool.queue)
+    pool = _Pool(items, timeout)
     if not pool.left:
         return
     for _ in range(min(pool.left, FIRST_WORKERS)):
@@ -208,18 +202,16 @@ def run_each(
         left = pool.left
 
 
-class _Pool(Generic[_T]):
+class _Pool:
     """:func:`run_each`'s workers and the items they have not taken yet."""
 
-    def __init__(self, work: Callable[[_T], object], name: Callable[[_T], str], timeout: float):
-        self.queue: collections.deque[_T] = collections.deque()
-        self.work = work
-        self.name = name
+    def __init__(self, items: Iterable[TimedRun[Any]], timeout: float) -> None:
+        self.queue = collections.deque(items)
         self.timeout = timeout
         # When each worker took its current item: inf while between items,
         # -inf once it died of an exception (busy for ever, so replaced).
         self.since: list[float] = []
-        self.left = 0  # items not finished
+        self.left = len(self.queue)  # items not finished
         self.lock = threading.Lock()
         self.done = threading.Event()
 
@@ -235,9 +227,9 @@ class _Pool(Generic[_T]):
             except IndexError:
                 return
             self.since[index] = time.monotonic()
-            threading.current_thread().name = self.name(item)
+            threading.current_thread().name = item.thread_name
             try:
-                self.work(item)
+                item.run()
             except BaseException:
                 self.since[index] = -math.inf
                 raise
@@ -265,28 +257,34 @@ class _Pool(Generic[_T]):
         return not self.queue and all(s < 0 or s > self.timeout for s in self._busy())
 
 
-class TimedRun:
-    """One item's run (on :func:`run_each`'s pool): when it started, whether it finished.
+class TimedRun(Generic[_T]):
+    """One call of *function* (on :func:`run_each`'s pool, in a thread named *thread_name*):
+    when it started, whether it finished, what it returned or raised.
 
     Finishing releases a lock held from the start: a lock, unlike an event,
     is one object the garbage collector does not track, which counts with
     thousands of runs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, function: Callable[[], _T], thread_name: str) -> None:
         self._running = threading.Lock()
         self._running.acquire()
+        self.function = function
+        self.thread_name = thread_name
         self.finished = False
         self.started: float | None = None
         self.seconds = 0.0
+        self.value: _T | None = None
+        self.error: BaseException | None = None
 
-    def begin(self) -> None:
-        """The run starts now, in this thread."""
+    def run(self) -> None:
+        """Call the function now, in this thread, and keep what it returns or raises."""
         self.started = time.perf_counter()
-
-    def end(self) -> None:
-        """The run has finished: its result is kept."""
-        self.seconds = time.perf_counter() - (self.started or time.perf_counter())
+        try:
+            self.value = self.function()
+        except BaseException as exc:  # noqa: BLE001 - kept, for the run's owner to judge
+            self.error = exc
+        self.seconds = time.perf_counter() - self.started
         self.finished = True
         self._running.release()
 
@@ -304,6 +302,23 @@ class TimedRun:
         """
         left = (self.started or time.perf_counter()) + timeout - time.perf_counter()
         return self.wait(max(0.0, left))
+
+
+def told(
+    function: Callable[..., _T],
+    progress: Callable[[str, str], None] | None,
+    events: tuple[str, str],
+    label: str,
+    *args: object,
+) -> _T:
+    """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after."""
+    if progress is None:
+        return function(*args)
+    progress(events[0], label)
+    try:
+        return function(*args)
+    finally:
+        progress(events[1], label)
 
 
 def skip_with_warning(
@@ -326,7 +341,8 @@ def report(
     request: ServeRequest,
     *,
     timeout: float,
-    preferred: Sequence[str] = (),
+    preferred: Sequence[str],
+    progress: Callable[[str, str], None] | None = None,
 ) -> DetectionReport:
     """Run the loaded candidates' detectors on *request* and decide.
 
@@ -334,12 +350,13 @@ def report(
         outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
     :param preferred: backend names in order of preference among several matches.
+    :param progress: told as each detector starts and ends (:func:`told`).
     :returns: one match selects it; several select the first of them in
         *preferred*, else nothing (ambiguous); none selects
         :data:`~sglang_backends._core.names.FALLBACK_BACKEND`.
     """
     backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
-    detected = iter(run_detectors(backends, request, timeout=timeout))
+    detected = iter(_run_detectors(backends, request, timeout=timeout, progress=progress))
     outcomes = tuple(
         next(detected) if isinstance(c, RegisteredServeBackend) else c for c in candidates
     )
@@ -355,20 +372,12 @@ def report(
     )
 
 
-class _DetectorRun(TimedRun):
-    """One detector's run in a worker thread: its answer or failure, and its time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.result: object = None
-        self.failure: str | None = None
-
-
-def run_detectors(
+def _run_detectors(
     backends: Sequence[RegisteredServeBackend],
     request: ServeRequest,
     *,
     timeout: float,
+    progress: Callable[[str, str], None] | None = None,
 ) -> list[DetectionOutcome]:
     """Run the detectors of *backends* on *request*, concurrently.
 
@@ -376,32 +385,33 @@ def run_detectors(
     raises, returns something other than a detection, or has not returned
     within *timeout* seconds of its own start is logged as a WARNING and claims nothing.
     """
-    runs = {i: _DetectorRun() for i, b in enumerate(backends) if b.backend.detect is not None}
-
-    def work(index: int) -> None:
-        run = runs[index]
-        detector = backends[index].backend.detect
-        # Each detector gets its own copy: one that mutates its request (with
-        # object.__setattr__, say) changes neither the others' nor the backend's.
-        own = dataclasses.replace(request, argv=tuple(request.argv))
-        run.begin()
-        try:
-            run.result = detector(own)  # type: ignore[misc]
-        except BaseException as exc:  # noqa: BLE001 - a detector must not escape
-            run.failure = f"detector raised {type(exc).__name__}: {describe(exc)}"
-        run.end()
-
-    def name(index: int) -> str:
-        return f"detect-{backends[index].name}"
-
-    run_each(runs, work, name=name, timeout=timeout)
+    runs = {
+        i: TimedRun(partial(_detect, b, b.backend.detect, request, progress), f"detect-{b.name}")
+        for i, b in enumerate(backends)
+        if b.backend.detect is not None
+    }
+    run_each(runs.values(), timeout=timeout)
     finished = {index: run.within(timeout) for index, run in runs.items()}
     return [_outcome(b, runs.get(i), finished.get(i), timeout) for i, b in enumerate(backends)]
 
 
+def _detect(
+    registered: RegisteredServeBackend,
+    detect: ServeBackendDetector,
+    request: ServeRequest,
+    progress: Callable[[str, str], None] | None,
+) -> ServeBackendDetection:
+    """*registered*'s detector *detect*'s answer to *request*, told to *progress*."""
+    # Each detector gets its own copy: one that mutates its request (with
+    # object.__setattr__, say) changes neither the others' nor the backend's.
+    own = dataclasses.replace(request, argv=tuple(request.argv))
+    label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
+    return told(detect, progress, ("detecting", "detected"), label, own)
+
+
 def _outcome(
     registered: RegisteredServeBackend,
-    run: _DetectorRun | None,
+    run: TimedRun[ServeBackendDetection] | None,
     finished: bool | None,
     timeout: float,
 ) -> DetectionOutcome:
@@ -413,10 +423,11 @@ def _outcome(
     if not finished:
         cause = f"detector did not return within {timeout:g} s"
         return skip_with_warning(name, dist, timeout, cause, Verdict.TIMEOUT)
-    if run.failure is not None:
-        return skip_with_warning(name, dist, run.seconds, run.failure)
-    detection = coerce_detection(run.result)
+    if run.error is not None:
+        cause = f"detector raised {type(run.error).__name__}: {describe(run.error)}"
+        return skip_with_warning(name, dist, run.seconds, cause)
+    detection = coerce_detection(run.value)
     if detection is None:
-        cause = f"detector must return ServeBackendDetection, got {type(run.result).__name__}"
+        cause = f"detector must return ServeBackendDetection, got {type(run.value).__name__}"
         return skip_with_warning(name, dist, run.seconds, cause)
     return DetectionOutcome(name, Verdict(detection.value), run.seconds, None, dist)

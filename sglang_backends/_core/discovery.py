@@ -25,7 +25,7 @@ import pathlib
 import re
 import stat
 from collections.abc import Iterable, Iterator
-from importlib.metadata import Distribution
+from importlib.metadata import Distribution, EntryPoint
 from typing import NamedTuple
 
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
@@ -34,6 +34,7 @@ from sglang_backends.errors import describe_typed
 __all__ = [
     "InstalledDistribution",
     "PluginEntryPoint",
+    "by_name",
     "discover",
     "distributions",
     "has_metadata",
@@ -64,18 +65,18 @@ class InstalledDistribution:
 
     def __init__(
         self,
-        distribution: importlib.metadata.Distribution,
+        distribution: Distribution,
         key: str | None,
         location: str,
-        shadowed: tuple[importlib.metadata.Distribution, ...] = (),
+        shadowed: tuple[Distribution, ...] = (),
     ) -> None:
         self.distribution = distribution
         self.key = key
         self.location = location
         self.shadowed = shadowed
-        self._entry_points: tuple[importlib.metadata.EntryPoint, ...] | None = None
+        self._entry_points: tuple[EntryPoint, ...] | None = None
 
-    def entry_points(self, group: str) -> list[importlib.metadata.EntryPoint]:
+    def entry_points(self, group: str) -> list[EntryPoint]:
         """Its entry points in *group*, read only from a regular file.
 
         ``entry_points.txt`` is parsed on the first call and kept: a listing asks
@@ -88,23 +89,6 @@ class InstalledDistribution:
             found = has_metadata(self.distribution, "entry_points.txt")
             self._entry_points = tuple(self.distribution.entry_points) if found else ()
         return [ep for ep in self._entry_points if ep.group == group]
-
-    def identity(self) -> tuple[str, str | None]:
-        """Its ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
-        # Only the two header fields are needed: read them from the header block
-        # rather than parse the whole file (a long description included) with
-        # the email parser, as ``dist.metadata`` would, for every plugin listed.
-        dist = self.distribution
-        text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
-        if text is None:
-            raise ValueError("it has no METADATA")
-        fields: dict[str, str] = {}
-        for key, value in header_block(text):
-            if key in ("Name", "Version"):
-                fields.setdefault(key, value)
-        if not fields.get("Name"):
-            raise ValueError("its METADATA names no distribution")
-        return fields["Name"], fields.get("Version")
 
 
 class PluginEntryPoint(NamedTuple):
@@ -126,7 +110,7 @@ class PluginEntryPoint(NamedTuple):
     target: str
     distribution: str | None
     version: str | None
-    entry_point: importlib.metadata.EntryPoint
+    entry_point: EntryPoint
     problem: str | None = None
     installed: InstalledDistribution | None = None
 
@@ -143,7 +127,7 @@ class PluginEntryPoint(NamedTuple):
         return self.distribution_label or self.target
 
 
-def _metadata_path(dist: importlib.metadata.Distribution) -> object:
+def _metadata_path(dist: Distribution) -> object:
     """The traversable *dist* reads its metadata from (a directory, or a folder in a zip).
 
     :class:`~importlib.metadata.PathDistribution` keeps it in ``_path`` and
@@ -173,7 +157,7 @@ def header_block(text: str) -> Iterator[tuple[str, str]]:
             yield key, value.strip()
 
 
-def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool:
+def has_metadata(dist: Distribution, filename: str) -> bool:
     """Whether *dist* may hold *filename*, without reading it: on disk, whether its metadata
     directory holds it; elsewhere (a zip, another finder) ``True``, ``read_text`` deciding.
 
@@ -190,7 +174,7 @@ def has_metadata(dist: importlib.metadata.Distribution, filename: str) -> bool:
     return True
 
 
-def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str | None:
+def read_metadata(dist: Distribution, filename: str) -> str | None:
     """``dist.read_text(filename)``, refusing what would block it; ``None`` when it has none.
 
     :raises OSError: it exists on disk but is not a regular file, or cannot be read.
@@ -199,19 +183,36 @@ def read_metadata(dist: importlib.metadata.Distribution, filename: str) -> str |
     return dist.read_text(filename) if has_metadata(dist, filename) else None
 
 
-def _location(dist: importlib.metadata.Distribution) -> str:
+def _identity(dist: Distribution) -> tuple[str, str | None]:
+    """*dist*'s ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
+    # Only the two header fields are needed: read them from the header block
+    # rather than parse the whole file (a long description included) with
+    # the email parser, as ``dist.metadata`` would, for every plugin listed.
+    text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
+    if text is None:
+        raise ValueError("it has no METADATA")
+    fields: dict[str, str] = {}
+    for key, value in header_block(text):
+        if key in ("Name", "Version"):
+            fields.setdefault(key, value)
+    if not fields.get("Name"):
+        raise ValueError("its METADATA names no distribution")
+    return fields["Name"], fields.get("Version")
+
+
+def _location(dist: Distribution) -> str:
     """Where *dist*'s metadata lives, as messages name it."""
     root = _metadata_path(dist)
     return repr(dist) if root is None else str(root).rstrip("/" + os.sep)
 
 
-def _key(dist: importlib.metadata.Distribution) -> str | None:
+def _key(dist: Distribution) -> str | None:
     """*dist*'s normalized name: its directory's, else its ``METADATA``'s; ``None`` if neither."""
     stem_name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
     if stem_name is not None:
         return normalize_distribution(stem_name)
     try:
-        name, _ = InstalledDistribution(dist, None, "").identity()
+        name = _identity(dist)[0]
     except Exception:  # noqa: BLE001 - reported when its entry points are read
         return None
     return normalize_distribution(name)
@@ -256,13 +257,17 @@ def discover(
 
     :param installed: the distributions to read, :func:`distributions` by default.
     """
+    dists = distributions() if installed is None else installed
+    found = by_name(plugin for dist in dists for plugin in _plugins(dist, group))
+    return {name: tuple(sorted(found[name], key=lambda e: e.provider)) for name in found}
+
+
+def by_name(plugins: Iterable[PluginEntryPoint]) -> dict[str, tuple[PluginEntryPoint, ...]]:
+    """*plugins* by backend name, in the order given (:func:`discover` sorts each name's)."""
     found: dict[str, list[PluginEntryPoint]] = {}
-    for dist in distributions() if installed is None else installed:
-        for plugin in _plugins(dist, group):
-            found.setdefault(plugin.name, []).append(plugin)
-    return {
-        name: tuple(sorted(entries, key=lambda e: e.provider)) for name, entries in found.items()
-    }
+    for plugin in plugins:
+        found.setdefault(plugin.name, []).append(plugin)
+    return {name: tuple(entries) for name, entries in found.items()}
 
 
 def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPoint]:
@@ -281,7 +286,7 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     problem = None
     name: str | None
     try:
-        name, version = installed.identity()
+        name, version = _identity(installed.distribution)
     except Exception as exc:  # noqa: BLE001 - its entry points are still served
         # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
         name = _directory_name(installed.distribution)
@@ -300,7 +305,7 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     ]
 
 
-def _directory_name(dist: importlib.metadata.Distribution) -> str | None:
+def _directory_name(dist: Distribution) -> str | None:
     """The distribution name *dist*'s metadata directory bears (``NAME-VERSION.dist-info``).
 
     ``None`` for an ``EGG-INFO`` directory, which bears none.

@@ -13,7 +13,7 @@ Three things an operator can be told in advance, each a pure reading of
   (unset or empty allows all), and ``SGLANG_PLATFORM``, which skips the
   general plugins of the distributions providing another platform;
 * later copies of a distribution on the path, which the first copy shadows
-  (:func:`shadowed_copies`).
+  (:func:`shadowed_text`).
 
 The commands render these; serve reads none of it, and the registry only
 :func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
@@ -27,6 +27,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -44,17 +45,14 @@ if TYPE_CHECKING:
     from importlib.metadata import Distribution
 
 __all__ = [
-    "GENERAL_PLUGINS_GROUP",
     "NEEDS_SGLANG",
     "NOT_ALLOWED",
     "OTHER_PLATFORM",
     "PLATFORM_PLUGINS_GROUP",
     "RUNS",
-    "Copy",
     "GeneralPlugin",
     "distributions_of",
     "general_plugins",
-    "shadowed_copies",
     "shadowed_text",
     "unmet_clause",
     "unmet_requirements",
@@ -87,21 +85,15 @@ def unmet_requirements(dist: Distribution) -> tuple[str, ...]:
     specifier, as it does for pip once installed. :mod:`packaging` (some 25 ms
     to import) is imported only for a requirement that is more than a name.
     """
-    unmet: list[str] = []
-    for line in _requires(dist):
-        if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
-            if _installed_version(line) is None:
-                unmet.append(f"{line} (not installed)")
-            continue
-        found = _unmet(line, dist)
-        if found is not None:
-            unmet.append(found)
-    return tuple(unmet)
+    unmet = [_unmet(line, dist) for line in _requires(dist)]
+    return tuple(clause for clause in unmet if clause is not None)
 
 
 def _unmet(line: str, dist: Distribution) -> str | None:
-    """What requirement *line* of *dist* lacks here, parsed; ``None`` when it is met, not
-    for this environment (its marker) or unreadable."""
+    """What requirement *line* of *dist* lacks here; ``None`` when it is met, not for this
+    environment (its marker) or unreadable. Only a line that is more than a name is parsed."""
+    if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
+        return f"{line} (not installed)" if _installed_version(line) is None else None
     from packaging import requirements, version  # not for a requirement that is a name
 
     try:
@@ -164,19 +156,22 @@ def _installed_version(name: str) -> str | None:
     return versions[0] if versions and versions[0] else "unknown"
 
 
-def _distribution_of(plugin: PluginEntryPoint) -> Distribution | None:
-    """The distribution that installed *plugin*, when its metadata was readable."""
-    if plugin.problem is not None or plugin.installed is None:
-        return None
-    return plugin.installed.distribution
+#: Each distribution's unmet requirements, kept while the distribution is (a registry
+#: or a command holds it): 10,000 failing entry points of one distribution read its
+#: metadata once, not 10,000 times.
+_UNMET: weakref.WeakKeyDictionary[Distribution, str] = weakref.WeakKeyDictionary()
 
 
 def unmet_text(plugin: PluginEntryPoint) -> str | None:
     """*plugin*'s distribution's unmet requirements joined by "; ": empty when all are
     met, ``None`` when its metadata could not be read (nothing is known).
     """
-    dist = _distribution_of(plugin)
-    return "; ".join(unmet_requirements(dist)) if dist is not None else None
+    if plugin.problem is not None or plugin.installed is None:
+        return None
+    dist = plugin.installed.distribution
+    if dist not in _UNMET:
+        _UNMET[dist] = "; ".join(unmet_requirements(dist))
+    return _UNMET[dist]
 
 
 def unmet_clause(plugin: PluginEntryPoint) -> str:
@@ -248,35 +243,18 @@ def general_plugins(
     return plugins
 
 
-class Copy(NamedTuple):
-    """A later copy of a distribution on the path: its version and where it is."""
-
-    version: str | None
-    path: str
-
-    def __str__(self) -> str:
-        return f"{self.version or 'unknown version'} at {self.path}"
-
-
-def _copy(dist: Distribution) -> Copy:
-    try:
-        version = next(iter(_header(dist, "Version")), None)
-    except Exception:  # noqa: BLE001 - an unreadable copy is still a copy
-        version = None
-    return Copy(version, str(dist.locate_file("")))
-
-
-def shadowed_copies(plugin: PluginEntryPoint) -> tuple[Copy, ...]:
-    """The copies of *plugin*'s distribution after the first on the path, which is the one
-    used (discovery keeps them).
-    """
-    shadowed = plugin.installed.shadowed if plugin.installed is not None else ()
-    return tuple(_copy(dist) for dist in shadowed)
-
-
 def shadowed_text(plugin: PluginEntryPoint) -> str:
-    """:func:`shadowed_copies` of *plugin* joined by "; "; empty when there is one copy."""
-    return "; ".join(str(copy) for copy in shadowed_copies(plugin))
+    """The copies of *plugin*'s distribution after the first on the path, which is the one
+    used (discovery keeps them), ``VERSION at PATH`` joined by "; "; empty when there is one.
+    """
+    copies = []
+    for dist in plugin.installed.shadowed if plugin.installed is not None else ():
+        try:
+            version = next(iter(_header(dist, "Version")), None)
+        except Exception:  # noqa: BLE001 - an unreadable copy is still a copy
+            version = None
+        copies.append(f"{version or 'unknown version'} at {dist.locate_file('')}")
+    return "; ".join(copies)
 
 
 def distributions_of(plugins: Iterable[PluginEntryPoint]) -> dict[str, PluginEntryPoint]:

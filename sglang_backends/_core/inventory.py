@@ -75,11 +75,6 @@ class Inventory(NamedTuple):
         return self.discovered.keys()
 
     @property
-    def usable_names(self) -> tuple[str, ...]:
-        """The plugin names ``serve`` may be given, sorted (built-ins apart)."""
-        return self.available_names[len(self.builtins) :]
-
-    @property
     def conflicts(self) -> list[PluginEntryPoint]:
         """The usable plugins claiming a reserved or built-in name."""
         return [r.plugin for r in self.records if r.status is PluginStatus.CONFLICT]
@@ -88,23 +83,9 @@ class Inventory(NamedTuple):
         """The records ``NAME`` or ``DIST:NAME`` *name* designates, whatever their status."""
         return [r for r in self.records if selection.designates(name, r.plugin)]
 
-    def choose(self, name: str) -> PluginEntryPoint:
-        """The one usable plugin *name* designates (:func:`.selection.choose`); its errors
-        say where the lists were set.
-        """
-        return selection.choose(
-            name,
-            self.discovered,
-            self.builtins,
-            self.available_names,
-            enabled=self.enabled,
-            disabled=self.disabled,
-            origins=self.origins,
-        )
-
     def by_name(self, name: str, *, set_in: str | None = None) -> PluginEntryPoint | None:
-        """The plugin ``serve --model-type NAME`` would load (``None`` for a built-in), or
-        serve's error; imports nothing.
+        """The plugin ``serve --model-type NAME`` would load (``None`` for a built-in,
+        else :func:`.selection.choose`'s), or serve's error; imports nothing.
 
         :param set_in: where configuration set *name*, which the error then says.
         :raises UnknownBackendError, DisabledBackendError, BackendConflictError: as serve's.
@@ -112,7 +93,7 @@ class Inventory(NamedTuple):
         if name in self.builtins:
             return None
         try:
-            return self.choose(name)
+            return selection.choose(name, self)
         except (UnknownBackendError, DisabledBackendError) as exc:
             if set_in is None:
                 raise
@@ -159,6 +140,7 @@ def take_inventory(
         preferred=settings.preferred,
         origins=origins,
     )
+    usable = sorted({r.name for r in records if r.status.usable})
     inventory = Inventory(
         builtins,
         allowed,
@@ -167,7 +149,7 @@ def take_inventory(
         installed,
         discovered,
         records,
-        (*builtins, *selection.usable_names(records)),
+        (*builtins, *usable),
         not_installed,
     )
     if warn_conflicts:

@@ -4,9 +4,10 @@ A plugin's load is ``DriverManager(group, name, invoke_on_load=True,
 on_load_failure_callback=...)`` over the one entry point the survey chose,
 handed over by overriding its public ``list_entry_points()``: stevedore
 reads no cache of its own, imports the plugin and calls its factory, and its
-failure callback words the error. The registry validates what comes back.
-That entry point's ``load()`` refuses a malformed target and one that is not
-callable; whatever the plugin raises becomes an :class:`Exception`.
+failure callback hands the plugin's exception on. The registry validates what
+comes back. That entry point's ``load()`` refuses a malformed target and one
+that is not callable; whatever the plugin raises becomes a :class:`BackendLoadError`
+(:func:`call_plugin_code`), but the user's Ctrl-C.
 
 stevedore's ``NamedExtensionManager`` would load a named set in one go, but
 no set is loaded so in one process without losing a guarantee. Automatic
@@ -26,12 +27,11 @@ ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Hashable, Sequence
+from importlib.metadata import EntryPoint
 from typing import Any, TypeVar, cast
 
 from sglang_backends._core.detection import (
@@ -82,13 +82,10 @@ def call_plugin_code(function: Callable[[], _T], failure: Callable[[BaseExceptio
     Only a stop signal's unwinding (:func:`~sglang_backends._core.processes.from_signal`:
     a ``KeyboardInterrupt`` or ``SystemExit`` a signal caused) is the user's and
     propagates; a plugin's own raise of either is its failure, as any other
-    ``BaseException`` is. An error of this package's (a failure stevedore's
-    callback already worded) passes as it is.
+    ``BaseException`` is.
     """
     try:
         return function()
-    except ServeBackendError:
-        raise
     except BaseException as exc:
         if from_signal(exc):
             raise
@@ -108,7 +105,7 @@ def _cause(exc: BaseException) -> str:
     return describe(exc)
 
 
-class _GuardedEntryPoint(importlib.metadata.EntryPoint):
+class _GuardedEntryPoint(EntryPoint):
     """An entry point whose ``load()`` refuses a malformed target and a non-callable one."""
 
     def load(self) -> Any:
@@ -128,35 +125,14 @@ def _chosen_driver_manager() -> type[Any]:
     from stevedore import DriverManager
 
     class ChosenDriverManager(DriverManager):  # type: ignore[type-arg]  # generic only in newer stevedore
-        def __init__(self, entry_point: importlib.metadata.EntryPoint, **options: Any) -> None:
+        def __init__(self, entry_point: EntryPoint, **options: Any) -> None:
             self._chosen = entry_point
             super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, **options)
 
-        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        def list_entry_points(self) -> list[EntryPoint]:
             return [self._chosen]
 
     return ChosenDriverManager
-
-
-#: Each distribution's unmet-requirements clause, kept while the registry that
-#: found the distribution lives: 10,000 failing entry points of one distribution
-#: read its metadata once, not 10,000 times.
-_UNMET: weakref.WeakKeyDictionary[importlib.metadata.Distribution, str] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _unmet_clause(plugin: PluginEntryPoint) -> str:
-    """:func:`~sglang_backends._core.findings.unmet_clause`, once per installed distribution."""
-    from sglang_backends._core.findings import unmet_clause  # packaging: only once a load failed
-
-    if plugin.installed is None or plugin.problem is not None:  # nothing to keep
-        return unmet_clause(plugin)
-    dist = plugin.installed.distribution
-    clause = _UNMET.get(dist)
-    if clause is None:
-        clause = _UNMET[dist] = unmet_clause(plugin)
-    return clause
 
 
 def load_failure(
@@ -166,7 +142,9 @@ def load_failure(
     named = backend_named(name, plugin.provider if plugin else None, builtin=plugin is None)
     unmet = ""
     if plugin is not None:  # a mismatched requirement is the commonest cause: say so
-        unmet = f"; {clause}" if (clause := _unmet_clause(plugin)) else ""
+        from sglang_backends._core.findings import unmet_clause  # only once a load failed
+
+        unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
     return BackendLoadError(
         f"Failed to load {named}: {_cause(exc)}{unmet}",
         name=name,
@@ -182,7 +160,7 @@ def load_plugin(plugin: PluginEntryPoint) -> object:
     """
 
     def failed(manager: object, entry_point: object, exc: BaseException) -> None:
-        raise load_failure(plugin.name, plugin, exc) from exc
+        raise exc  # for call_plugin_code to word, as what stevedore lets through
 
     entry_point = plugin.entry_point
     guarded = _GuardedEntryPoint(entry_point.name, entry_point.value, entry_point.group)
@@ -207,36 +185,34 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
     )
 
 
-class _BackendLoad(TimedRun):
-    """One backend's load, run by one caller and awaited by the others."""
+class _BackendLoad(TimedRun[RegisteredServeBackend]):
+    """One backend's load (*candidate*'s, asked for as *name*), run by one caller and
+    awaited by the others; a *detached* one, automatic detection's, on a worker."""
 
-    def __init__(self, name: str, plugin: PluginEntryPoint | None) -> None:
-        super().__init__()
+    def __init__(self, name: str, candidate: Candidate, *, detached: bool) -> None:
+        super().__init__(candidate[2], f"load-{name}")
         self.name = name
+        plugin = candidate[1]
         self.provider = plugin.provider if plugin else "built-in"
         self.distribution = plugin.distribution if plugin else None
+        self.detached = detached
         self.thread: threading.Thread | None = None
-        self._value: RegisteredServeBackend | None = None
-        self._error: BaseException | None = None
 
-    def run(self, produce: Callable[[], RegisteredServeBackend]) -> None:
-        """Run *produce* in this thread and keep its result or exception."""
+    def run(self) -> None:
+        """Run the load in this thread. A failure is kept for every waiter (a detached load's
+        without its frames); the user's Ctrl-C goes on."""
         self.thread = threading.current_thread()
-        self.begin()
-        try:
-            self._value = produce()
-        except BaseException as exc:  # kept for every waiter; the user's Ctrl-C goes on
-            self._error = exc
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            self.end()
+        super().run()
+        if self.error is not None and not isinstance(self.error, Exception):
+            raise self.error
+        if self.detached:
+            self.drop_frames()
 
     def result(self) -> RegisteredServeBackend:
         """The loaded backend; raises the load's exception if it failed."""
-        if self._error is not None:
-            raise self._error
-        return cast(RegisteredServeBackend, self._value)
+        if self.error is not None:
+            raise self.error
+        return cast(RegisteredServeBackend, self.value)
 
     def drop_frames(self) -> None:
         """Keep a failed load's exceptions without their tracebacks.
@@ -248,7 +224,7 @@ class _BackendLoad(TimedRun):
         keeps them.
         """
         seen: set[int] = set()
-        exc = self._error
+        exc = self.error
         while exc is not None and id(exc) not in seen:
             seen.add(id(exc))
             exc.__traceback__ = None
@@ -275,11 +251,17 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
                 _log_still_loading(load, running, timeout)
 
 
-def _run_dropping_frames(job: tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]) -> None:
-    """Run a load of automatic detection's; if it fails, drop its frames at once."""
-    load, produce = job
-    load.run(produce)
-    load.drop_frames()
+def _within(
+    name: str, load: _BackendLoad, timeout: float
+) -> RegisteredServeBackend | DetectionOutcome:
+    """*load*'s backend if it finished within *timeout* s, else the outcome (logged) for *name*."""
+    if not load.within(timeout):
+        cause = f"loading from {load.provider} did not finish within {timeout:g} s (load_timeout)"
+        return skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
+    try:
+        return load.result()
+    except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
+        return skip_with_warning(name, load.distribution, load.seconds, str(exc))
 
 
 class BackendLoader:
@@ -289,9 +271,11 @@ class BackendLoader:
         self._lock = threading.Lock()
         self._loads: dict[Hashable, _BackendLoad] = {}
 
-    def _claim(self, name: str, candidate: Candidate) -> tuple[_BackendLoad, bool]:
+    def _claim(
+        self, name: str, candidate: Candidate, *, detached: bool = False
+    ) -> tuple[_BackendLoad, bool]:
         """*candidate*'s load, and whether this caller created it (so must run it)."""
-        fresh = _BackendLoad(name, candidate[1])
+        fresh = _BackendLoad(name, candidate, detached=detached)
         with self._lock:
             load = self._loads.setdefault(candidate[0], fresh)
         return load, load is fresh
@@ -302,17 +286,16 @@ class BackendLoader:
         :raises BackendLoadError: the load is under way in this very thread
             (a factory asked the registry for its own backend).
         """
-        key, _, produce = candidate
         load, mine = self._claim(name, candidate)
         if mine:
             timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, SLOW_LOAD_NOTICE))
             timer.daemon = True
             timer.start()
             try:
-                load.run(produce)
+                load.run()
             except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
                 with self._lock:
-                    self._loads.pop(key, None)
+                    self._loads.pop(candidate[0], None)
                 raise
             finally:
                 timer.cancel()
@@ -339,45 +322,24 @@ class BackendLoader:
         :returns: in order, each backend or the outcome (logged) that replaced it.
         """
         loads: list[tuple[str, _BackendLoad] | DetectionOutcome] = []
-        mine: list[tuple[_BackendLoad, Callable[[], RegisteredServeBackend]]] = []
+        mine: list[_BackendLoad] = []
         for name in names:
             try:
                 candidate = resolve(name)
             except ServeBackendError as exc:
                 loads.append(skip_with_warning(name, exc.distribution, 0.0, str(exc)))
                 continue
-            load, created = self._claim(name, candidate)
+            load, created = self._claim(name, candidate, detached=True)
             if created:
-                mine.append((load, candidate[2]))
+                mine.append(load)
             loads.append((name, load))
         waited = threading.Event()
-        notices = [load for load, _ in mine], timeout, waited
-        threading.Thread(target=_notice_slow, args=notices, daemon=True).start()
-        result: list[RegisteredServeBackend | DetectionOutcome] = []
+        threading.Thread(target=_notice_slow, args=(mine, timeout, waited), daemon=True).start()
         try:
-            run_each(
-                mine, _run_dropping_frames, name=lambda job: f"load-{job[0].name}", timeout=timeout
-            )
-            for item in loads:
-                if isinstance(item, DetectionOutcome):
-                    result.append(item)
-                    continue
-                name, load = item
-                if not load.within(timeout):
-                    cause = (
-                        f"loading from {load.provider} did not finish within {timeout:g} s "
-                        "(load_timeout)"
-                    )
-                    result.append(
-                        skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
-                    )
-                    continue
-                try:
-                    result.append(load.result())
-                except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
-                    result.append(
-                        skip_with_warning(name, load.distribution, load.seconds, str(exc))
-                    )
+            run_each(mine, timeout=timeout)
+            return [
+                item if isinstance(item, DetectionOutcome) else _within(*item, timeout)
+                for item in loads
+            ]
         finally:
             waited.set()
-        return result

@@ -11,10 +11,11 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
     PluginEntryPoint,
+    by_name,
     normalize_distribution,
     split_qualified_name,
 )
@@ -30,6 +31,9 @@ from sglang_backends.errors import (
     meant,
 )
 
+if TYPE_CHECKING:
+    from sglang_backends._core.inventory import Inventory
+
 __all__ = [
     "PluginRecord",
     "PluginStatus",
@@ -37,17 +41,12 @@ __all__ = [
     "check_lists",
     "choose",
     "classify",
-    "closest_name",
     "conflict_warning",
-    "designated",
     "designates",
-    "duplicate_text",
     "not_asked",
     "qualified",
     "refuse_conflicts",
-    "unavailable_because",
     "unknown_backend",
-    "usable_names",
     "warn_unknown_selection",
 ]
 
@@ -99,11 +98,6 @@ class PluginRecord(NamedTuple):
         return self.plugin.target
 
 
-def usable_names(records: Iterable[PluginRecord]) -> list[str]:
-    """The names of the usable plugins among *records*, sorted, each once."""
-    return sorted({r.plugin.name for r in records if r.status.usable})
-
-
 def designates(name: str, plugin: PluginEntryPoint) -> bool:
     """Whether *name*, ``NAME`` or ``DIST:NAME``, names *plugin*: the one ``DIST:NAME`` rule.
 
@@ -120,7 +114,7 @@ def designates(name: str, plugin: PluginEntryPoint) -> bool:
     )
 
 
-def designated(
+def _designated(
     name: str, discovered: Mapping[str, Sequence[PluginEntryPoint]]
 ) -> tuple[PluginEntryPoint, ...]:
     """The entry points *name* designates: those named exactly *name*, else those
@@ -130,14 +124,6 @@ def designated(
         return tuple(exact)
     plain = split_qualified_name(name)[1]
     return tuple(c for c in discovered.get(plain, ()) if designates(name, c))
-
-
-def by_name(plugins: Iterable[PluginEntryPoint]) -> dict[str, tuple[PluginEntryPoint, ...]]:
-    """*plugins* by backend name, as :func:`.discovery.discover` gives them."""
-    found: dict[str, list[PluginEntryPoint]] = {}
-    for plugin in plugins:
-        found.setdefault(plugin.name, []).append(plugin)
-    return {name: tuple(entries) for name, entries in found.items()}
 
 
 def qualified(
@@ -152,7 +138,7 @@ def qualified(
     if not plugin.distribution:
         return None
     name = f"{plugin.distribution}:{plugin.name}"
-    found = designated(name, discovered)
+    found = _designated(name, discovered)
     return name if len(found) == 1 and found[0] is plugin else None
 
 
@@ -163,7 +149,7 @@ def _example(
     return next((q for p in providers if (q := qualified(p, discovered))), None)
 
 
-def duplicate_text(
+def _duplicate_text(
     name: str,
     providers: Sequence[PluginEntryPoint],
     discovered: Mapping[str, Sequence[PluginEntryPoint]],
@@ -203,7 +189,7 @@ def duplicate_text(
 
 
 def check_lists(
-    builtin_names: Collection[str], enabled: object, disabled: object, preferred: object = ()
+    builtin_names: Collection[str], enabled: object, disabled: object, preferred: object
 ) -> None:
     """Refuse a reserved built-in name and a list given as a string.
 
@@ -221,7 +207,7 @@ def check_lists(
             raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
 
 
-def is_allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
+def _allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
     """Whether the enabled/disabled lists let plugin *name* be used.
 
     :param enabled: names allowed; ``None`` allows every name.
@@ -236,8 +222,8 @@ def classify(
     discovered: Mapping[str, Iterable[PluginEntryPoint]],
     builtin_names: Collection[str],
     *,
-    enabled: Collection[str] | None = None,
-    disabled: Collection[str] = (),
+    enabled: Collection[str] | None,
+    disabled: Collection[str],
 ) -> list[PluginRecord]:
     """Classify every discovered entry point, sorted by name then provider.
 
@@ -250,7 +236,7 @@ def classify(
     records: list[PluginRecord] = []
     for name in sorted(discovered):
         entries = tuple(discovered[name])
-        if not is_allowed(name, enabled, disabled):
+        if not _allowed(name, enabled, disabled):
             status = PluginStatus.DISABLED
         elif name in reserved:
             status = PluginStatus.CONFLICT
@@ -272,12 +258,11 @@ def conflict_warning(plugin: PluginEntryPoint) -> str:
     )
 
 
-def refuse_conflicts(records: Iterable[PluginRecord]) -> None:
-    """Refuse usable plugins that claim a reserved or built-in name.
+def refuse_conflicts(conflicts: Sequence[PluginEntryPoint]) -> None:
+    """Refuse *conflicts*, the usable plugins that claim a reserved or built-in name.
 
     :raises BackendConflictError: naming every such plugin and its provider.
     """
-    conflicts = [r.plugin for r in records if r.status is PluginStatus.CONFLICT]
     if conflicts:
         names = ", ".join(f"{p.name} (from {p.provider})" for p in conflicts)
         raise BackendConflictError(
@@ -287,71 +272,48 @@ def refuse_conflicts(records: Iterable[PluginRecord]) -> None:
         )
 
 
-def unavailable_because(
-    name: str,
-    *,
-    disabled: Collection[str],
-    origins: Mapping[str, str] | None = None,
-) -> str:
+def _unavailable_because(name: str, disabled: Collection[str], origins: Mapping[str, str]) -> str:
     """Why installed plugin *name* is left out: ``is disabled by WHERE`` (or not enabled).
 
     The one wording of it, for every message that says so. *origins* maps
     ``"enabled"``/``"disabled"`` to where that list was set (see
     :meth:`~sglang_backends._core.settings.Settings.list_origins`).
     """
-    label = "disabled" if name in disabled else "enabled"
-    where = (origins or {}).get(label, f"the {label} list")
-    return f"is disabled by {where}" if label == "disabled" else f"is not enabled by {where}"
+    if name in disabled:
+        return f"is disabled by {origins.get('disabled', 'the disabled list')}"
+    return f"is not enabled by {origins.get('enabled', 'the enabled list')}"
 
 
-def choose(
-    name: str,
-    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
-    builtin_names: Collection[str],
-    available: Iterable[str],
-    *,
-    enabled: Collection[str] | None,
-    disabled: Collection[str],
-    origins: Mapping[str, str] | None = None,
-) -> PluginEntryPoint:
-    """The one installed plugin *name* designates (``NAME`` or ``DIST:NAME``).
+def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
+    """The one installed plugin *name* designates (``NAME`` or ``DIST:NAME``) in *inventory*.
 
     An entry point named exactly *name* wins over reading *name* as
-    ``DIST:NAME``, as upstream does.
+    ``DIST:NAME``, as upstream does. The errors say where the lists were set.
 
-    :param builtin_names: names that are never plugins' (with ``auto``).
-    :param available: every usable name, built-ins first, for the error.
-    :param origins: where the enabled and disabled lists were set, for the errors.
     :raises UnknownBackendError: nothing usable has that name (built-in and
         reserved names are never plugins).
     :raises DisabledBackendError: the lists exclude it.
     :raises BackendConflictError: several distributions provide it.
     """
+    discovered = inventory.discovered
+    disabled = inventory.disabled
     plain = name if name in discovered else split_qualified_name(name)[1]
-    candidates = designated(name, discovered)
-    if not candidates or plain in builtin_names or plain in RESERVED_SERVE_BACKEND_NAMES:
-        values = ("auto", *available)
-        raise unknown_backend(
-            name,
-            values,
-            discovered,
-            builtin_names,
-            enabled=enabled,
-            disabled=disabled,
-            origins=origins,
-        )
-    if not is_allowed(plain, enabled, disabled):
+    candidates = _designated(name, discovered)
+    if not candidates or plain in inventory.builtins or plain in RESERVED_SERVE_BACKEND_NAMES:
+        values = ("auto", *inventory.available_names)
+        raise unknown_backend(name, values, discovered, inventory.builtins, selected=inventory)
+    if not _allowed(plain, inventory.enabled, disabled):
         remedy = "remove it from" if plain in disabled else "add it to"
         raise DisabledBackendError(
             f"{backend_named(plain, ', '.join(c.provider for c in candidates), start=True)} "
-            f"{unavailable_because(plain, disabled=disabled, origins=origins)}; "
+            f"{_unavailable_because(plain, disabled, inventory.origins)}; "
             f"{remedy} that list to use it.",
             name=plain,
             distribution=candidates[0].distribution,
         )
     if len(candidates) > 1:
         raise BackendConflictError(
-            duplicate_text(plain, candidates, discovered),
+            _duplicate_text(plain, candidates, discovered),
             name=plain,
             providers=tuple(c.provider for c in candidates),
         )
@@ -364,48 +326,37 @@ def unknown_backend(
     discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
     builtin_names: Collection[str] = (),
     *,
-    enabled: Collection[str] | None = None,
-    disabled: Collection[str] = (),
-    origins: Mapping[str, str] | None = None,
+    selected: Inventory | None = None,
 ) -> UnknownBackendError:
-    """The one wording of a name that designates nothing usable, with the closest name.
+    """The one wording of a name that designates nothing usable, with the closest name
+    (``; did you mean 'x'?``, :func:`_closest_name`); a left-out one is said to be.
 
-    :param values: what may be given instead (``serve``: ``auto`` and :func:`choose`'s
+    :param values: what may be given instead (``serve``: ``auto`` and the inventory's
         available names; ``check``: every built-in and installed plugin).
     :param discovered: every installed entry point, for the closest name.
     :param builtin_names: names that are never plugins', for the closest name.
+    :param selected: the inventory whose enabled and disabled lists may leave the closest
+        name out, which is then said (where the lists were set too).
     """
+    close, found = _closest_name(name, values, discovered, builtin_names)
+    suggestion = meant(close)
+    if (
+        found is not None
+        and selected is not None
+        and not _allowed(found.name, selected.enabled, selected.disabled)
+    ):
+        why = _unavailable_because(found.name, selected.disabled, selected.origins)
+        suggestion = (
+            f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
+            "so it is not available."
+        )
     return UnknownBackendError(
-        f"Unknown serve backend {name!r}"
-        f"{_suggestion(name, values, discovered, builtin_names, enabled, disabled, origins)} "
-        f"Available values: {', '.join(values)}.",
+        f"Unknown serve backend {name!r}{suggestion} Available values: {', '.join(values)}.",
         name=name,
     )
 
 
-def _suggestion(
-    name: str,
-    values: Collection[str],
-    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
-    builtin_names: Collection[str],
-    enabled: Collection[str] | None,
-    disabled: Collection[str],
-    origins: Mapping[str, str] | None,
-) -> str:
-    """``; did you mean 'x'?`` among every installed name (:func:`closest_name`); a
-    left-out one is said to be.
-    """
-    close, found = closest_name(name, values, discovered, builtin_names)
-    if close is None or found is None or is_allowed(found.name, enabled, disabled):
-        return meant(close)
-    why = unavailable_because(found.name, disabled=disabled, origins=origins)
-    return (
-        f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
-        "so it is not available."
-    )
-
-
-def closest_name(
+def _closest_name(
     name: str,
     values: Iterable[str],
     discovered: Mapping[str, Sequence[PluginEntryPoint]],
@@ -444,8 +395,8 @@ def warn_unknown_selection(
     *,
     enabled: Collection[str] | None,
     disabled: Collection[str],
-    preferred: Collection[str] = (),
-    origins: Mapping[str, str] | None = None,
+    preferred: Collection[str],
+    origins: Mapping[str, str],
 ) -> dict[str, list[str]]:
     """Warn about names in the enabled/disabled/preferred lists that name no installed plugin.
 
@@ -464,9 +415,8 @@ def warn_unknown_selection(
     listed: str | None = None  # the installed names, joined once however many are unknown
     lists = (("enabled", enabled or ()), ("disabled", disabled), ("preferred", preferred))
     for label, names in lists:
-        origin = (origins or {}).get(label)
-        missing: list[str] = []
-        unknown[label] = missing
+        origin = origins.get(label)
+        unknown[label] = []
         for name in sorted(names):
             if name in installed or (label == "preferred" and name in builtin_names):
                 continue
@@ -479,7 +429,7 @@ def warn_unknown_selection(
                     f" ({origin})" if origin else "",
                 )
                 continue
-            missing.append(name)
+            unknown[label].append(name)
             if listed is None:
                 listed = ", ".join(sorted(installed)) or "none"
             LOG.warning(
@@ -502,24 +452,21 @@ def not_asked(
     :func:`warn_unknown_selection` takes them); a name several distributions
     provide, with how to pick one.
     """
-    reasons: list[str] = []
     records = tuple(records)
     discovered = by_name(r.plugin for r in records)
-    duplicates: dict[str, list[PluginEntryPoint]] = {}
+    reasons: list[str] = []
     names: set[str] = set()
     for record in records:
-        plugin = record.plugin
-        if record.status is PluginStatus.DUPLICATE:
-            duplicates.setdefault(plugin.name, []).append(plugin)
-        if record.status is not PluginStatus.DISABLED:
-            continue
-        names.add(plugin.name)
-        why = unavailable_because(plugin.name, disabled=disabled, origins=origins)
-        reasons.append(f"plugin {plugin.name!r} from {plugin.provider} {why}, so it was not asked")
-    for name, providers in sorted(duplicates.items()):
+        if record.status is PluginStatus.DISABLED:
+            names.add(record.name)
+            why = _unavailable_because(record.name, disabled, origins)
+            reasons.append(
+                f"plugin {record.name!r} from {record.plugin.provider} {why}, so it was not asked"
+            )
+    for name in sorted({r.name for r in records if r.status is PluginStatus.DUPLICATE}):
         names.add(name)
-        listed = ", ".join(p.provider for p in providers)
-        example = _example(providers, discovered)
+        listed = ", ".join(p.provider for p in discovered[name])
+        example = _example(discovered[name], discovered)
         advice = (
             f"select one as DIST:NAME (e.g. {example!r})"
             if example
