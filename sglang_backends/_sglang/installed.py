@@ -4,8 +4,8 @@ SGLang counts as installed where its ``sglang`` package holds the serve-backend
 API. :func:`load_sglang` is the one way this package imports SGLang's
 modules (lazily: importing SGLang takes seconds), after SGLang's warning filters;
 :func:`import_sglang` logs its failure instead, so that without SGLang (or with an
-older release) each use falls back as doc/source/user/operators.rst describes. Also what each built-in needs
-installed, all the general help needs of them.
+older release) each use falls back as doc/source/user/operators.rst describes.
+Also what each built-in needs installed, all the general help needs of them.
 """
 
 from __future__ import annotations
