@@ -24,7 +24,8 @@ from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
 from sglang_backends._serve.argv import PROG, ServeArguments, parse_host_options, wants_help
 from sglang_backends._serve.help import metadata_help
-from sglang_backends._sglang.installed import sglang_installed
+from sglang_backends._sglang.installed import BUILTIN_NOTES
+from sglang_backends._sglang.note import help_note
 from sglang_backends.errors import ConfigurationError, ServeBackendError, UnknownBackendError
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "guarded", "main"]
@@ -71,9 +72,7 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
     if host.model_type is not None or settings.model_type == AUTO:
         return []
-    from sglang_backends._sglang.builtins import default_builtins  # the contract: not for a help
-
-    found = take_inventory(settings, default_builtins())
+    found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: no backend built
     try:
         found.by_name(settings.model_type, set_in=settings.set_in("model_type"))
     except ServeBackendError as exc:
@@ -83,12 +82,9 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
 
 def _sglang_note() -> int:
     """After a help, SGLang's closing note, once (only with SGLang)."""
-    if sglang_installed():
-        from sglang_backends._sglang.note import help_note  # ast: only beside SGLang
-
-        note = help_note()
-        if note:
-            console.show(f"\n{note}")
+    note = help_note()
+    if note:
+        console.show(f"\n{note}")
     return 0
 
 
