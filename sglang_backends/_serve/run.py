@@ -254,7 +254,7 @@ def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
     timeout = settings.stop_timeout
-    from sglang_backends._serve.supervise import backend, supervisor  # not for a backend's help
+    from sglang_backends._serve.supervise import supervisor  # not for a backend's help
 
     if not supervisor.SUPPORTED:
         return _backend(
@@ -265,8 +265,7 @@ def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
         """The backend process's part: everything from choosing the backend on."""
 
         def launch(description: str, registered: RegisteredServeBackend) -> int:
-            channel.backend(description)
-            backend.set_role_title(f"backend {registered.name}")
+            channel.backend(registered.name, description)
             return _run(description, registered, request) or 0
 
         return guarded(

@@ -29,10 +29,9 @@ from sglang_backends._serve.supervise.backend import (
     BackendWork,
     Channel,
     ChannelReader,
-    flush,
     set_role_title,
 )
-from sglang_backends._serve.supervise.supervisor import EXIT_FAILURE, Setup, fork
+from sglang_backends._serve.supervise.supervisor import EXIT_FAILURE, Setup, flush, fork
 
 __all__ = ["MARKER", "mark", "read_backend_pid", "run", "send_backend_pid", "sweep"]
 

@@ -42,13 +42,15 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_backends._core import console, processes, signals
-from sglang_backends._serve.supervise.backend import BackendWork, flush
 from sglang_backends._serve.supervise.job_control import JobControl, Terminal
 
-__all__ = ["EXIT_FAILURE", "SUPPORTED", "Setup", "fork", "supervise"]
+if TYPE_CHECKING:
+    from sglang_backends._serve.supervise.backend import BackendWork
+
+__all__ = ["EXIT_FAILURE", "SUPPORTED", "Setup", "flush", "fork", "supervise"]
 
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +76,13 @@ class Setup(NamedTuple):
     token: str  # the tree's mark
     news: int  # where the supervisor tells the front which process is the backend's
     terminal: Terminal | None  # the controlling terminal, for the tree's group to take
+
+
+def flush() -> None:
+    """Flush Python's standard streams, so that output is neither lost nor written twice."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
 
 
 def fork() -> int | str:
