@@ -62,11 +62,8 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
         mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
         reader, writer = backend_process.channel_pipe()
-        child = fork()
-        if isinstance(child, str):
-            os.close(reader)
-            os.close(writer)
-            console.error(setup.prog, child)
+        child = fork(setup.prog, reader, writer)
+        if child is None:
             os._exit(status)
         if child == 0:
             os.close(reader)
