@@ -29,16 +29,8 @@ from sglang_backends._serve.main import EXIT_USAGE, guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.errors import (
-    ConfigurationError,
-    DisabledBackendError,
-    ServeBackendError,
-    UnknownBackendError,
-    describe,
-    describe_typed,
-    set_in_configuration,
-)
-from sglang_backends.registry import ServeBackendRegistry
+from sglang_backends.errors import ConfigurationError, ServeBackendError, describe, describe_typed
+from sglang_backends.registry import Progress, ServeBackendRegistry
 
 if TYPE_CHECKING:
     from sglang_backends._serve.supervise.backend import Channel
@@ -56,18 +48,14 @@ def _get(
     model_type: str,
     host: ServeArguments,
     settings: Settings,
-    channel: Channel | None = None,
+    progress: Progress | None = None,
 ) -> RegisteredServeBackend:
-    """``registry.get(model_type)``, its load told on *channel*; a name nothing provides
-    says where configuration set it.
+    """``registry.get(model_type)``, its load told to *progress*; a name nothing provides
+    says where configuration set it (as the inventory words it).
     """
     origin = None if host.model_type is not None else settings.set_in("model_type")
-    try:
-        return registry.get(model_type, progress=channel.progress if channel else None)
-    except (UnknownBackendError, DisabledBackendError) as exc:
-        if origin is None:
-            raise
-        raise set_in_configuration(exc, origin) from exc
+    registry.inventory.by_name(model_type, set_in=origin)
+    return registry.get(model_type, progress=progress)
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
@@ -81,14 +69,6 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
     return f"{registered.name!r} (from an entry point without distribution metadata)"
 
 
-def _failed(description: str, exc: BaseException) -> ServeBackendError:
-    """The one-line failure of *description*'s ``run()``: its message or type; for a
-    ``BaseException`` that is not an ``Exception`` (``CancelledError``, say), its type.
-    """
-    cause = describe(exc) if isinstance(exc, Exception) else f"run() raised {describe_typed(exc)}"
-    return ServeBackendError(f"serve backend {description} failed: {cause}")
-
-
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
     """Call ``run()``: ``None`` once it returns, or the exit status its ``SystemExit``
     or a stop signal asks for; anything else it raises is its failure.
@@ -100,7 +80,10 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
         if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
             return 128 + signal.SIGINT
-        raise _failed(description, exc) from exc
+        cause = describe(exc)
+        if not isinstance(exc, Exception):  # a BaseException such as CancelledError: its type
+            cause = f"run() raised {describe_typed(exc)}"
+        raise ServeBackendError(f"serve backend {description} failed: {cause}") from exc
     return None
 
 
@@ -128,10 +111,8 @@ def _launch_here(
                 # From here a first signal is only recorded; a second one, or
                 # a first one caught in this very window, still ends in cleanup.
                 guard.disarm()
-        except KeyboardInterrupt:
-            status = 128 + signal.SIGINT
-        except SystemExit as exc:
-            status = processes.exit_status(exc)
+        except (KeyboardInterrupt, SystemExit):
+            pass  # a stop signal unwound after run(): guard.signum says which
         except ServeBackendError as exc:
             failure = exc
         processes.log_swept(tree.stop_tree(tree.descendants, timeout))
@@ -161,8 +142,8 @@ def _backend(
     run_general_plugins(registry.inventory.distributions)
     detection: DetectionReport | None = None
     why = ""
+    progress = channel.progress if channel else None
     if model_type == AUTO:
-        progress = None
         if channel is not None:
             # The threads bounding each load and detector need the GIL; the
             # supervisor, another process, keeps the bound whatever a plugin does.
@@ -172,14 +153,13 @@ def _backend(
                 f"load_timeout {registry.load_timeout:g} s + detect_timeout "
                 f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
             )
-            progress = channel.progress
         detection = registry.explain(request, progress=progress)
         registered = registry.get(detection.choice())  # what auto_detect() does
         chosen = "Selected serve backend %s by automatic detection%s"
         if detection.preferred:
             why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
-        registered = _get(registry, model_type, host, settings, channel)
+        registered = _get(registry, model_type, host, settings, progress)
         chosen = "Using serve backend %s%s"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
