@@ -81,15 +81,8 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
     epilog holding ``%(prog)``), so the usage's ``%`` are doubled and the
     backends list is added after argparse's text rather than given to it.
     """
-    choices = printable(",".join((AUTO, *available)))
-    metavars = {MODEL_TYPE: f"{{{choices}}}"}  # the backend names, which help shows
-    shown = [(o, metavars.get(o, o.metavar)) for o in SERVE_OPTIONS if o is not HELP]
-    leading = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if not o.anywhere)
-    anywhere = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if o.anywhere)
-    usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]"
     parser = argparse.ArgumentParser(
         prog=PROG,
-        usage=usage.replace("%", "%%"),
         description=textwrap.fill(
             "Serve a model with the backend chosen by --model-type, which may come "
             "anywhere. --config-file, --config-dir and --debug are serve's only "
@@ -103,13 +96,21 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
         add_help=False,
     )
     parser.add_argument("MODEL", nargs="?", help="model path or hub id (same as --model-path)")
+    usage: dict[bool, list[str]] = {False: [], True: []}  # leading, and taken anywhere
     for option in SERVE_OPTIONS:
-        metavar = metavars.get(option, option.metavar)
+        metavar = option.metavar
+        if option is MODEL_TYPE:  # the backend names, which help shows
+            metavar = f"{{{printable(','.join((AUTO, *available)))}}}"
         if metavar is None:
             parser.add_argument(*option.flags, action="store_true", help=option.help)
         else:
-            action = "append" if option.repeatable else "store"
-            parser.add_argument(*option.flags, metavar=metavar, action=action, help=option.help)
+            parser.add_argument(*option.flags, metavar=metavar, help=option.help)
+        if option is not HELP:
+            shown = option.flags[-1] if metavar is None else f"{option.flags[-1]} {metavar}"
+            usage[option.anywhere].append(f"[{shown}]")
+    leading = " ".join(usage[False])
+    anywhere = " ".join(usage[True])
+    parser.usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]".replace("%", "%%")
     epilog = [
         "backends:",
         *_backend_lines(records),
@@ -118,8 +119,3 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
         f"  {PROG} --model-type NAME --help",
     ]
     return "\n".join([parser.format_help(), *epilog, ""])
-
-
-def _usage(flag: str, metavar: str | None) -> str:
-    """How the usage line shows an option: ``[--flag]`` or ``[--flag VALUE]``."""
-    return f"[{flag}]" if metavar is None else f"[{flag} {metavar}]"
