@@ -13,8 +13,6 @@ import logging
 import os
 import shlex
 import signal
-from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 from sglang_backends._core import console, processes
@@ -88,7 +86,7 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
 
 
 def _launch_here(
-    request: ServeRequest, timeout: float, description: str, registered: RegisteredServeBackend
+    description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
     from sglang_backends._core import tree  # psutil: never in serve's own process on Linux
@@ -129,13 +127,13 @@ def _backend(
     settings: Settings,
     model_type: str,
     request: ServeRequest,
-    launch: Callable[[str, RegisteredServeBackend], int],  # (description, backend) -> status
     channel: Channel | None = None,
 ) -> int:
-    """Choose and load the backend, check the request, then *launch* it.
+    """Choose and load the backend, check the request, then run it: in this process, the
+    backend process when *channel* leads to the supervisor.
 
     Hints follow two slips: serve's options after the model (status 2), and
-    the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
+    the ``llm`` fallback without SGLang.
     """
     registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
     # before SGLang's hardware and hook plugins run, which it finds in the same distributions
@@ -166,7 +164,11 @@ def _backend(
     if registered.backend.requires_model_path and request.model_path is None:
         raise ConfigurationError(f"serve backend {description} needs a model. {usage_line()}")
     try:
-        status = launch(description, registered)
+        if channel is None:
+            status = _launch_here(description, registered, request, settings.stop_timeout)
+        else:
+            channel.backend(registered.name, description)
+            status = _run(description, registered, request) or 0
     except ServeBackendError as exc:
         if detection is not None and detection.fallback and not sglang_installed():
             why = _unclaimed(registry, settings, request, detection)
@@ -233,24 +235,15 @@ def backend_help(host: ServeArguments, settings: Settings, model_type: str) -> i
 def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
-    timeout = settings.stop_timeout
     from sglang_backends._serve.supervise import supervisor  # not for a backend's help
 
     if not supervisor.SUPPORTED:
-        return _backend(
-            host, settings, model_type, request, partial(_launch_here, request, timeout)
-        )
+        return _backend(host, settings, model_type, request)
 
     def work(channel: Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
-
-        def launch(description: str, registered: RegisteredServeBackend) -> int:
-            channel.backend(registered.name, description)
-            return _run(description, registered, request) or 0
-
         return guarded(
-            lambda: _backend(host, settings, model_type, request, launch, channel),
-            debug=host.debug,
+            lambda: _backend(host, settings, model_type, request, channel), debug=host.debug
         )
 
-    return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
+    return supervisor.supervise(work, stop_timeout=settings.stop_timeout, prog=PROG)
