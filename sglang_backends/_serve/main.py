@@ -109,21 +109,18 @@ def _serve(host: ServeArguments) -> int:
 
 def guarded(step: Callable[[], int], *, debug: bool) -> int:
     """Run *step*; an expected failure becomes one error line and its exit status."""
-    failure: Exception
     try:
         return step()
-    except ServeBackendError as exc:
-        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
-        failure = exc
-        status = EXIT_USAGE if usage else EXIT_FAILURE
     except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
-    if debug:
-        console.traceback_of(failure)
-    # A configuration's problems, a line each; any other failure on one line.
-    text = str(failure)
-    console.error(PROG, text if isinstance(failure, ConfigurationError) else " ".join(text.split()))
-    return status
+    except ServeBackendError as exc:
+        if debug:
+            console.traceback_of(exc)
+        # A configuration's problems, a line each; any other failure on one line.
+        text = str(exc) if isinstance(exc, ConfigurationError) else " ".join(str(exc).split())
+        console.error(PROG, text)
+        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
+        return EXIT_USAGE if usage else EXIT_FAILURE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -108,7 +108,7 @@ def _launch_here(
             finally:
                 # From here a first signal is only recorded; a second one, or
                 # a first one caught in this very window, still ends in cleanup.
-                guard.disarm()
+                guard.armed = False
         except (KeyboardInterrupt, SystemExit):
             pass  # a stop signal unwound after run(): guard.signum says which
         except ServeBackendError as exc:
