@@ -45,7 +45,8 @@ import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_backends._core import console, processes, signals
-from sglang_backends._serve.supervise.job_control import JobControl, Terminal
+from sglang_backends._serve.supervise import job_control
+from sglang_backends._serve.supervise.job_control import Terminal
 
 if TYPE_CHECKING:
     from sglang_backends._serve.supervise.backend import BackendWork
@@ -155,7 +156,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
                 os.close(writer)
                 with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
                     os.setpgid(pid, pid)
-                code = _front(pid, prog, take, taken, JobControl(terminal, pid))
+                code = _front(pid, prog, take, taken, terminal)
                 if code >= 0:
                     return code
             # psutil: in the supervisor's process; in the front only once the supervisor was killed
@@ -187,25 +188,26 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
 
 
 def _front(
-    pid: int, prog: str, take: signals.SignalWait, taken: list[int], jobs: JobControl
+    pid: int, prog: str, take: signals.SignalWait, taken: list[int], terminal: Terminal
 ) -> int:
     """``serve``'s loop: pass every signal on to the supervisor, process *pid*, and follow its
-    stops until it ends; its exit code (-N: signal N killed it).
+    stops (the shell's job control, on *terminal*) until it ends; its exit code (-N: signal
+    N killed it).
     """
     while True:
         while taken:
             signum = taken.pop(0)
             processes.send(pid, signum)
-            jobs.relayed(signum)
+            job_control.relayed(signum)
         if take.continued():
-            jobs.continued()
+            job_control.continued(terminal, pid)
         try:
             done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
         except ChildProcessError:
             console.error(prog, f"the serve supervisor (pid {pid}) was reaped elsewhere")
             return EXIT_FAILURE
         if done and os.WIFSTOPPED(status):
-            jobs.tree_stopped()
+            job_control.tree_stopped(terminal, pid)
         elif done:
             return os.waitstatus_to_exitcode(status)
         info = take(_FRONT_IDLE)
