@@ -246,4 +246,4 @@ def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
             lambda: _backend(host, settings, model_type, request, channel), debug=host.debug
         )
 
-    return supervisor.supervise(work, stop_timeout=settings.stop_timeout, prog=PROG)
+    return supervisor.supervise(work, stop_timeout=settings.stop_timeout)

@@ -24,6 +24,7 @@ from typing import NoReturn
 import psutil
 
 from sglang_backends._core import console, processes, signals, tree
+from sglang_backends._serve.argv import PROG
 from sglang_backends._serve.supervise.backend import (
     BackendWork,
     Channel,
@@ -62,7 +63,7 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
         mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
         reader, writer = channel_pipe()
-        child = fork(setup.prog, reader, writer)
+        child = fork(reader, writer)
         if child is None:
             os._exit(status)
         if child == 0:
@@ -131,11 +132,11 @@ class _Supervision:
         )
         processes.log_swept(count)
         if self.overran is not None:
-            console.error(self.setup.prog, self.overran)
+            console.error(PROG, self.overran)
             return EXIT_FAILURE
         if self.signum is None:
             if problem:
-                console.error(self.setup.prog, problem)
+                console.error(PROG, problem)
             return status
         if problem:
             LOG.info("While stopping, %s", problem)

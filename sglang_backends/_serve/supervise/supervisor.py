@@ -45,6 +45,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_backends._core import console, processes, signals
+from sglang_backends._serve.argv import PROG
 from sglang_backends._serve.supervise import job_control
 from sglang_backends._serve.supervise.job_control import Terminal
 
@@ -70,7 +71,6 @@ class Setup(NamedTuple):
 
     front: int
     timeout: float  # the stop timeout
-    prog: str
     stops: tuple[int, ...]
     relayed: tuple[int, ...]  # every signal passed on to the backend process
     handlers: dict[int, Any]  # the program's handlers of those signals, for the backend process
@@ -86,7 +86,7 @@ def flush() -> None:
             stream.flush()
 
 
-def fork(prog: str, *fds: int) -> int | None:
+def fork(*fds: int) -> int | None:
     """``os.fork``'s pid; ``None`` when it is refused (a process limit, memory): then
     serve's error is printed and *fds* are closed.
     """
@@ -95,7 +95,7 @@ def fork(prog: str, *fds: int) -> int | None:
         return os.fork()
     except OSError as exc:
         limit = " (RLIMIT_NPROC?)" if exc.errno == errno.EAGAIN else ""
-        console.error(prog, f"fork failed: {exc.strerror}{limit}")
+        console.error(PROG, f"fork failed: {exc.strerror}{limit}")
     for fd in fds:
         os.close(fd)
     return None
@@ -104,7 +104,7 @@ def fork(prog: str, *fds: int) -> int | None:
 # -- the front ------------------------------------------------------------------
 
 
-def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
+def supervise(work: BackendWork, *, stop_timeout: float) -> int:
     """Run *work* in a supervised backend process; return ``serve``'s exit status.
 
     Call it before any plugin code runs. Returns once every process of the
@@ -112,7 +112,6 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     foreground group as before.
 
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
-    :param prog: the program name prefixing error lines.
     """
     relayed = signals.relayed_signals()
     take = signals.SignalWait({*relayed, signal.SIGCHLD})
@@ -138,7 +137,6 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
         setup = Setup(
             front=os.getpid(),
             timeout=stop_timeout,
-            prog=prog,
             stops=signals.stop_signals(),
             relayed=relayed,
             handlers={n: h for n, h in previous.items() if n != signal.SIGCHLD and h is not None},
@@ -146,7 +144,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             news=writer,
             terminal=terminal if foreground else None,
         )
-        forked = fork(prog, news, writer)
+        forked = fork(news, writer)
         if forked is None:
             return EXIT_FAILURE
         pid = forked
@@ -156,7 +154,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
                 os.close(writer)
                 with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
                     os.setpgid(pid, pid)
-                code = _front(pid, prog, take, taken, terminal)
+                code = _front(pid, take, taken, terminal)
                 if code >= 0:
                     return code
             # psutil: in the supervisor's process; in the front only once the supervisor was killed
@@ -169,7 +167,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
                 subreaper.read_backend_pid(news), setup.token, timeout=stop_timeout
             )
             console.error(
-                prog,
+                PROG,
                 f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(-code)}; "
                 f"serve stopped the backend process and the processes it left ({count} in all)",
             )
@@ -187,9 +185,7 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             processes.send(os.getpid(), signal.SIGCHLD)
 
 
-def _front(
-    pid: int, prog: str, take: signals.SignalWait, taken: list[int], terminal: Terminal
-) -> int:
+def _front(pid: int, take: signals.SignalWait, taken: list[int], terminal: Terminal) -> int:
     """``serve``'s loop: pass every signal on to the supervisor, process *pid*, and follow its
     stops (the shell's job control, on *terminal*) until it ends; its exit code (-N: signal
     N killed it).
@@ -204,7 +200,7 @@ def _front(
         try:
             done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
         except ChildProcessError:
-            console.error(prog, f"the serve supervisor (pid {pid}) was reaped elsewhere")
+            console.error(PROG, f"the serve supervisor (pid {pid}) was reaped elsewhere")
             return EXIT_FAILURE
         if done and os.WIFSTOPPED(status):
             job_control.tree_stopped(terminal, pid)
