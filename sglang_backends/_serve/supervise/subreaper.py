@@ -25,6 +25,7 @@ import psutil
 
 from sglang_backends._core import console, processes, signals, tree
 from sglang_backends._serve.argv import PROG
+from sglang_backends._serve.main import EXIT_FAILURE
 from sglang_backends._serve.supervise.backend import (
     BackendWork,
     Channel,
@@ -32,7 +33,7 @@ from sglang_backends._serve.supervise.backend import (
     channel_pipe,
     set_role_title,
 )
-from sglang_backends._serve.supervise.supervisor import EXIT_FAILURE, Setup, flush, fork
+from sglang_backends._serve.supervise.supervisor import Setup, flush, fork
 
 __all__ = ["MARKER", "mark", "read_backend_pid", "run", "send_backend_pid", "sweep"]
 

@@ -46,24 +46,23 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_backends._core import console, processes, signals
 from sglang_backends._serve.argv import PROG
+from sglang_backends._serve.main import EXIT_FAILURE
 from sglang_backends._serve.supervise import job_control
 from sglang_backends._serve.supervise.job_control import Terminal
 
 if TYPE_CHECKING:
     from sglang_backends._serve.supervise.backend import BackendWork
 
-__all__ = ["EXIT_FAILURE", "SUPPORTED", "Setup", "flush", "fork", "supervise"]
+__all__ = ["SUPPORTED", "Setup", "flush", "fork", "supervise"]
 
 LOG = logging.getLogger(__name__)
 
-#: Whether :func:`supervise` can be used here (Linux, with ``fork`` and ``sigtimedwait``).
-SUPPORTED: bool = (
-    sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(signal, "sigtimedwait")
-)
+#: Whether :func:`supervise` can be used here: Linux, where Python has ``fork`` and
+#: ``sigtimedwait``.
+SUPPORTED: bool = sys.platform.startswith("linux")
 
 # The front's longest wait: a stop signal another thread takes waits for the main thread.
 _FRONT_IDLE = 1.0
-EXIT_FAILURE = 1
 
 
 class Setup(NamedTuple):
