@@ -2,7 +2,7 @@
 
 The general ``serve --help`` (:func:`metadata_help`), from the
 inventory (:mod:`~sglang_backends._core.inventory`) alone, which still prints when a
-plugin claims a built-in name, with a warning; and the usage line a missing model gets.
+plugin claims a built-in name, with a warning.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
 from sglang_backends._sglang.installed import BUILTIN_NOTES
 
-__all__ = ["metadata_help", "usage_line"]
+__all__ = ["metadata_help"]
 
 
 class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
@@ -37,14 +37,6 @@ class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-
-def usage_line() -> str:
-    """The one-line usage SGLang prints when a model path is missing."""
-    return (
-        f"Usage: {PROG} <model-name-or-path> [OPTIONS] "
-        f"or {PROG} --model-path <model-name-or-path> [OPTIONS]"
-    )
 
 
 def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
@@ -67,20 +59,15 @@ def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
 
 
 def metadata_help(settings: Settings) -> str:
-    """The general help under *settings*; the inventory warns of what it shows (a name in
-    a list that is not installed, a plugin claiming a built-in name).
-    """
-    inventory = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES), warn_conflicts=True)
-    return _render(inventory.available_names, inventory.records)
-
-
-def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
-    """The help text: usage, serve's own options, then every backend and its provider.
+    """The general help under *settings*: usage, serve's own options, then every backend
+    and its provider. The inventory warns of what it shows (a name in a list that is not
+    installed, a plugin claiming a built-in name).
 
     Names are printed as they come: argparse %-formats the usage line (and an
     epilog holding ``%(prog)``), so the usage's ``%`` are doubled and the
     backends list is added after argparse's text rather than given to it.
     """
+    inventory = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES), warn_conflicts=True)
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=textwrap.fill(
@@ -100,7 +87,7 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
     for option in SERVE_OPTIONS:
         metavar = option.metavar
         if option is MODEL_TYPE:  # the backend names, which help shows
-            metavar = f"{{{printable(','.join((AUTO, *available)))}}}"
+            metavar = f"{{{printable(','.join((AUTO, *inventory.available_names)))}}}"
         if metavar is None:
             parser.add_argument(*option.flags, action="store_true", help=option.help)
         else:
@@ -113,7 +100,7 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
     parser.usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]".replace("%", "%%")
     epilog = [
         "backends:",
-        *_backend_lines(records),
+        *_backend_lines(inventory.records),
         "",
         "Each backend has its own options; show them with:",
         f"  {PROG} --model-type NAME --help",

@@ -22,7 +22,6 @@ from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
 from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, normalize
-from sglang_backends._serve.help import usage_line
 from sglang_backends._serve.main import EXIT_USAGE, guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
@@ -162,7 +161,9 @@ def _backend(
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
     if registered.backend.requires_model_path and request.model_path is None:
-        raise ConfigurationError(f"serve backend {description} needs a model. {usage_line()}")
+        path = "<model-name-or-path>"  # in SGLang's usage line
+        usage = f"Usage: {PROG} {path} [OPTIONS] or {PROG} --model-path {path} [OPTIONS]"
+        raise ConfigurationError(f"serve backend {description} needs a model. {usage}")
     try:
         if channel is None:
             status = _launch_here(description, registered, request, settings.stop_timeout)
