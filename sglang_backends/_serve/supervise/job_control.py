@@ -59,12 +59,10 @@ def orphaned() -> bool:
 
     group = os.getpgrp()
     session = os.getsid(0)
-    process = psutil.Process()
     with contextlib.suppress(OSError, psutil.Error):
-        while (parent := process.parent()) is not None:
+        for parent in psutil.Process().parents():
             if os.getpgid(parent.pid) != group:
                 return os.getsid(parent.pid) != session
-            process = parent
     return True
 
 
