@@ -112,6 +112,7 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
 
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     """
+    stops = signals.stop_signals()  # before serve takes them
     relayed = signals.relayed_signals()
     take = signals.SignalWait({*relayed, signal.SIGCHLD})
     taken: list[int] = []  # signals another thread took, for the loop to relay
@@ -136,7 +137,7 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
         setup = Setup(
             front=os.getpid(),
             timeout=stop_timeout,
-            stops=signals.stop_signals(),
+            stops=stops,
             relayed=relayed,
             handlers={n: h for n, h in previous.items() if n != signal.SIGCHLD and h is not None},
             token=f"{os.getpid()}-{os.urandom(8).hex()}",
