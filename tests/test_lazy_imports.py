@@ -130,7 +130,7 @@ def test_a_backends_own_help_imports_no_supervision(site, install_backend):
 #: What the general help leaves unimported, each deferred by an import inside a function:
 #: the contract (``dataclasses`` with ``inspect`` cost about a fifth of its start-up,
 #: benchmarks/serve_startup.py), the registry, configuration, the supervisor, the
-#: operator commands, and what only an error, a backend or SGLang's note needs.
+#: operator commands, and what only an error or a backend needs.
 GENERAL_HELP_DEFERS = (
     "dataclasses",
     "sglang_backends.contract",
@@ -143,7 +143,6 @@ GENERAL_HELP_DEFERS = (
     "cliff",
     "oslo_config",
     "json",
-    "ast",
 )
 
 

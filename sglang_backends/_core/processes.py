@@ -82,8 +82,8 @@ def send(pid: int, signum: int, *, group: bool = False) -> None:
 class StopSignals:
     """While entered, a stop signal unwinds the main thread, once (SIGINT as KeyboardInterrupt).
 
-    A signal is recorded until :meth:`arm` (then raised at once); a forked
-    child takes the default action.
+    A signal is recorded until :meth:`arm` (then raised at once) and once
+    :attr:`armed` is reset (for the clean-up); a forked child takes the default action.
 
     :param on_signal: given the signal, just before the main thread is unwound.
     :param on_force: called, then the process exits, on a second signal or
@@ -126,10 +126,6 @@ class StopSignals:
         self.armed = True
         if self.signum is not None:
             self._unwind(self.signum)
-
-    def disarm(self) -> None:
-        """Stop raising (for the clean-up): from now on a signal is only recorded."""
-        self.armed = False
 
     def _handle(self, signum: int, frame: object) -> None:
         if os.getpid() != self._pid:

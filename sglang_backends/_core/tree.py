@@ -14,7 +14,6 @@ import ctypes
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterable
 
@@ -54,8 +53,7 @@ def _send_all(processes: Iterable[psutil.Process], signum: int) -> None:
 
 
 def _prctl(option: int, value: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
+    """Linux's ``prctl(option, value)``; whether it worked (elsewhere libc has none)."""
     try:
         return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
@@ -101,7 +99,7 @@ def _wait(done: Callable[[], bool], timeout: float, pause: Callable[[float], obj
 
 def _reaped(processes: list[psutil.Process]) -> list[psutil.Process]:
     """Reap those of *processes* that are exited children of this one; the running rest."""
-    for process in processes if hasattr(os, "WNOHANG") else ():
+    for process in processes:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(process.pid, os.WNOHANG)
     return running(processes)

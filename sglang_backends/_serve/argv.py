@@ -50,14 +50,12 @@ class ServeOption(NamedTuple):
     :param flags: its option strings.
     :param metavar: its value's name in help; ``None`` for a flag, which takes no value.
     :param help: its line in the help.
-    :param repeatable: each use adds a value (else the last one wins).
     :param anywhere: ``serve``'s wherever it comes, not only in the leading run.
     """
 
     flags: tuple[str, ...]
     metavar: str | None
     help: str
-    repeatable: bool = False
     anywhere: bool = False
 
 
@@ -73,14 +71,12 @@ CONFIG_FILE = ServeOption(
     ("--config-file",),
     "PATH",
     "read [serve_backends] options from this file; repeatable, later files win",
-    repeatable=True,
 )
 CONFIG_DIR = ServeOption(
     ("--config-dir",),
     "DIR",
     "read every .conf file in DIR, in name order; repeatable, files and directories are "
     "read in the order given, later ones win",
-    repeatable=True,
 )
 DEBUG = ServeOption(("--debug",), None, "log at DEBUG level and show tracebacks")
 
@@ -177,12 +173,7 @@ def parse_host_options(argv: Sequence[str]) -> ServeArguments:
             raise ConfigurationError(f"{option.flags[0]} expects a value")
         else:
             config += [option.flags[0], value]
-    return ServeArguments(
-        model_type=model_type,
-        config_args=tuple(config),
-        debug=debug,
-        argv=tuple(rest),
-    )
+    return ServeArguments(model_type, tuple(config), debug, tuple(rest))
 
 
 def hoisted(host: ServeArguments) -> tuple[str, ...] | None:
@@ -200,22 +191,19 @@ def hoisted(host: ServeArguments) -> tuple[str, ...] | None:
         (moved if own else kept).extend(arguments)
     if not moved:
         return None
-    leading = [
-        *host.config_args,
-        *(["--debug"] if host.debug else []),
-    ]
+    debug = ["--debug"] if host.debug else []
     model_type = [] if host.model_type is None else ["--model-type", host.model_type]
-    return (*leading, *moved, *kept, *model_type)
+    return (*host.config_args, *debug, *moved, *kept, *model_type)
 
 
 def model_path_from(argv: Sequence[str]) -> str | None:
     """The first ``--model-path``/``--model`` value in *argv*, either form; else ``None``."""
     for index, arg in enumerate(argv):
-        for option in _MODEL_PATH_OPTIONS:
-            if arg == option:
-                return argv[index + 1] if index + 1 < len(argv) else None
-            if arg.startswith(option + "="):
-                return arg[len(option) + 1 :]
+        name, equals, value = arg.partition("=")
+        if name in _MODEL_PATH_OPTIONS and equals:
+            return value
+        if name in _MODEL_PATH_OPTIONS:
+            return argv[index + 1] if index + 1 < len(argv) else None
     return None
 
 

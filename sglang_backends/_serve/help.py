@@ -2,7 +2,7 @@
 
 The general ``serve --help`` (:func:`metadata_help`), from the
 inventory (:mod:`~sglang_backends._core.inventory`) alone, which still prints when a
-plugin claims a built-in name, with a warning; and the usage line a missing model gets.
+plugin claims a built-in name, with a warning.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
 from sglang_backends._sglang.installed import BUILTIN_NOTES
 
-__all__ = ["metadata_help", "usage_line"]
+__all__ = ["metadata_help"]
 
 
 class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
@@ -37,14 +37,6 @@ class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-
-def usage_line() -> str:
-    """The one-line usage SGLang prints when a model path is missing."""
-    return (
-        f"Usage: {PROG} <model-name-or-path> [OPTIONS] "
-        f"or {PROG} --model-path <model-name-or-path> [OPTIONS]"
-    )
 
 
 def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
@@ -67,29 +59,17 @@ def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
 
 
 def metadata_help(settings: Settings) -> str:
-    """The general help under *settings*; the inventory warns of what it shows (a name in
-    a list that is not installed, a plugin claiming a built-in name).
-    """
-    inventory = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES), warn_conflicts=True)
-    return _render(inventory.available_names, inventory.records)
-
-
-def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
-    """The help text: usage, serve's own options, then every backend and its provider.
+    """The general help under *settings*: usage, serve's own options, then every backend
+    and its provider. The inventory warns of what it shows (a name in a list that is not
+    installed, a plugin claiming a built-in name).
 
     Names are printed as they come: argparse %-formats the usage line (and an
     epilog holding ``%(prog)``), so the usage's ``%`` are doubled and the
     backends list is added after argparse's text rather than given to it.
     """
-    choices = printable(",".join((AUTO, *available)))
-    metavars = {MODEL_TYPE: f"{{{choices}}}"}  # the backend names, which help shows
-    shown = [(o, metavars.get(o, o.metavar)) for o in SERVE_OPTIONS if o is not HELP]
-    leading = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if not o.anywhere)
-    anywhere = " ".join(_usage(o.flags[-1], metavar) for o, metavar in shown if o.anywhere)
-    usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]"
+    inventory = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES), warn_conflicts=True)
     parser = argparse.ArgumentParser(
         prog=PROG,
-        usage=usage.replace("%", "%%"),
         description=textwrap.fill(
             "Serve a model with the backend chosen by --model-type, which may come "
             "anywhere. --config-file, --config-dir and --debug are serve's only "
@@ -103,23 +83,26 @@ def _render(available: Sequence[str], records: Sequence[PluginRecord]) -> str:
         add_help=False,
     )
     parser.add_argument("MODEL", nargs="?", help="model path or hub id (same as --model-path)")
+    usage: dict[bool, list[str]] = {False: [], True: []}  # leading, and taken anywhere
     for option in SERVE_OPTIONS:
-        metavar = metavars.get(option, option.metavar)
+        metavar = option.metavar
+        if option is MODEL_TYPE:  # the backend names, which help shows
+            metavar = f"{{{printable(','.join((AUTO, *inventory.available_names)))}}}"
         if metavar is None:
             parser.add_argument(*option.flags, action="store_true", help=option.help)
         else:
-            action = "append" if option.repeatable else "store"
-            parser.add_argument(*option.flags, metavar=metavar, action=action, help=option.help)
+            parser.add_argument(*option.flags, metavar=metavar, help=option.help)
+        if option is not HELP:
+            shown = option.flags[-1] if metavar is None else f"{option.flags[-1]} {metavar}"
+            usage[option.anywhere].append(f"[{shown}]")
+    leading = " ".join(usage[False])
+    anywhere = " ".join(usage[True])
+    parser.usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]".replace("%", "%%")
     epilog = [
         "backends:",
-        *_backend_lines(records),
+        *_backend_lines(inventory.records),
         "",
         "Each backend has its own options; show them with:",
         f"  {PROG} --model-type NAME --help",
     ]
     return "\n".join([parser.format_help(), *epilog, ""])
-
-
-def _usage(flag: str, metavar: str | None) -> str:
-    """How the usage line shows an option: ``[--flag]`` or ``[--flag VALUE]``."""
-    return f"[{flag}]" if metavar is None else f"[{flag} {metavar}]"

@@ -24,7 +24,8 @@ from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
 from sglang_backends._serve.argv import PROG, ServeArguments, parse_host_options, wants_help
 from sglang_backends._serve.help import metadata_help
-from sglang_backends._sglang.installed import sglang_installed
+from sglang_backends._sglang.installed import BUILTIN_NOTES
+from sglang_backends._sglang.note import help_note
 from sglang_backends.errors import ConfigurationError, ServeBackendError, UnknownBackendError
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "guarded", "main"]
@@ -71,9 +72,7 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
     if host.model_type is not None or settings.model_type == AUTO:
         return []
-    from sglang_backends._sglang.builtins import default_builtins  # the contract: not for a help
-
-    found = take_inventory(settings, default_builtins())
+    found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: no backend built
     try:
         found.by_name(settings.model_type, set_in=settings.set_in("model_type"))
     except ServeBackendError as exc:
@@ -83,12 +82,9 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
 
 def _sglang_note() -> int:
     """After a help, SGLang's closing note, once (only with SGLang)."""
-    if sglang_installed():
-        from sglang_backends._sglang.note import help_note  # ast: only beside SGLang
-
-        note = help_note()
-        if note:
-            console.show(f"\n{note}")
+    note = help_note()
+    if note:
+        console.show(f"\n{note}")
     return 0
 
 
@@ -113,21 +109,18 @@ def _serve(host: ServeArguments) -> int:
 
 def guarded(step: Callable[[], int], *, debug: bool) -> int:
     """Run *step*; an expected failure becomes one error line and its exit status."""
-    failure: Exception
     try:
         return step()
-    except ServeBackendError as exc:
-        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
-        failure = exc
-        status = EXIT_USAGE if usage else EXIT_FAILURE
     except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
         return 128 + signal.SIGINT
-    if debug:
-        console.traceback_of(failure)
-    # A configuration's problems, a line each; any other failure on one line.
-    text = str(failure)
-    console.error(PROG, text if isinstance(failure, ConfigurationError) else " ".join(text.split()))
-    return status
+    except ServeBackendError as exc:
+        if debug:
+            console.traceback_of(exc)
+        # A configuration's problems, a line each; any other failure on one line.
+        text = str(exc) if isinstance(exc, ConfigurationError) else " ".join(str(exc).split())
+        console.error(PROG, text)
+        usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
+        return EXIT_USAGE if usage else EXIT_FAILURE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

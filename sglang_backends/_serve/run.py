@@ -13,8 +13,6 @@ import logging
 import os
 import shlex
 import signal
-from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 from sglang_backends._core import console, processes
@@ -24,21 +22,12 @@ from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
 from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, normalize
-from sglang_backends._serve.help import usage_line
 from sglang_backends._serve.main import EXIT_USAGE, guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.errors import (
-    ConfigurationError,
-    DisabledBackendError,
-    ServeBackendError,
-    UnknownBackendError,
-    describe,
-    describe_typed,
-    set_in_configuration,
-)
-from sglang_backends.registry import ServeBackendRegistry
+from sglang_backends.errors import ConfigurationError, ServeBackendError, describe, describe_typed
+from sglang_backends.registry import Progress, ServeBackendRegistry
 
 if TYPE_CHECKING:
     from sglang_backends._serve.supervise.backend import Channel
@@ -56,18 +45,14 @@ def _get(
     model_type: str,
     host: ServeArguments,
     settings: Settings,
-    channel: Channel | None = None,
+    progress: Progress | None = None,
 ) -> RegisteredServeBackend:
-    """``registry.get(model_type)``, its load told on *channel*; a name nothing provides
-    says where configuration set it.
+    """``registry.get(model_type)``, its load told to *progress*; a name nothing provides
+    says where configuration set it (as the inventory words it).
     """
     origin = None if host.model_type is not None else settings.set_in("model_type")
-    try:
-        return registry.get(model_type, progress=channel.progress if channel else None)
-    except (UnknownBackendError, DisabledBackendError) as exc:
-        if origin is None:
-            raise
-        raise set_in_configuration(exc, origin) from exc
+    registry.inventory.by_name(model_type, set_in=origin)
+    return registry.get(model_type, progress=progress)
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
@@ -81,14 +66,6 @@ def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend
     return f"{registered.name!r} (from an entry point without distribution metadata)"
 
 
-def _failed(description: str, exc: BaseException) -> ServeBackendError:
-    """The one-line failure of *description*'s ``run()``: its message or type; for a
-    ``BaseException`` that is not an ``Exception`` (``CancelledError``, say), its type.
-    """
-    cause = describe(exc) if isinstance(exc, Exception) else f"run() raised {describe_typed(exc)}"
-    return ServeBackendError(f"serve backend {description} failed: {cause}")
-
-
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
     """Call ``run()``: ``None`` once it returns, or the exit status its ``SystemExit``
     or a stop signal asks for; anything else it raises is its failure.
@@ -100,12 +77,15 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
         if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
             return 128 + signal.SIGINT
-        raise _failed(description, exc) from exc
+        cause = describe(exc)
+        if not isinstance(exc, Exception):  # a BaseException such as CancelledError: its type
+            cause = f"run() raised {describe_typed(exc)}"
+        raise ServeBackendError(f"serve backend {description} failed: {cause}") from exc
     return None
 
 
 def _launch_here(
-    request: ServeRequest, timeout: float, description: str, registered: RegisteredServeBackend
+    description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
     from sglang_backends._core import tree  # psutil: never in serve's own process on Linux
@@ -127,11 +107,9 @@ def _launch_here(
             finally:
                 # From here a first signal is only recorded; a second one, or
                 # a first one caught in this very window, still ends in cleanup.
-                guard.disarm()
-        except KeyboardInterrupt:
-            status = 128 + signal.SIGINT
-        except SystemExit as exc:
-            status = processes.exit_status(exc)
+                guard.armed = False
+        except (KeyboardInterrupt, SystemExit):
+            pass  # a stop signal unwound after run(): guard.signum says which
         except ServeBackendError as exc:
             failure = exc
         processes.log_swept(tree.stop_tree(tree.descendants, timeout))
@@ -148,21 +126,21 @@ def _backend(
     settings: Settings,
     model_type: str,
     request: ServeRequest,
-    launch: Callable[[str, RegisteredServeBackend], int],  # (description, backend) -> status
     channel: Channel | None = None,
 ) -> int:
-    """Choose and load the backend, check the request, then *launch* it.
+    """Choose and load the backend, check the request, then run it: in this process, the
+    backend process when *channel* leads to the supervisor.
 
     Hints follow two slips: serve's options after the model (status 2), and
-    the ``llm`` fallback without SGLang. *channel* leads to the supervisor.
+    the ``llm`` fallback without SGLang.
     """
     registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
     # before SGLang's hardware and hook plugins run, which it finds in the same distributions
     run_general_plugins(registry.inventory.distributions)
     detection: DetectionReport | None = None
     why = ""
+    progress = channel.progress if channel else None
     if model_type == AUTO:
-        progress = None
         if channel is not None:
             # The threads bounding each load and detector need the GIL; the
             # supervisor, another process, keeps the bound whatever a plugin does.
@@ -172,21 +150,26 @@ def _backend(
                 f"load_timeout {registry.load_timeout:g} s + detect_timeout "
                 f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
             )
-            progress = channel.progress
         detection = registry.explain(request, progress=progress)
         registered = registry.get(detection.choice())  # what auto_detect() does
         chosen = "Selected serve backend %s by automatic detection%s"
         if detection.preferred:
             why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
-        registered = _get(registry, model_type, host, settings, channel)
+        registered = _get(registry, model_type, host, settings, progress)
         chosen = "Using serve backend %s%s"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
     if registered.backend.requires_model_path and request.model_path is None:
-        raise ConfigurationError(f"serve backend {description} needs a model. {usage_line()}")
+        path = "<model-name-or-path>"  # in SGLang's usage line
+        usage = f"Usage: {PROG} {path} [OPTIONS] or {PROG} --model-path {path} [OPTIONS]"
+        raise ConfigurationError(f"serve backend {description} needs a model. {usage}")
     try:
-        status = launch(description, registered)
+        if channel is None:
+            status = _launch_here(description, registered, request, settings.stop_timeout)
+        else:
+            channel.backend(registered.name, description)
+            status = _run(description, registered, request) or 0
     except ServeBackendError as exc:
         if detection is not None and detection.fallback and not sglang_installed():
             why = _unclaimed(registry, settings, request, detection)
@@ -253,25 +236,15 @@ def backend_help(host: ServeArguments, settings: Settings, model_type: str) -> i
 def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
-    timeout = settings.stop_timeout
-    from sglang_backends._serve.supervise import backend, supervisor  # not for a backend's help
+    from sglang_backends._serve.supervise import supervisor  # not for a backend's help
 
     if not supervisor.SUPPORTED:
-        return _backend(
-            host, settings, model_type, request, partial(_launch_here, request, timeout)
-        )
+        return _backend(host, settings, model_type, request)
 
     def work(channel: Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
-
-        def launch(description: str, registered: RegisteredServeBackend) -> int:
-            channel.backend(description)
-            backend.set_role_title(f"backend {registered.name}")
-            return _run(description, registered, request) or 0
-
         return guarded(
-            lambda: _backend(host, settings, model_type, request, launch, channel),
-            debug=host.debug,
+            lambda: _backend(host, settings, model_type, request, channel), debug=host.debug
         )
 
-    return supervisor.supervise(work, stop_timeout=timeout, prog=PROG)
+    return supervisor.supervise(work, stop_timeout=settings.stop_timeout)

@@ -13,11 +13,14 @@ sglang-backends`` finds all three.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable
+
+from setproctitle import setproctitle
 
 from sglang_backends._core import signals
 
@@ -27,7 +30,6 @@ __all__ = [
     "ChannelReader",
     "InFlight",
     "channel_pipe",
-    "flush",
     "set_role_title",
     "title_for",
 ]
@@ -45,8 +47,6 @@ def title_for(role: str, argv: list[str]) -> str:
 def set_role_title(role: str) -> None:
     """Title this process after *role* (``supervisor``, ``backend NAME``) if it can; never fails."""
     try:
-        from setproctitle import setproctitle  # imported only when used
-
         setproctitle(title_for(role, sys.argv))
     except Exception as exc:  # noqa: BLE001 - a title must never stop serve
         LOG.debug("Process title not set: %s", exc)
@@ -63,9 +63,7 @@ def channel_pipe() -> tuple[int, int]:
     where the system allows it, so that the backend process seldom waits for the supervisor.
     """
     reader, writer = os.pipe()
-    with contextlib.suppress(ImportError, AttributeError, OSError):  # not Linux, or refused
-        import fcntl  # POSIX only
-
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or refused
         fcntl.fcntl(writer, fcntl.F_SETPIPE_SZ, CHANNEL_BYTES)
     return reader, writer
 
@@ -84,9 +82,12 @@ class Channel:
             with contextlib.suppress(OSError):
                 os.write(self._fd, line.encode("utf-8", "replace"))
 
-    def backend(self, description: str) -> None:
-        """The backend is chosen and about to ``run()``: *description*."""
+    def backend(self, name: str, description: str) -> None:
+        """Backend *name* is chosen and about to ``run()``: *description*; the process is
+        titled after it.
+        """
         self.say("backend", description)
+        set_role_title(f"backend {name}")
 
     def deadline(self, seconds: float, why: str) -> None:
         """Choosing a backend must be over within *seconds* (*why*), or the supervisor ends it."""
@@ -211,10 +212,3 @@ class ChannelReader:
 
 #: The backend process's work: given the :class:`Channel`, returns the exit status.
 BackendWork = Callable[[Channel], int]
-
-
-def flush() -> None:
-    """Flush Python's standard streams, so that output is neither lost nor written twice."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            stream.flush()

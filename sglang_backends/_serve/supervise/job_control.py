@@ -3,7 +3,7 @@
 When ``serve`` is the foreground job of a terminal, the tree's group takes
 the terminal (as tini gives it to its child), so that ``Ctrl+C``, ``Ctrl+\\``
 and ``Ctrl+Z`` reach the backend and its workers directly, once; ``serve`` follows
-the tree's stop and continue (:class:`JobControl`), so that the shell's job
+the tree's stop and continue (:func:`tree_stopped`, :func:`continued`), so that the shell's job
 control works. Where no shell can continue the job (PID 1 of ``docker run
 -it``, a session leader) Ctrl+Z is ignored, as the kernel ignores it there.
 Signals are sent through :mod:`sglang_backends._core.processes`.
@@ -17,7 +17,7 @@ import signal
 
 from sglang_backends._core import processes
 
-__all__ = ["JobControl", "Terminal", "orphaned"]
+__all__ = ["Terminal", "continued", "orphaned", "relayed", "tree_stopped"]
 
 
 class Terminal:
@@ -59,43 +59,39 @@ def orphaned() -> bool:
 
     group = os.getpgrp()
     session = os.getsid(0)
-    process = psutil.Process()
     with contextlib.suppress(OSError, psutil.Error):
-        while (parent := process.parent()) is not None:
+        for parent in psutil.Process().parents():
             if os.getpgid(parent.pid) != group:
                 return os.getsid(parent.pid) != session
-            process = parent
     return True
 
 
-class JobControl:
-    """``serve``'s side: its job stops and continues with the tree's group, led by *tree*."""
+def relayed(signum: int) -> None:
+    """*signum* was passed on to the tree: SIGTSTP stops serve, as it stops a process."""
+    if signum == signal.SIGTSTP and not orphaned():
+        processes.send(os.getpid(), signal.SIGSTOP)  # the tree stops itself
 
-    def __init__(self, terminal: Terminal, tree: int) -> None:
-        self.terminal = terminal
-        self.tree = tree
 
-    def relayed(self, signum: int) -> None:
-        """*signum* was passed on to the tree: SIGTSTP stops serve, as it stops a process."""
-        if signum == signal.SIGTSTP and not orphaned():
-            processes.send(os.getpid(), signal.SIGSTOP)  # the tree stops itself
+def tree_stopped(terminal: Terminal, tree: int) -> None:
+    """The tree's leader, process *tree*, stopped: if its group holds *terminal*, that was
+    Ctrl+Z.
 
-    def tree_stopped(self) -> None:
-        """The tree's leader stopped: if its group holds the terminal, that was Ctrl+Z.
+    Then serve's own job stops too, so that the shell sees it stopped and
+    takes the terminal back; without a shell to continue it, the tree
+    continues at once, as the kernel ignores Ctrl+Z there.
+    """
+    if terminal.foreground() != tree:
+        return
+    if orphaned():
+        processes.send(tree, signal.SIGCONT, group=True)
+    else:
+        processes.send(os.getpgrp(), signal.SIGSTOP, group=True)
 
-        Then serve's own job stops too, so that the shell sees it stopped and
-        takes the terminal back; without a shell to continue it, the tree
-        continues at once, as the kernel ignores Ctrl+Z there.
-        """
-        if self.terminal.foreground() != self.tree:
-            return
-        if orphaned():
-            processes.send(self.tree, signal.SIGCONT, group=True)
-        else:
-            processes.send(os.getpgrp(), signal.SIGSTOP, group=True)
 
-    def continued(self) -> None:
-        """serve was continued (fg, bg, SIGCONT): continue the tree; give it the terminal on fg."""
-        if self.terminal.foreground() == os.getpgrp():  # in the foreground again: fg
-            self.terminal.give(self.tree)
-        processes.send(self.tree, signal.SIGCONT, group=True)
+def continued(terminal: Terminal, tree: int) -> None:
+    """serve was continued (fg, bg, SIGCONT): continue the tree's group, led by *tree*; give
+    it *terminal* on fg.
+    """
+    if terminal.foreground() == os.getpgrp():  # in the foreground again: fg
+        terminal.give(tree)
+    processes.send(tree, signal.SIGCONT, group=True)

@@ -24,15 +24,16 @@ from typing import NoReturn
 import psutil
 
 from sglang_backends._core import console, processes, signals, tree
-from sglang_backends._serve.supervise import backend as backend_process
+from sglang_backends._serve.argv import PROG
+from sglang_backends._serve.main import EXIT_FAILURE
 from sglang_backends._serve.supervise.backend import (
     BackendWork,
     Channel,
     ChannelReader,
-    flush,
+    channel_pipe,
     set_role_title,
 )
-from sglang_backends._serve.supervise.supervisor import EXIT_FAILURE, Setup, fork
+from sglang_backends._serve.supervise.supervisor import Setup, flush, fork
 
 __all__ = ["MARKER", "mark", "read_backend_pid", "run", "send_backend_pid", "sweep"]
 
@@ -62,21 +63,16 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
         mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
-        reader, writer = backend_process.channel_pipe()
-        child = fork()
-        if isinstance(child, str):
-            os.close(reader)
-            os.close(writer)
-            console.error(setup.prog, child)
+        reader, writer = channel_pipe()
+        child = fork(reader, writer)
+        if child is None:
             os._exit(status)
         if child == 0:
             os.close(reader)
             os.close(setup.news)
             for signum, handler in setup.handlers.items():  # the program's, as serve started
                 signal.signal(signum, handler)
-            _backend_process(
-                work, writer, supervisor=me, token=setup.token, stop_timeout=setup.timeout
-            )
+            _backend_process(work, writer, me, setup)
         os.close(writer)
         supervision = _Supervision(child, reader, setup, take)
         send_backend_pid(setup.news, child)  # should the supervisor be killed
@@ -121,7 +117,8 @@ class _Supervision:
             if self.wait_status is not None or self.forced:
                 continue
             if self.heard.choosing is not None and time.monotonic() >= self.heard.choosing[0]:
-                self._overrun()
+                self.overran = self.heard.overrun()  # one line, then end the backend process
+                self._kill()
             elif self.deadline is not None and time.monotonic() >= self.deadline:
                 processes.log_overdue(self.setup.timeout)
                 self._kill()
@@ -136,11 +133,11 @@ class _Supervision:
         )
         processes.log_swept(count)
         if self.overran is not None:
-            console.error(self.setup.prog, self.overran)
+            console.error(PROG, self.overran)
             return EXIT_FAILURE
         if self.signum is None:
             if problem:
-                console.error(self.setup.prog, problem)
+                console.error(PROG, problem)
             return status
         if problem:
             LOG.info("While stopping, %s", problem)
@@ -174,11 +171,6 @@ class _Supervision:
         if info.si_signo == signal.SIGTSTP:
             processes.send(os.getpid(), signal.SIGSTOP)
 
-    def _overrun(self) -> None:
-        """Automatic detection overran its deadline: one line, then end the backend process."""
-        self.overran = self.heard.overrun()
-        self._kill()
-
     def _check_front(self) -> None:
         if not self.front_gone and os.getppid() != self.setup.front:
             self.front_gone = True
@@ -187,12 +179,12 @@ class _Supervision:
 
     def _on_stop_signal(self, info: signal.struct_siginfo) -> None:
         sender = "terminal" if signals.from_kernel(info) else info.si_pid
-        count = self.senders[sender] = self.senders.get(sender, 0) + 1
-        name = signals.signal_name(info.si_signo)
+        self.senders[sender] = self.senders.get(sender, 0) + 1
         if self.signum is None:
             processes.log_received(info.si_signo)
             self._stop(info.si_signo, forward=not self._delivered(info))
-        elif count > 1 and not self.forced:
+        elif self.senders[sender] > 1 and not self.forced:
+            name = signals.signal_name(info.si_signo)
             LOG.warning("Received %s again; killing the serve backend and its processes", name)
             self._kill()
 
@@ -225,13 +217,12 @@ class _Supervision:
 # -- the backend process ----------------------------------------------------
 
 
-def _backend_process(
-    work: BackendWork, channel: int, *, supervisor: int, token: str, stop_timeout: float
-) -> NoReturn:
+def _backend_process(work: BackendWork, channel: int, supervisor: int, setup: Setup) -> NoReturn:
     """The backend process's life, in the supervisor's child: *work*, then ``os._exit``.
 
     :param channel: the pipe to the supervisor, process *supervisor*.
-    :param token: the tree's mark, to sweep should the supervisor be killed.
+    :param setup: the supervisor's; should it be killed, what carries the tree's mark is
+        swept, with its stop timeout.
     """
     me = os.getpid()
     to_supervisor = Channel(channel)
@@ -256,7 +247,7 @@ def _backend_process(
         to_supervisor.say("status", str(status))
         if os.getpid() == me and os.getppid() != supervisor:
             # The supervisor was killed: stop what is left, marked processes included.
-            sweep([], token, timeout=stop_timeout)
+            sweep([], setup.token, timeout=setup.timeout)
         flush()
         os._exit(status)
 

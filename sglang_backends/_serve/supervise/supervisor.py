@@ -42,24 +42,27 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_backends._core import console, processes, signals
-from sglang_backends._serve.supervise.backend import BackendWork, flush
-from sglang_backends._serve.supervise.job_control import JobControl, Terminal
+from sglang_backends._serve.argv import PROG
+from sglang_backends._serve.main import EXIT_FAILURE
+from sglang_backends._serve.supervise import job_control
+from sglang_backends._serve.supervise.job_control import Terminal
 
-__all__ = ["EXIT_FAILURE", "SUPPORTED", "Setup", "fork", "supervise"]
+if TYPE_CHECKING:
+    from sglang_backends._serve.supervise.backend import BackendWork
+
+__all__ = ["SUPPORTED", "Setup", "flush", "fork", "supervise"]
 
 LOG = logging.getLogger(__name__)
 
-#: Whether :func:`supervise` can be used here (Linux, with ``fork`` and ``sigtimedwait``).
-SUPPORTED: bool = (
-    sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(signal, "sigtimedwait")
-)
+#: Whether :func:`supervise` can be used here: Linux, where Python has ``fork`` and
+#: ``sigtimedwait``.
+SUPPORTED: bool = sys.platform.startswith("linux")
 
 # The front's longest wait: a stop signal another thread takes waits for the main thread.
 _FRONT_IDLE = 1.0
-EXIT_FAILURE = 1
 
 
 class Setup(NamedTuple):
@@ -67,7 +70,6 @@ class Setup(NamedTuple):
 
     front: int
     timeout: float  # the stop timeout
-    prog: str
     stops: tuple[int, ...]
     relayed: tuple[int, ...]  # every signal passed on to the backend process
     handlers: dict[int, Any]  # the program's handlers of those signals, for the backend process
@@ -76,22 +78,32 @@ class Setup(NamedTuple):
     terminal: Terminal | None  # the controlling terminal, for the tree's group to take
 
 
-def fork() -> int | str:
-    """``os.fork``'s pid, or the one line serve prints when it is refused (a process
-    limit, memory).
+def flush() -> None:
+    """Flush Python's standard streams, so that output is neither lost nor written twice."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+
+
+def fork(*fds: int) -> int | None:
+    """``os.fork``'s pid; ``None`` when it is refused (a process limit, memory): then
+    serve's error is printed and *fds* are closed.
     """
     flush()
     try:
         return os.fork()
     except OSError as exc:
         limit = " (RLIMIT_NPROC?)" if exc.errno == errno.EAGAIN else ""
-        return f"fork failed: {exc.strerror}{limit}"
+        console.error(PROG, f"fork failed: {exc.strerror}{limit}")
+    for fd in fds:
+        os.close(fd)
+    return None
 
 
 # -- the front ------------------------------------------------------------------
 
 
-def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
+def supervise(work: BackendWork, *, stop_timeout: float) -> int:
     """Run *work* in a supervised backend process; return ``serve``'s exit status.
 
     Call it before any plugin code runs. Returns once every process of the
@@ -99,12 +111,10 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
     foreground group as before.
 
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
-    :param prog: the program name prefixing error lines.
     """
-    stops = signals.stop_signals()
+    stops = signals.stop_signals()  # before serve takes them
     relayed = signals.relayed_signals()
     take = signals.SignalWait({*relayed, signal.SIGCHLD})
-    token = f"{os.getpid()}-{os.urandom(8).hex()}"
     taken: list[int] = []  # signals another thread took, for the loop to relay
     # SIGTTOU too: serve may write to, and hand over, a terminal it is in the background of.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*take.waited, signal.SIGTTOU})
@@ -124,36 +134,44 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             terminal.close()
         news, writer = os.pipe()
         foreground = terminal.foreground() == os.getpgrp()
-        handlers = {n: h for n, h in previous.items() if n != signal.SIGCHLD and h is not None}
         setup = Setup(
             front=os.getpid(),
             timeout=stop_timeout,
-            prog=prog,
             stops=stops,
             relayed=relayed,
-            handlers=handlers,
-            token=token,
+            handlers={n: h for n, h in previous.items() if n != signal.SIGCHLD and h is not None},
+            token=f"{os.getpid()}-{os.urandom(8).hex()}",
             news=writer,
             terminal=terminal if foreground else None,
         )
-        forked = fork()
-        if isinstance(forked, str):
-            os.close(news)
-            os.close(writer)
-            console.error(prog, forked)
+        forked = fork(news, writer)
+        if forked is None:
             return EXIT_FAILURE
         pid = forked
-        if pid == 0:
-            os.close(news)
-            from sglang_backends._serve.supervise import subreaper  # psutil: not for the front
-
-            subreaper.run(work, setup)
-        os.close(writer)
-        with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
-            os.setpgid(pid, pid)
+        code = 0
         try:
-            code = _Front(pid, prog, take, taken, JobControl(terminal, pid)).run()
-            return _last_resort(pid, -code, news, setup) if code < 0 else code
+            if pid:
+                os.close(writer)
+                with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
+                    os.setpgid(pid, pid)
+                code = _front(pid, take, taken, terminal)
+                if code >= 0:
+                    return code
+            # psutil: in the supervisor's process; in the front only once the supervisor was killed
+            from sglang_backends._serve.supervise import subreaper
+
+            if pid == 0:
+                os.close(news)
+                subreaper.run(work, setup)
+            count = subreaper.sweep(
+                subreaper.read_backend_pid(news), setup.token, timeout=stop_timeout
+            )
+            console.error(
+                PROG,
+                f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(-code)}; "
+                f"serve stopped the backend process and the processes it left ({count} in all)",
+            )
+            return 128 - code
         finally:
             os.close(news)
     finally:
@@ -167,53 +185,27 @@ def supervise(work: BackendWork, *, stop_timeout: float, prog: str) -> int:
             processes.send(os.getpid(), signal.SIGCHLD)
 
 
-class _Front:
-    """``serve``'s loop: pass every signal on to the supervisor, follow its stops, until it ends."""
-
-    def __init__(
-        self, pid: int, prog: str, take: signals.SignalWait, taken: list[int], jobs: JobControl
-    ) -> None:
-        self.pid = pid
-        self.prog = prog
-        self.take = take
-        self.taken = taken
-        self.jobs = jobs
-
-    def run(self) -> int:
-        """Relay until the supervisor ends; its exit code (-N: signal N killed it)."""
-        while True:
-            while self.taken:
-                self._relay(self.taken.pop(0))
-            if self.take.continued():
-                self.jobs.continued()
-            try:
-                done, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
-            except ChildProcessError:
-                console.error(
-                    self.prog, f"the serve supervisor (pid {self.pid}) was reaped elsewhere"
-                )
-                return EXIT_FAILURE
-            if done and os.WIFSTOPPED(status):
-                self.jobs.tree_stopped()
-            elif done:
-                return os.waitstatus_to_exitcode(status)
-            info = self.take(_FRONT_IDLE)
-            if info is not None and info.si_signo != signal.SIGCHLD:
-                self._relay(info.si_signo)
-
-    def _relay(self, signum: int) -> None:
-        processes.send(self.pid, signum)
-        self.jobs.relayed(signum)
-
-
-def _last_resort(pid: int, signum: int, news: int, setup: Setup) -> int:
-    """The supervisor was killed: sweep the backend process and whatever carries the mark."""
-    from sglang_backends._serve.supervise import subreaper  # psutil: only now, in the front
-
-    count = subreaper.sweep(subreaper.read_backend_pid(news), setup.token, timeout=setup.timeout)
-    console.error(
-        setup.prog,
-        f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(signum)}; "
-        f"serve stopped the backend process and the processes it left ({count} in all)",
-    )
-    return 128 + signum
+def _front(pid: int, take: signals.SignalWait, taken: list[int], terminal: Terminal) -> int:
+    """``serve``'s loop: pass every signal on to the supervisor, process *pid*, and follow its
+    stops (the shell's job control, on *terminal*) until it ends; its exit code (-N: signal
+    N killed it).
+    """
+    while True:
+        while taken:
+            signum = taken.pop(0)
+            processes.send(pid, signum)
+            job_control.relayed(signum)
+        if take.continued():
+            job_control.continued(terminal, pid)
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        except ChildProcessError:
+            console.error(PROG, f"the serve supervisor (pid {pid}) was reaped elsewhere")
+            return EXIT_FAILURE
+        if done and os.WIFSTOPPED(status):
+            job_control.tree_stopped(terminal, pid)
+        elif done:
+            return os.waitstatus_to_exitcode(status)
+        info = take(_FRONT_IDLE)
+        if info is not None and info.si_signo != signal.SIGCHLD:
+            taken.append(info.si_signo)  # relayed at once, as another thread's
