@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from sglang_backends._core import console
 from sglang_backends._serve.argv import PROG
 
-__all__ = ["main"]
-
 #: Options before a command name that take a value: serve's (kept for it), then cliff's.
 _VALUED = ("--config-file", "--config-dir", "--log-file")
 

@@ -19,18 +19,6 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = [
-    "LOG_FORMAT",
-    "PrintableRecords",
-    "error",
-    "note",
-    "printable",
-    "printable_traceback",
-    "say",
-    "show",
-    "traceback_of",
-]
-
 #: How every command (``serve`` and the operator commands) shows a log record on
 #: stderr: the message alone, as cliff does, so a warning reads the same
 #: whichever command gave it. Each message says what it is about by itself.

@@ -34,20 +34,6 @@ from sglang_backends.contract import (
 )
 from sglang_backends.errors import AmbiguousDetectionError, describe
 
-__all__ = [
-    "AMBIGUITY_WAY_OUT",
-    "DetectionOutcome",
-    "DetectionReport",
-    "TimedRun",
-    "Verdict",
-    "preferred_note",
-    "report",
-    "run_each",
-    "skip_with_warning",
-    "told",
-    "what_happened",
-]
-
 LOG = logging.getLogger(__name__)
 
 

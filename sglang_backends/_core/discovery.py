@@ -31,21 +31,6 @@ from typing import NamedTuple
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
 from sglang_backends.errors import describe_typed
 
-__all__ = [
-    "InstalledDistribution",
-    "PluginEntryPoint",
-    "by_name",
-    "discover",
-    "distributions",
-    "has_metadata",
-    "header_block",
-    "is_regular_file",
-    "normalize_distribution",
-    "read_metadata",
-    "split_qualified_name",
-]
-
-
 LOG = logging.getLogger(__name__)
 
 

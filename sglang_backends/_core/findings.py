@@ -44,21 +44,6 @@ from sglang_backends._core.names import GENERAL_PLUGINS_GROUP, general_plugins_a
 if TYPE_CHECKING:
     from importlib.metadata import Distribution
 
-__all__ = [
-    "NEEDS_SGLANG",
-    "NOT_ALLOWED",
-    "OTHER_PLATFORM",
-    "PLATFORM_PLUGINS_GROUP",
-    "RUNS",
-    "GeneralPlugin",
-    "distributions_of",
-    "general_plugins",
-    "shadowed_text",
-    "unmet_clause",
-    "unmet_requirements",
-    "unmet_text",
-]
-
 LOG = logging.getLogger(__name__)
 
 #: Entry-point group of SGLang's hardware platform plugins (``SGLANG_PLATFORM`` picks one).

@@ -36,8 +36,6 @@ from sglang_backends.errors import (
     set_in_configuration,
 )
 
-__all__ = ["Inventory", "model_type_problem", "take_inventory"]
-
 LOG = logging.getLogger(__name__)
 
 

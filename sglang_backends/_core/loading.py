@@ -53,14 +53,6 @@ from sglang_backends.errors import (
     describe_typed,
 )
 
-__all__ = [
-    "BackendLoader",
-    "Candidate",
-    "call_plugin_code",
-    "load_failure",
-    "load_plugin",
-]
-
 LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")

@@ -8,15 +8,6 @@ group and the reserved names for plugins.
 
 from __future__ import annotations
 
-__all__ = [
-    "AUTO",
-    "FALLBACK_BACKEND",
-    "GENERAL_PLUGINS_GROUP",
-    "RESERVED_SERVE_BACKEND_NAMES",
-    "SERVE_BACKENDS_GROUP",
-    "general_plugins_allowed",
-]
-
 #: Entry-point group in which plugins register their zero-argument factory.
 SERVE_BACKENDS_GROUP = "sglang.serve_backends"
 #: Entry-point group of SGLang's general (hardware and hook) plugins.

@@ -34,22 +34,6 @@ from sglang_backends.errors import (
 if TYPE_CHECKING:
     from sglang_backends._core.inventory import Inventory
 
-__all__ = [
-    "PluginRecord",
-    "PluginStatus",
-    "by_name",
-    "check_lists",
-    "choose",
-    "classify",
-    "conflict_warning",
-    "designates",
-    "not_asked",
-    "qualified",
-    "refuse_conflicts",
-    "unknown_backend",
-    "warn_unknown_selection",
-]
-
 LOG = logging.getLogger(__name__)
 
 

@@ -13,19 +13,6 @@ import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = [
-    "DEFAULT_DETECT_TIMEOUT",
-    "DEFAULT_LOAD_TIMEOUT",
-    "DEFAULT_STOP_TIMEOUT",
-    "ENVIRONMENT_PREFIX",
-    "MAX_TIMEOUT",
-    "MIN_TIMEOUT",
-    "STOP_TIMEOUT_ENV",
-    "Settings",
-    "configured",
-    "seconds",
-]
-
 #: oslo.config's environment form for the ``[serve_backends]`` group.
 ENVIRONMENT_PREFIX = "OS_SERVE_BACKENDS__"
 

@@ -25,9 +25,6 @@ from sglang_backends._operators.commands.show import ShowBackend
 from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
 from sglang_backends._serve.help import metadata_help
 
-__all__ = ["OperatorApp"]
-
-
 #: Serve's options that are global only before the command name.
 _CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
 

@@ -30,17 +30,6 @@ from sglang_backends._core.processes import StopSignals, send
 from sglang_backends._core.settings import Settings
 from sglang_backends._core.signals import signal_name
 
-__all__ = [
-    "Job",
-    "Outcome",
-    "Result",
-    "WorkerResult",
-    "interpreter_flags",
-    "last_line",
-    "run_isolated",
-    "run_loads",
-]
-
 
 @dataclasses.dataclass(frozen=True)
 class Job:

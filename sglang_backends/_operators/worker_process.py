@@ -31,8 +31,6 @@ from sglang_backends.testing import (
     assert_backend_contract,
 )
 
-__all__ = ["main"]
-
 
 def _load(job: Job) -> Result:
     """Load one backend by name and report its contract fields; with ``contract``, check it."""

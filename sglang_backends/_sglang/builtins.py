@@ -25,14 +25,6 @@ from sglang_backends._sglang.installed import (
 from sglang_backends.contract import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.errors import BackendLoadError, describe
 
-__all__ = [
-    "default_builtins",
-    "detect_diffusion_offline",
-    "diffusion_backend",
-    "run_diffusion",
-    "run_llm",
-]
-
 _DIFFUSERS_INDEX_FILES = ("model_index.json", "modular_model_index.json")
 _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 

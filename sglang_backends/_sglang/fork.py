@@ -18,8 +18,6 @@ from sglang_backends._sglang.installed import (
 )
 from sglang_backends.contract import SGLANG_CONTRACT_MODULE
 
-__all__ = ["sglang_unusable"]
-
 LOG = logging.getLogger(__name__)
 
 

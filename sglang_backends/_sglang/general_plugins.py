@@ -17,8 +17,6 @@ from sglang_backends._core.names import GENERAL_PLUGINS_GROUP, general_plugins_a
 from sglang_backends._sglang.installed import import_sglang, sglang_installed
 from sglang_backends.errors import BackendLoadError, describe
 
-__all__ = ["run_general_plugins"]
-
 LOG = logging.getLogger(__name__)
 
 _general_plugins_lock = threading.Lock()

@@ -18,18 +18,6 @@ import os
 from collections.abc import Callable, Iterable
 from types import ModuleType
 
-__all__ = [
-    "BUILTIN_NOTES",
-    "DIFFUSION_INSTALL_HINT",
-    "INSTALL_COMMANDS",
-    "has_serve_backend_api",
-    "import_sglang",
-    "install_hint",
-    "load_sglang",
-    "sglang_installed",
-    "sglang_package",
-]
-
 LOG = logging.getLogger(__name__)
 
 #: What to install for each built-in to serve, by name.

@@ -14,8 +14,6 @@ import os
 from sglang_backends._core.discovery import is_regular_file
 from sglang_backends._sglang.installed import import_sglang, sglang_installed
 
-__all__ = ["help_note"]
-
 LOG = logging.getLogger(__name__)
 
 # SGLang's help note: the file, from the distribution's root, and the name in it.

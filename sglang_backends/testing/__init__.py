@@ -18,10 +18,26 @@
   ``pip install "sglang-backends[testing]"``.
 """
 
-from sglang_backends.testing import _conformance
-from sglang_backends.testing._conformance import *  # noqa: F403 - the kit's checks, all of them
+from sglang_backends.testing._conformance import (
+    ContractReport,
+    ContractViolation,
+    SGLangNotCheckedWarning,
+    assert_backend_contract,
+    assert_sglang_accepts,
+    awkward_requests,
+)
 from sglang_backends.testing._distributions import PluginSite, write_distribution
 from sglang_backends.testing._stopping import assert_stops_cleanly, installed_hosts
 
-__all__ = ["PluginSite", "assert_stops_cleanly", "installed_hosts", "write_distribution"]
-__all__ += _conformance.__all__
+__all__ = [
+    "ContractReport",
+    "ContractViolation",
+    "PluginSite",
+    "SGLangNotCheckedWarning",
+    "assert_backend_contract",
+    "assert_sglang_accepts",
+    "assert_stops_cleanly",
+    "awkward_requests",
+    "installed_hosts",
+    "write_distribution",
+]

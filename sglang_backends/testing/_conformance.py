@@ -35,15 +35,6 @@ from sglang_backends.contract import (
 from sglang_backends.errors import ServeBackendError
 from sglang_backends.testing._sources import declared_api_versions
 
-__all__ = [
-    "ContractReport",
-    "ContractViolation",
-    "SGLangNotCheckedWarning",
-    "assert_backend_contract",
-    "assert_sglang_accepts",
-    "awkward_requests",
-]
-
 
 class ContractViolation(ServeBackendError, AssertionError):
     """A backend breaks the serve-backend contract; the message says how (a pytest failure)."""

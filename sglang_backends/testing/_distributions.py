@@ -27,8 +27,6 @@ from typing import Any
 from sglang_backends._core.discovery import normalize_distribution
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
 
-__all__ = ["PluginSite", "write_distribution"]
-
 
 def write_distribution(
     root: str | os.PathLike[str],

@@ -15,8 +15,6 @@ import sglang_backends
 from sglang_backends.contract import ServeBackend
 from sglang_backends.testing._distributions import PluginSite
 
-__all__ = ["ServeBackendsFixture", "serve_backends"]
-
 
 class ServeBackendsFixture(PluginSite):
     """A :class:`~sglang_backends.testing.PluginSite` that also builds registries over itself."""

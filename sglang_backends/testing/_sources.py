@@ -16,8 +16,6 @@ import sys
 import types
 from collections.abc import Iterator
 
-__all__ = ["declared_api_versions"]
-
 
 def declared_api_versions(factory: object) -> list[ast.expr]:
     """The ``api_version`` arguments of the calls building a backend in *factory*'s source."""

@@ -24,8 +24,6 @@ from sglang_backends.testing._conformance import ContractViolation, SGLangNotChe
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["assert_stops_cleanly", "installed_hosts"]
-
 #: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
 HOSTS: dict[str, tuple[str, ...]] = {
     "sglang-backends serve": ("-m", "sglang_backends", "serve"),

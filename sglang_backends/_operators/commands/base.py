@@ -31,21 +31,6 @@ from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends._sglang.installed import INSTALL_COMMANDS, install_hint, sglang_installed
 from sglang_backends.errors import ConfigurationError, UnknownBackendError
 
-__all__ = [
-    "ENABLED",
-    "OptionSpans",
-    "SafeCommand",
-    "SelectionOptions",
-    "add_config_options",
-    "builtin_row",
-    "builtin_status",
-    "default_jobs",
-    "plugin_row",
-    "positive_seconds",
-    "shortened",
-]
-
-
 _CONFIG_EPILOG = """\
 configuration:
   Options are read from the [serve_backends] group of the files given with

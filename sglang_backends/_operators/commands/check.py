@@ -28,8 +28,6 @@ from sglang_backends._operators.commands.base import (
 )
 from sglang_backends.errors import did_you_mean
 
-__all__ = ["CheckBackends"]
-
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.
 FAILURES = frozenset({"error", "timeout", "crashed", "not installed"})

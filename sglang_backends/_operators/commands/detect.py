@@ -27,8 +27,6 @@ from sglang_backends._operators.commands.base import (
 from sglang_backends._serve.argv import HELP, parse_host_options
 from sglang_backends.errors import ServeBackendError
 
-__all__ = ["DetectBackend"]
-
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
 
 

@@ -13,8 +13,6 @@ from sglang_backends._core.findings import distributions_of, general_plugins, un
 from sglang_backends._operators.commands.base import SelectionOptions, builtin_row, plugin_row
 from sglang_backends._sglang.installed import sglang_installed
 
-__all__ = ["BACKEND_COLUMNS", "COLUMNS", "ListBackends"]
-
 #: What every backend row says of it (``show`` gives the same fields first).
 BACKEND_COLUMNS = ("Name", "Origin", "Distribution", "Version", "Target", "Status")
 COLUMNS = (*BACKEND_COLUMNS, "Requirements")

@@ -23,8 +23,6 @@ from sglang_backends._operators.commands.base import (
 )
 from sglang_backends._operators.commands.listing import BACKEND_COLUMNS
 
-__all__ = ["FIELDS", "ShowBackend"]
-
 #: list's columns (the rows are the same), then what loading the backend tells, then
 #: what the metadata foretells.
 FIELDS = (
