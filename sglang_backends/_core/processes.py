@@ -20,17 +20,6 @@ from typing import Any, NoReturn
 from sglang_backends._core import console
 from sglang_backends._core.signals import signal_name, stop_signals
 
-__all__ = [
-    "StopSignals",
-    "exit_status",
-    "from_signal",
-    "log_overdue",
-    "log_received",
-    "log_stopped",
-    "log_swept",
-    "send",
-]
-
 LOG = logging.getLogger(__name__)
 
 

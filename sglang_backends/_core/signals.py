@@ -11,8 +11,6 @@ import signal
 import time
 from collections.abc import Iterable
 
-__all__ = ["SignalWait", "from_kernel", "relayed_signals", "signal_name", "stop_signals"]
-
 # siginfo's si_code for a signal the kernel sent, such as the terminal's Ctrl+C.
 _SI_KERNEL = 0x80
 

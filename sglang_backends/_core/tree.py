@@ -21,18 +21,6 @@ import psutil
 
 from sglang_backends._core.processes import send
 
-__all__ = [
-    "become_subreaper",
-    "descendants",
-    "die_with_parent",
-    "footprint",
-    "freeze_and_kill",
-    "kill_trees",
-    "reap",
-    "running",
-    "stop_tree",
-]
-
 LOG = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1

@@ -20,21 +20,6 @@ from sglang_backends.errors import ConfigurationError
 if TYPE_CHECKING:
     from sglang_backends.contract import ServeRequest
 
-__all__ = [
-    "CONFIG_DIR",
-    "CONFIG_FILE",
-    "HELP",
-    "MODEL_TYPE",
-    "PROG",
-    "SERVE_OPTIONS",
-    "ServeArguments",
-    "hoisted",
-    "model_path_from",
-    "normalize",
-    "parse_host_options",
-    "wants_help",
-]
-
 #: The command, as its usage, errors and the built-ins' help name it.
 PROG = "sglang-backends serve"
 

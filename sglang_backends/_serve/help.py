@@ -13,14 +13,13 @@ from collections.abc import Sequence
 
 from sglang_backends._core import selection
 from sglang_backends._core.console import printable
+from sglang_backends._core.discovery import by_name
 from sglang_backends._core.inventory import take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.selection import PluginRecord, PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
 from sglang_backends._sglang.installed import BUILTIN_NOTES
-
-__all__ = ["metadata_help"]
 
 
 class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
@@ -42,7 +41,7 @@ class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
 def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
     """One line per backend; a duplicate's labelled with the ``DIST:NAME`` that picks it."""
     rows = list(BUILTIN_NOTES.items())
-    discovered = selection.by_name(record.plugin for record in records)
+    discovered = by_name(record.plugin for record in records)
     for record in records:
         plugin = record.plugin
         label = plugin.name

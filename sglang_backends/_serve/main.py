@@ -28,8 +28,6 @@ from sglang_backends._sglang.installed import BUILTIN_NOTES
 from sglang_backends._sglang.note import help_note
 from sglang_backends.errors import ConfigurationError, ServeBackendError, UnknownBackendError
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "guarded", "main"]
-
 LOG = logging.getLogger(__name__)
 
 EXIT_FAILURE = 1

@@ -32,8 +32,6 @@ from sglang_backends.registry import Progress, ServeBackendRegistry
 if TYPE_CHECKING:
     from sglang_backends._serve.supervise.backend import Channel
 
-__all__ = ["backend_help", "serve"]
-
 LOG = logging.getLogger(__name__)
 
 #: Seconds detection may take beyond ``load_timeout + detect_timeout`` before it is ended.

@@ -24,16 +24,6 @@ from setproctitle import setproctitle
 
 from sglang_backends._core import signals
 
-__all__ = [
-    "BackendWork",
-    "Channel",
-    "ChannelReader",
-    "InFlight",
-    "channel_pipe",
-    "set_role_title",
-    "title_for",
-]
-
 LOG = logging.getLogger(__name__)
 
 

@@ -17,8 +17,6 @@ import signal
 
 from sglang_backends._core import processes
 
-__all__ = ["Terminal", "continued", "orphaned", "relayed", "tree_stopped"]
-
 
 class Terminal:
     """The controlling terminal, opened (``fd`` is -1 without one): whose foreground it is."""

@@ -35,8 +35,6 @@ from sglang_backends._serve.supervise.backend import (
 )
 from sglang_backends._serve.supervise.supervisor import Setup, flush, fork
 
-__all__ = ["MARKER", "mark", "read_backend_pid", "run", "send_backend_pid", "sweep"]
-
 LOG = logging.getLogger(__name__)
 
 # Seconds between reads of what the backend process says while it chooses a backend.

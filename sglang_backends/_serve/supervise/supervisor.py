@@ -53,8 +53,6 @@ from sglang_backends._serve.supervise.job_control import Terminal
 if TYPE_CHECKING:
     from sglang_backends._serve.supervise.backend import BackendWork
 
-__all__ = ["SUPPORTED", "Setup", "flush", "fork", "supervise"]
-
 LOG = logging.getLogger(__name__)
 
 #: Whether :func:`supervise` can be used here: Linux, where Python has ``fork`` and
