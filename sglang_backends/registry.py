@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from sglang_backends import errors
 from sglang_backends._core import selection
-from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report, told
+from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.loading import (
@@ -27,6 +27,7 @@ from sglang_backends._core.loading import (
     load_plugin,
 )
 from sglang_backends._core.names import FALLBACK_BACKEND
+from sglang_backends._core.progress import LOADING, Progress, told
 from sglang_backends._core.selection import PluginRecord, PluginStatus
 from sglang_backends._core.settings import (
     DEFAULT_DETECT_TIMEOUT,
@@ -53,11 +54,6 @@ __all__ = [
     "ServeBackendRegistry",
     "Verdict",
 ]
-
-#: Told, from worker threads, as automatic detection's loads and detectors start
-#: and end: ``(event, label)``, the event ``loading``, ``loaded``, ``detecting``
-#: or ``detected``, the label ``'name' (provider)``.
-Progress = Callable[[str, str], None]
 
 
 _R = TypeVar("_R")
@@ -212,7 +208,7 @@ class ServeBackendRegistry:
         key = ("built-in", name) if plugin is None else ("plugin", id(plugin))
         produce = partial(self._produce, plugin, plugin.name if plugin else name)
         label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-        return key, plugin, partial(told, produce, progress, ("loading", "loaded"), label)
+        return key, plugin, partial(told, produce, progress, LOADING, label)
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.

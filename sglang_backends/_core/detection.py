@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
+from sglang_backends._core.progress import DETECTING, Progress, told
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
@@ -290,23 +291,6 @@ class TimedRun(Generic[_T]):
         return self.wait(max(0.0, left))
 
 
-def told(
-    function: Callable[..., _T],
-    progress: Callable[[str, str], None] | None,
-    events: tuple[str, str],
-    label: str,
-    *args: object,
-) -> _T:
-    """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after."""
-    if progress is None:
-        return function(*args)
-    progress(events[0], label)
-    try:
-        return function(*args)
-    finally:
-        progress(events[1], label)
-
-
 def skip_with_warning(
     name: str,
     distribution: str | None,
@@ -328,7 +312,7 @@ def report(
     *,
     timeout: float,
     preferred: Sequence[str],
-    progress: Callable[[str, str], None] | None = None,
+    progress: Progress | None = None,
 ) -> DetectionReport:
     """Run the loaded candidates' detectors on *request* and decide.
 
@@ -363,7 +347,7 @@ def _run_detectors(
     request: ServeRequest,
     *,
     timeout: float,
-    progress: Callable[[str, str], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[DetectionOutcome]:
     """Run the detectors of *backends* on *request*, concurrently.
 
@@ -385,14 +369,14 @@ def _detect(
     registered: RegisteredServeBackend,
     detect: ServeBackendDetector,
     request: ServeRequest,
-    progress: Callable[[str, str], None] | None,
+    progress: Progress | None,
 ) -> ServeBackendDetection:
     """*registered*'s detector *detect*'s answer to *request*, told to *progress*."""
     # Each detector gets its own copy: one that mutates its request (with
     # object.__setattr__, say) changes neither the others' nor the backend's.
     own = dataclasses.replace(request, argv=tuple(request.argv))
     label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
-    return told(detect, progress, ("detecting", "detected"), label, own)
+    return told(detect, progress, DETECTING, label, own)
 
 
 def _outcome(

@@ -19,11 +19,11 @@ import time
 import warnings
 
 from sglang_backends._core.processes import StopSignals
+from sglang_backends._core.progress import ProgressWriter
 from sglang_backends._core.settings import Settings
 from sglang_backends._core.tree import become_subreaper, descendants, stop_tree
 from sglang_backends._operators.worker import Job, Outcome, Result
 from sglang_backends._serve.argv import normalize
-from sglang_backends._serve.supervise.backend import Channel
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import (
     ContractViolation,
@@ -69,8 +69,8 @@ def _explain(job: Job) -> Result:
     request = normalize(job.argv)
     started = time.perf_counter()
     # Noted as serve's backend process tells its supervisor.
-    channel = Channel(os.open(job.progress, os.O_WRONLY | os.O_APPEND))
-    report = registry.explain(request, progress=channel.progress)
+    noted = ProgressWriter(os.open(job.progress, os.O_WRONLY | os.O_APPEND))
+    report = registry.explain(request, progress=noted.progress)
     return Result(
         seconds=time.perf_counter() - started,
         outcomes=[

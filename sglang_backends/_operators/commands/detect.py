@@ -14,6 +14,7 @@ from sglang_backends._core.console import printable
 from sglang_backends._core.detection import AMBIGUITY_WAY_OUT, preferred_note
 from sglang_backends._core.inventory import Inventory
 from sglang_backends._core.names import AUTO
+from sglang_backends._core.progress import InFlight
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
@@ -263,7 +264,6 @@ class DetectBackend(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         from sglang_backends._operators.worker import Job, run_isolated, run_loads
-        from sglang_backends._serve.supervise.backend import InFlight
 
         request = parsed_args.request  # after the -- the parser inserts or was given
         host = parse_host_options(request[1:] if request[:1] == ["--"] else request)

@@ -2,8 +2,8 @@
 
 The backend process chooses, loads and runs the backend, and tells the supervisor over a
 :class:`Channel` which backend runs, each plugin load and detector as it starts
-and ends (read back by :class:`InFlight`; ``detect``'s worker writes the same
-lines), and how the work ended; the supervisor hears it (:class:`ChannelReader`),
+and ends (its :mod:`progress <sglang_backends._core.progress>`, which ``detect``'s
+worker writes too), and how the work ended; the supervisor hears it (:class:`ChannelReader`),
 which words how the backend process ended. The supervisor and
 this process show in ``ps`` as ``sglang-backends serve [ROLE] ARGS``
 (:func:`set_role_title`; the front keeps its own title), so ``pgrep -f
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from setproctitle import setproctitle
 
 from sglang_backends._core import signals
+from sglang_backends._core.progress import EVENTS, InFlight, ProgressWriter
 
 LOG = logging.getLogger(__name__)
 
@@ -58,19 +59,10 @@ def channel_pipe() -> tuple[int, int]:
     return reader, writer
 
 
-class Channel:
-    """What the backend process (not one it forked) tells the supervisor: ``kind value`` lines."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._pid = os.getpid()
-
-    def say(self, kind: str, value: str = "") -> None:
-        """Send ``kind value`` (whitespace in *value* collapsed)."""
-        if os.getpid() == self._pid:
-            line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
-            with contextlib.suppress(OSError):
-                os.write(self._fd, line.encode("utf-8", "replace"))
+class Channel(ProgressWriter):
+    """What the backend process (not one it forked) tells the supervisor: ``kind value`` lines,
+    its progress among them.
+    """
 
     def backend(self, name: str, description: str) -> None:
         """Backend *name* is chosen and about to ``run()``: *description*; the process is
@@ -82,46 +74,6 @@ class Channel:
     def deadline(self, seconds: float, why: str) -> None:
         """Choosing a backend must be over within *seconds* (*why*), or the supervisor ends it."""
         self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
-
-    progress = say  # a registry's Progress: a plugin's load or detector starts or ends
-
-
-class InFlight:
-    """The loads and detectors under way, from progress events (:meth:`Channel.progress`):
-    what holds automatic detection up.
-    """
-
-    def __init__(self) -> None:
-        self.busy: dict[str, dict[str, None]] = {"loading": {}, "detecting": {}}
-
-    def __call__(self, event: str, label: str) -> None:
-        if event in self.busy:
-            self.busy[event][label] = None
-        elif event in ("loaded", "detected"):
-            self.busy["loading" if event == "loaded" else "detecting"].pop(label, None)
-
-    def replay(self, text: str) -> InFlight:
-        """Take in events written one per line as ``event label``; return self."""
-        for line in text.splitlines():
-            event, _, label = line.partition(" ")
-            self(event, label)
-        return self
-
-    def describe(self) -> str:
-        """``still loading: 'a' (dist-a); still detecting: 'b' (dist-b)``, or empty."""
-        return "; ".join(
-            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
-        )
-
-    def ended(self) -> str:
-        """What was under way when the process running it ended (``while detecting 'b'
-        (dist-b)``; a plugin under way ended it, unless something outside did), or empty:
-        the one wording of ``serve``'s backend process and ``detect``'s worker.
-        """
-        busy = " and ".join(
-            f"{phase} {', '.join(labels)}" for phase, labels in self.busy.items() if labels
-        )
-        return f"while {busy}" if busy else ""
 
 
 class ChannelReader:
@@ -150,7 +102,7 @@ class ChannelReader:
         *lines, self.unread = self.unread.split(b"\n")
         for line in lines:
             key, _, value = line.decode("utf-8", "replace").partition(" ")
-            if key in ("loading", "loaded", "detecting", "detected"):
+            if key in EVENTS:
                 self.underway(key, value)
             elif key == "deadline":
                 when, _, why = value.partition(" ")

@@ -1,0 +1,101 @@
+"""Progress: automatic detection's loads and detectors as each starts and ends.
+
+The registry tells a :data:`Progress` callback ``(event, label)`` from its worker threads
+(:func:`told`); a :class:`ProgressWriter` writes each event as an ``event label`` line to a
+file descriptor (``serve``'s backend process to its supervisor, ``detect``'s worker to its
+command), and :class:`InFlight` reads the lines back: what was under way when that process
+ended or overran, so that the plugin at fault is named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+#: Told, from worker threads, as automatic detection's loads and detectors start
+#: and end: ``(event, label)``, the event one of :data:`EVENTS`, the label
+#: ``'name' (provider)``.
+Progress = Callable[[str, str], None]
+
+#: Each phase's start and end events.
+LOADING = ("loading", "loaded")
+DETECTING = ("detecting", "detected")
+EVENTS = (*LOADING, *DETECTING)
+
+_T = TypeVar("_T")
+
+
+def told(
+    function: Callable[..., _T],
+    progress: Progress | None,
+    events: tuple[str, str],
+    label: str,
+    *args: object,
+) -> _T:
+    """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after."""
+    if progress is None:
+        return function(*args)
+    progress(events[0], label)
+    try:
+        return function(*args)
+    finally:
+        progress(events[1], label)
+
+
+class ProgressWriter:
+    """``kind value`` lines to a file descriptor, from the process that made it only
+    (not a child a plugin forked); :meth:`progress` is a :data:`Progress`.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pid = os.getpid()
+
+    def say(self, kind: str, value: str = "") -> None:
+        """Write ``kind value`` (whitespace in *value* collapsed); never fails."""
+        if os.getpid() == self._pid:
+            line = f"{kind} {' '.join(value.split())}".rstrip() + "\n"
+            with contextlib.suppress(OSError):
+                os.write(self._fd, line.encode("utf-8", "replace"))
+
+    progress = say  # a plugin's load or detector starts or ends
+
+
+class InFlight:
+    """The loads and detectors under way, from progress events: what holds automatic
+    detection up.
+    """
+
+    def __init__(self) -> None:
+        self.busy: dict[str, dict[str, None]] = {LOADING[0]: {}, DETECTING[0]: {}}
+
+    def __call__(self, event: str, label: str) -> None:
+        if event in self.busy:
+            self.busy[event][label] = None
+        elif event in (LOADING[1], DETECTING[1]):
+            self.busy[LOADING[0] if event == LOADING[1] else DETECTING[0]].pop(label, None)
+
+    def replay(self, text: str) -> InFlight:
+        """Take in events written one per line as ``event label``; return self."""
+        for line in text.splitlines():
+            event, _, label = line.partition(" ")
+            self(event, label)
+        return self
+
+    def describe(self) -> str:
+        """``still loading: 'a' (dist-a); still detecting: 'b' (dist-b)``, or empty."""
+        return "; ".join(
+            f"still {phase}: {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
+
+    def ended(self) -> str:
+        """What was under way when the process running it ended (``while detecting 'b'
+        (dist-b)``; a plugin under way ended it, unless something outside did), or empty:
+        the one wording of ``serve``'s backend process and ``detect``'s worker.
+        """
+        busy = " and ".join(
+            f"{phase} {', '.join(labels)}" for phase, labels in self.busy.items() if labels
+        )
+        return f"while {busy}" if busy else ""
