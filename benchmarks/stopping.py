@@ -11,7 +11,7 @@ time from the event to ``serve``'s exit:
   timeout, then freeze and kill);
 
 and, in this process, one scan of the whole process table for a tree's
-mark (:func:`sglang_backends._serve.supervise.backend.marked`), what each pass of that
+mark (:func:`sglang_backends._serve.supervise.subreaper.marked`), what each pass of that
 last-resort sweep costs. Stop timeout: 0.5 s.
 """
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
-    from sglang_backends._serve.supervise.backend import marked
+    from sglang_backends._serve.supervise.subreaper import marked
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
