@@ -95,7 +95,7 @@ class ServeRequest:
         """
         from sglang_backends._serve import argv as dispatch  # not on a plugin's import path
 
-        return dispatch.normalize(dispatch.parse_host_options(argv).argv)
+        return cls(*dispatch.request_fields(dispatch.parse_host_options(argv).argv))
 
 
 ServeBackendRunner = Callable[[ServeRequest], None]

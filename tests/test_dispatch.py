@@ -6,7 +6,6 @@ import pytest
 
 from sglang_backends._serve.argv import (
     model_path_from,
-    normalize,
     parse_host_options,
     wants_help,
 )
@@ -19,7 +18,7 @@ def test_upstream_example():
         ["org/model", "--model-type", "my_runtime", "--pipeline-parallel", "2"]
     )
     assert host.model_type == "my_runtime"
-    assert normalize(host.argv) == ServeRequest(
+    assert ServeRequest.from_argv(host.argv) == ServeRequest(
         argv=("--model-path", "org/model", "--pipeline-parallel", "2"),
         model_path="org/model",
         model_path_is_positional=True,
@@ -70,7 +69,7 @@ def test_leading_serve_options_are_taken_in_order():
     assert host.model_type == "x"
     assert host.argv == ("m", "--port", "1")
     # Host options before the model do not hide it.
-    assert normalize(host.argv).model_path_is_positional is True
+    assert ServeRequest.from_argv(host.argv).model_path_is_positional is True
 
 
 @pytest.mark.parametrize(
@@ -129,12 +128,12 @@ def test_model_path_first_wins(argv, expected):
 
 
 def test_option_first_is_not_positional():
-    request = normalize(["--model", "m", "--port", "1"])
+    request = ServeRequest.from_argv(["--model", "m", "--port", "1"])
     assert request == ServeRequest(argv=("--model", "m", "--port", "1"), model_path="m")
 
 
 def test_empty_argv():
-    assert normalize([]) == ServeRequest(argv=(), model_path=None)
+    assert ServeRequest.from_argv([]) == ServeRequest(argv=(), model_path=None)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ from sglang_backends._core.progress import ProgressWriter
 from sglang_backends._core.settings import Settings
 from sglang_backends._core.tree import become_subreaper, descendants, stop_tree
 from sglang_backends._operators.worker import Job, Outcome, Result
-from sglang_backends._serve.argv import normalize
+from sglang_backends._serve.argv import request_fields
+from sglang_backends.contract import ServeRequest
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import (
     ContractViolation,
@@ -66,7 +67,7 @@ def _load(job: Job) -> Result:
 def _explain(job: Job) -> Result:
     """Run automatic detection on the request and report every outcome."""
     registry = ServeBackendRegistry.from_settings(job.settings)
-    request = normalize(job.argv)
+    request = ServeRequest(*request_fields(job.argv))
     started = time.perf_counter()
     # Noted as serve's backend process tells its supervisor.
     noted = ProgressWriter(os.open(job.progress, os.O_WRONLY | os.O_APPEND))

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
 from sglang_backends.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from sglang_backends.contract import ServeRequest
 
 #: The command, as its usage, errors and the built-ins' help name it.
 PROG = "sglang-backends serve"
@@ -192,19 +189,17 @@ def model_path_from(argv: Sequence[str]) -> str | None:
     return None
 
 
-def normalize(argv: Sequence[str]) -> ServeRequest:
-    """The request a backend receives for the (host-option free) *argv*.
+def request_fields(argv: Sequence[str]) -> tuple[tuple[str, ...], str | None, bool]:
+    """The fields of the :class:`~sglang_backends.contract.ServeRequest` a backend receives
+    for the (host-option free) *argv*: its ``argv``, ``model_path`` and
+    ``model_path_is_positional``.
 
     A first argument not starting with ``-`` is the model: it becomes
     ``--model-path MODEL`` and the request is marked positional.
     """
-    from sglang_backends.contract import ServeRequest  # not for the general help
-
     if argv and not argv[0].startswith("-"):
-        forwarded = ("--model-path", argv[0], *argv[1:])
-        return ServeRequest(argv=forwarded, model_path=argv[0], model_path_is_positional=True)
-    forwarded = tuple(argv)
-    return ServeRequest(argv=forwarded, model_path=model_path_from(forwarded))
+        return ("--model-path", argv[0], *argv[1:]), argv[0], True
+    return tuple(argv), model_path_from(argv), False
 
 
 def wants_help(argv: Sequence[str]) -> bool:

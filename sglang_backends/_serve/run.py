@@ -21,7 +21,7 @@ from sglang_backends._core.detection import DetectionReport, preferred_note, wha
 from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
 from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings
-from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, normalize
+from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, request_fields
 from sglang_backends._serve.main import EXIT_USAGE, guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
@@ -212,7 +212,7 @@ def _unclaimed(
 
 
 def _request(host: ServeArguments) -> ServeRequest:
-    request = normalize(host.argv)  # imports the contract
+    request = ServeRequest(*request_fields(host.argv))
     LOG.debug("Backend request: %r", request)
     return request
 

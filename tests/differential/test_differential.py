@@ -39,7 +39,6 @@ import psutil
 import pytest
 
 from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
-from sglang_backends._serve.argv import normalize
 from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends.contract import ServeRequest
 from sglang_backends.registry import ServeBackendRegistry
@@ -168,7 +167,7 @@ def test_detection_matches_upstream(upstream, tmp_path):
     differences = []
     for argv, expected in _battery(tmp_path):
         _, their_request = _upstream_request(upstream, argv)
-        our_request = normalize(argv)
+        our_request = ServeRequest.from_argv(argv)
         assert (our_request.argv, our_request.model_path, our_request.model_path_is_positional) == (
             their_request.argv,
             their_request.model_path,
