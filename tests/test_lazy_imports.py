@@ -202,14 +202,19 @@ def test_operator_commands_import_only_what_they_use(site, install_backend, args
 
 
 def test_the_pytest_plugin_imports_no_registry_until_a_test_asks():
-    """pytest loads it in every session of an environment that has this package."""
+    """pytest loads it in every session of an environment that has this package: the kit's
+    checks, and psutil with them, come when a test first uses one."""
     watched = (
         "sglang_backends.registry",
         "sglang_backends._core.settings",
         "sglang_backends._core.processes",
+        "sglang_backends.testing._conformance",
+        "sglang_backends.testing._stopping",
+        "psutil",
     )
-    watched += ("psutil",)
     assert imported_after("import sglang_backends.testing._pytest_plugin", watched) == set()
+    used = "from sglang_backends.testing import assert_stops_cleanly"
+    assert imported_after(used, watched[-3:]) == set(watched[-3:])
 
 
 @pytest.mark.parametrize(

@@ -18,16 +18,24 @@
   ``pip install "sglang-backends[testing]"``.
 """
 
-from sglang_backends.testing._conformance import (
-    ContractReport,
-    ContractViolation,
-    SGLangNotCheckedWarning,
-    assert_backend_contract,
-    assert_sglang_accepts,
-    awkward_requests,
-)
-from sglang_backends.testing._distributions import PluginSite, write_distribution
-from sglang_backends.testing._stopping import assert_stops_cleanly, installed_hosts
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # typing itself costs milliseconds a pytest session need not pay
+if TYPE_CHECKING:
+    from typing import Any
+
+    from sglang_backends.testing._conformance import (
+        ContractReport,
+        ContractViolation,
+        SGLangNotCheckedWarning,
+        assert_backend_contract,
+        assert_sglang_accepts,
+        awkward_requests,
+    )
+    from sglang_backends.testing._distributions import PluginSite, write_distribution
+    from sglang_backends.testing._stopping import assert_stops_cleanly, installed_hosts
 
 __all__ = [
     "ContractReport",
@@ -41,3 +49,26 @@ __all__ = [
     "installed_hosts",
     "write_distribution",
 ]
+
+#: The module each name of ``__all__`` lives in, when not the contract checks' (``_conformance``).
+_HOMES = {
+    "PluginSite": "_distributions",
+    "write_distribution": "_distributions",
+    "assert_stops_cleanly": "_stopping",
+    "installed_hosts": "_stopping",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a tool on first use: the pytest plugin starts in every session of an environment
+    holding this package, and the checks (the registry's companions, psutil) are not for all."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_HOMES.get(name, '_conformance')}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

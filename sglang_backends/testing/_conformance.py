@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import cast
 
 import sglang_backends
+from sglang_backends._core import tree
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import load_sglang
 from sglang_backends.contract import (
@@ -104,8 +105,6 @@ def _call_bounded(
 def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds."""
     __tracebackhide__ = True
-    from sglang_backends._core import tree  # psutil: not for a session that checks no help
-
     pid = os.getpid()
     sockets_before, children_before = tree.footprint(pid)
     opened: set[tuple[str, int]] = set()

@@ -14,15 +14,14 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import psutil
+
+from sglang_backends._core import processes, tree
 from sglang_backends._core.signals import signal_name
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.testing._conformance import ContractViolation, SGLangNotCheckedWarning
-
-if TYPE_CHECKING:
-    import psutil
 
 #: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
 HOSTS: dict[str, tuple[str, ...]] = {
@@ -100,9 +99,6 @@ def _stop_under(
     stop_timeout: float,
 ) -> int:
     __tracebackhide__ = True
-    # psutil with the tree: not for a session that never stops a backend
-    from sglang_backends._core import processes, tree
-
     script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
     if host == "sglang serve" and script.is_file():
         command = [str(script), "serve", "--model-type", name, *argv]
