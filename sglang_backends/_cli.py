@@ -8,19 +8,14 @@ global options anywhere on the line, a backend's arguments included).
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from sglang_backends._core import console
 from sglang_backends._serve.argv import PROG
 
 #: Options before a command name that take a value: serve's (kept for it), then cliff's.
 _VALUED = ("--config-file", "--config-dir", "--log-file")
-
-
-#: The exit status of a command whose reader went away, as cliff's commands give it.
-EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,39 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
         kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
-        return _writing(lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
+        return console.run_command(PROG, lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
     from sglang_backends._operators.app import OperatorApp
 
-    # cliff words a failed write itself; what it left buffered is flushed here, not at exit.
-    return _writing(lambda: OperatorApp().run(args))
-
-
-def _writing(step: Callable[[], int]) -> int:
-    """Run *step* and flush its output; a gone reader or a full disk ends it as cliff does.
-
-    A closed pipe (``serve --help | head -1``) exits with
-    :data:`EXIT_BROKEN_PIPE`, silently; any other failure to write (a full
-    disk) is one error line and status 1. Either way the output left in the
-    buffer is dropped, so that the interpreter's own flush at exit cannot fail again.
-    """
-    try:
-        status = step()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _drop_output()
-        return EXIT_BROKEN_PIPE
-    except OSError as exc:
-        _drop_output()
-        console.error(PROG, exc)
-        return 1
-    return status
-
-
-def _drop_output() -> None:
-    """Point stdout at the null device: what is still buffered goes nowhere."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (OSError, ValueError):  # no file descriptor behind stdout
-        pass
+    # cliff words a failed write itself; what it left buffered is flushed as it ends, not at exit.
+    return console.run_command(PROG, lambda: OperatorApp().run(args))

@@ -6,23 +6,28 @@ raise. Every line ``serve``, its supervisor and the operator commands write to
 a terminal passes through here: :func:`error`, :func:`note`, :func:`say` and
 :func:`traceback_of` to stderr, :func:`show` to stdout, :class:`PrintableRecords`
 for log records, :func:`printable` for what cliff's table formatters show. A
-backend's own output (its ``run()``, its help) is the backend's.
+backend's own output (its ``run()``, its help) is the backend's. It flushes them too:
+:func:`flush` before a fork or an exit, :func:`run_command` as a command ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 #: How every command (``serve`` and the operator commands) shows a log record on
 #: stderr: the message alone, as cliff does, so a warning reads the same
 #: whichever command gave it. Each message says what it is about by itself.
 LOG_FORMAT = "%(message)s"
+
+#: The exit status of a command whose reader went away, as cliff's commands give it.
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 # C0 and C1 controls, DEL, and every character with Unicode's Bidi_Control property,
 # which reorder a terminal line: the Arabic letter mark (U+061C), the left-to-right
@@ -86,6 +91,46 @@ def _write_lines(lines: Iterable[str]) -> None:
         for line in lines:
             print(line, file=sys.stderr)
         sys.stderr.flush()
+
+
+def flush() -> None:
+    """Flush Python's standard streams, so that output is neither lost nor written twice
+    (before a fork or ``os._exit``); nothing when a stream is closed or gone.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+
+
+def run_command(prog: str, step: Callable[[], int]) -> int:
+    """Run *step* and flush its output; a gone reader or a full disk ends it as cliff does.
+
+    A closed pipe (``serve --help | head -1``) exits with
+    :data:`EXIT_BROKEN_PIPE`, silently; any other failure to write (a full
+    disk) is one ``prog: error:`` line and status 1. Either way the output left in the
+    buffer is dropped, so that the interpreter's own flush at exit cannot fail again.
+    """
+    try:
+        status = step()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_output()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        _drop_output()
+        error(prog, exc)
+        return 1
+    return status
+
+
+def _drop_output() -> None:
+    """Point stdout at the null device: what is still buffered goes nowhere."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no file descriptor behind stdout
+        pass
 
 
 class PrintableRecords(logging.Filter):

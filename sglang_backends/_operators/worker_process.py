@@ -18,6 +18,7 @@ import sys
 import time
 import warnings
 
+from sglang_backends._core import console
 from sglang_backends._core.processes import StopSignals
 from sglang_backends._core.progress import ProgressWriter
 from sglang_backends._core.settings import Settings
@@ -105,7 +106,6 @@ def main() -> None:
     stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(result), out)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    console.flush()
     # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
     os._exit(0)

@@ -14,6 +14,7 @@ from typing import Any
 from cliff.show import ShowOne
 
 import sglang_backends
+from sglang_backends._core import console
 from sglang_backends._core.findings import shadowed_text, unmet_text
 from sglang_backends._operators.commands.base import (
     ENABLED,
@@ -132,14 +133,13 @@ class ShowBackend(SelectionOptions, ShowOne):
 @contextlib.contextmanager
 def _output_to_stderr() -> Iterator[None]:
     """Send what plugin code prints (``print`` or file descriptor 1) to stderr meanwhile."""
-    sys.stdout.flush()
+    console.flush()
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        console.flush()
         os.dup2(saved, 1)
         os.close(saved)

@@ -33,7 +33,7 @@ from sglang_backends._serve.supervise.backend import (
     channel_pipe,
     set_role_title,
 )
-from sglang_backends._serve.supervise.supervisor import Setup, flush, fork
+from sglang_backends._serve.supervise.supervisor import Setup, fork
 
 LOG = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
     except BaseException:
         LOG.exception("The serve supervisor failed")
     finally:
-        flush()
+        console.flush()
         os._exit(status)
 
 
@@ -246,7 +246,7 @@ def _backend_process(work: BackendWork, channel: int, supervisor: int, setup: Se
         if os.getpid() == me and os.getppid() != supervisor:
             # The supervisor was killed: stop what is left, marked processes included.
             sweep([], setup.token, timeout=setup.timeout)
-        flush()
+        console.flush()
         os._exit(status)
 
 

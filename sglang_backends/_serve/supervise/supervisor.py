@@ -76,18 +76,11 @@ class Setup(NamedTuple):
     terminal: Terminal | None  # the controlling terminal, for the tree's group to take
 
 
-def flush() -> None:
-    """Flush Python's standard streams, so that output is neither lost nor written twice."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            stream.flush()
-
-
 def fork(*fds: int) -> int | None:
     """``os.fork``'s pid; ``None`` when it is refused (a process limit, memory): then
     serve's error is printed and *fds* are closed.
     """
-    flush()
+    console.flush()  # so that a buffered line is not written twice
     try:
         return os.fork()
     except OSError as exc:
