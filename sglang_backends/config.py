@@ -21,6 +21,7 @@ from sglang_backends._core.settings import (
     MIN_TIMEOUT,
     STOP_TIMEOUT_ENV,
     Settings,
+    environment_variables,
     seconds,
 )
 from sglang_backends.errors import ConfigurationError, did_you_mean
@@ -355,9 +356,8 @@ def _unknown(parsed: _Parsed) -> Iterator[str]:
     yield from (
         f"Ignoring unknown environment variable {key}{did_you_mean(key, variables)} "
         f"Known variables: {', '.join(variables)}."
-        for key in sorted(os.environ)
-        # OS_SERVE_BACKEND, not the full prefix: OS_SERVE_BACKEND__X is a slip too.
-        if key.startswith("OS_SERVE_BACKEND") and key not in _VARIABLES
+        for key in environment_variables()
+        if key not in _VARIABLES
     )
 
 

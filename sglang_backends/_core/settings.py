@@ -70,11 +70,18 @@ class Settings(NamedTuple):
 
 def configured(config_args: Sequence[str]) -> bool:
     """Whether configuration is in use: ``--config-file``/``--config-dir`` *config_args*,
-    or an ``OS_SERVE_BACKEND*`` (a near miss too, to warn) or :data:`STOP_TIMEOUT_ENV`.
+    an :func:`environment_variables` one (a near miss too, to warn) or :data:`STOP_TIMEOUT_ENV`.
     """
-    return bool(config_args) or any(
-        key.startswith("OS_SERVE_BACKEND") or key == STOP_TIMEOUT_ENV for key in os.environ
-    )
+    return bool(config_args or environment_variables()) or STOP_TIMEOUT_ENV in os.environ
+
+
+def environment_variables() -> list[str]:
+    """The ``OS_SERVE_BACKEND*`` environment variables set, sorted: ours and near misses.
+
+    ``OS_SERVE_BACKEND``, not the full :data:`ENVIRONMENT_PREFIX`: ``OS_SERVE_BACKEND__X``
+    is a slip too, which configuration warns of.
+    """
+    return sorted(key for key in os.environ if key.startswith("OS_SERVE_BACKEND"))
 
 
 def seconds(value: str | float, *, least: float = MIN_TIMEOUT) -> float:
