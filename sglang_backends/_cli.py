@@ -21,11 +21,6 @@ _VALUED = ("--config-file", "--config-dir", "--log-file")
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sglang-backends ARGS`` and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    for stream in (sys.stdout, sys.stderr):
-        # Metadata may hold what the stream's encoding cannot carry (PYTHONIOENCODING=ascii).
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(errors="backslashreplace")
     index = 0
     options = []  # the options before the command name, as (name, tokens)
     while index < len(args) and args[index].startswith("-"):

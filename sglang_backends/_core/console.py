@@ -105,11 +105,16 @@ def flush() -> None:
 def run_command(prog: str, step: Callable[[], int]) -> int:
     """Run *step* and flush its output; a gone reader or a full disk ends it as cliff does.
 
-    A closed pipe (``serve --help | head -1``) exits with
+    The standard streams escape what their encoding cannot carry (``PYTHONIOENCODING=ascii``):
+    package metadata may hold it. A closed pipe (``serve --help | head -1``) exits with
     :data:`EXIT_BROKEN_PIPE`, silently; any other failure to write (a full
     disk) is one ``prog: error:`` line and status 1. Either way the output left in the
     buffer is dropped, so that the interpreter's own flush at exit cannot fail again.
     """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         status = step()
         sys.stdout.flush()
