@@ -91,7 +91,7 @@ def main() -> None:
     """
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a plugin prints goes to stderr
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.basicConfig(level=logging.WARNING, format=console.LOG_FORMAT, stream=sys.stderr)
     become_subreaper()
     data = json.load(sys.stdin)
     job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
