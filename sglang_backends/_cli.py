@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from sglang_backends._core import console
+from sglang_backends._core.console import run_command
 from sglang_backends._serve.argv import PROG
 
 #: Options before a command name that take a value: serve's (kept for it), then cliff's.
@@ -33,8 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
         kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
-        return console.run_command(PROG, lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
+        return run_command(PROG, lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
     from sglang_backends._operators.app import OperatorApp
 
     # cliff words a failed write itself; what it left buffered is flushed as it ends, not at exit.
-    return console.run_command(PROG, lambda: OperatorApp().run(args))
+    return run_command(PROG, lambda: OperatorApp().run(args))

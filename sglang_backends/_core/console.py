@@ -118,24 +118,17 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
     try:
         status = step()
         sys.stdout.flush()
-    except BrokenPipeError:
-        _drop_output()
-        return EXIT_BROKEN_PIPE
     except OSError as exc:
-        _drop_output()
+        # Stdout pointed at the null device: what is still buffered goes nowhere.
+        with contextlib.suppress(OSError, ValueError):  # no file descriptor behind stdout
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        if isinstance(exc, BrokenPipeError):
+            return EXIT_BROKEN_PIPE
         error(prog, exc)
         return 1
     return status
-
-
-def _drop_output() -> None:
-    """Point stdout at the null device: what is still buffered goes nowhere."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (OSError, ValueError):  # no file descriptor behind stdout
-        pass
 
 
 class PrintableRecords(logging.Filter):
