@@ -49,8 +49,7 @@ def _get(
     says where configuration set it (as the inventory words it).
     """
     origin = None if host.model_type is not None else settings.set_in("model_type")
-    registry.inventory.by_name(model_type, set_in=origin)
-    return registry.get(model_type, progress=progress)
+    return registry.get(model_type, progress=progress, set_in=origin)
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
