@@ -169,7 +169,7 @@ def _backend(
             status = _run(description, registered, request) or 0
     except ServeBackendError as exc:
         if detection is not None and detection.fallback and not sglang_installed():
-            why = _unclaimed(registry, settings, request, detection)
+            why = _unclaimed(registry, request, detection)
             raise type(exc)(f"{why} {exc}") from exc
         raise
     if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
@@ -182,10 +182,7 @@ def _backend(
 
 
 def _unclaimed(
-    registry: ServeBackendRegistry,
-    settings: Settings,
-    request: ServeRequest,
-    detection: DetectionReport,
+    registry: ServeBackendRegistry, request: ServeRequest, detection: DetectionReport
 ) -> str:
     """Why detection fell back to ``llm`` (said only when it cannot run): each plugin by
     what happened to it (declined, failed to load, timed out, duplicate, not enabled).
@@ -196,9 +193,7 @@ def _unclaimed(
         reasons.append("no model was given")
     elif not os.path.exists(model):
         reasons.append(f"the model path {model!r} does not exist")
-    left_out, unasked = not_asked(
-        registry.plugins, disabled=settings.disabled, origins=settings.list_origins()
-    )
+    left_out, unasked = not_asked(registry.inventory)
     reasons += left_out
     reasons += [
         what_happened(outcome)
