@@ -26,7 +26,7 @@ from sglang_backends._serve.main import EXIT_USAGE, guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.errors import ConfigurationError, ServeBackendError, describe, describe_typed
+from sglang_backends.errors import ConfigurationError, ServeBackendError, describe_raised
 from sglang_backends.registry import Progress, ServeBackendRegistry
 
 if TYPE_CHECKING:
@@ -74,9 +74,7 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
         if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
             return 128 + signal.SIGINT
-        cause = describe(exc)
-        if not isinstance(exc, Exception):  # a BaseException such as CancelledError: its type
-            cause = f"run() raised {describe_typed(exc)}"
+        cause = describe_raised(exc, "run()")
         raise ServeBackendError(f"serve backend {description} failed: {cause}") from exc
     return None
 
