@@ -201,18 +201,16 @@ class ServeBackendRegistry:
         wanted = (registered.name, registered.distribution)
         return next((r.plugin for r in self.plugins if (r.name, r.distribution) == wanted), None)
 
-    def _resolve(self, name: str, progress: Progress | None, set_in: str | None) -> Candidate:
-        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates (its error
-        saying *set_in*, as :meth:`get`'s), whose load tells *progress* when it starts and ends."""
-        plugin = self.inventory.by_name(name, set_in=set_in)  # outlives every load
+    def _resolve(self, name: str, progress: Progress | None) -> Candidate:
+        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates, whose
+        load tells *progress* (if any) when it starts and ends."""
+        plugin = self.inventory.by_name(name)  # outlives every load
         key = ("built-in", name) if plugin is None else ("plugin", id(plugin))
         produce = partial(self._produce, plugin, plugin.name if plugin else name)
         label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
         return key, plugin, partial(told, produce, progress, LOADING, label)
 
-    def get(
-        self, name: str, *, progress: Progress | None = None, set_in: str | None = None
-    ) -> RegisteredServeBackend:
+    def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
 
         *name* may be ``DIST:NAME`` to pick one provider of a name several
@@ -229,12 +227,10 @@ class ServeBackendRegistry:
             for its own backend, or the backend declares another contract version.
         :raises BackendTypeError: the factory did not return a ``ServeBackend``.
         :param progress: told as its load starts and ends, if it is loaded.
-        :param set_in: where configuration set *name*, which an unknown or disabled
-            name's error then says (:meth:`.Inventory.by_name`).
         """
         registered = self._by_name.get(name)
         if registered is None:
-            registered = self._loader.load(name, self._resolve(name, progress, set_in))
+            registered = self._loader.load(name, self._resolve(name, progress))
             self._by_name[name] = registered
         return registered
 
@@ -282,7 +278,7 @@ class ServeBackendRegistry:
         took: dict[str, float] = {}  # each load's seconds, by name
 
         def candidate(name: str) -> Candidate:
-            key, plugin, produce = self._resolve(name, progress, None)
+            key, plugin, produce = self._resolve(name, progress)
             return key, plugin, partial(_timed, produce, took, name)
 
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]

@@ -49,7 +49,8 @@ def _get(
     says where configuration set it (as the inventory words it).
     """
     origin = None if host.model_type is not None else settings.set_in("model_type")
-    return registry.get(model_type, progress=progress, set_in=origin)
+    registry.inventory.by_name(model_type, set_in=origin)
+    return registry.get(model_type, progress=progress)
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
