@@ -6,9 +6,9 @@ against SGLang keeps catching it. Errors carry the backend ``name`` and
 ``distribution`` and pickle with them (every argument after the message has
 a default) to cross processes. ``__all__`` is the exceptions, which the
 package exports as they are; :func:`describe`, :func:`describe_typed`,
-:func:`did_you_mean`, :func:`meant` and :func:`closest`, the one wording of a cause,
-:func:`set_in_configuration`, of a configured name, and :func:`backend_named`,
-of the backend concerned, are internal.
+:func:`describe_raised`, :func:`did_you_mean`, :func:`meant` and :func:`closest`,
+the one wording of a cause, :func:`set_in_configuration`, of a configured name, and
+:func:`backend_named`, of the backend concerned, are internal.
 """
 
 from __future__ import annotations
@@ -136,6 +136,16 @@ def describe_typed(exc: BaseException) -> str:
     """``Type: message`` on one line, or the type alone when *exc* has no message."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def describe_raised(exc: BaseException, raiser: str) -> str:
+    """What *raiser* (``run()``, ``plugin code``) raised, as a failure says it: an exception
+    by its message (:func:`describe`), another ``BaseException`` (``CancelledError``) as
+    ``RAISER raised Type: message``.
+    """
+    if isinstance(exc, Exception):
+        return describe(exc)
+    return f"{raiser} raised {describe_typed(exc)}"
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

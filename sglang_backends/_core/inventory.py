@@ -159,14 +159,20 @@ def take_inventory(
     return inventory
 
 
-def model_type_problem(settings: Settings, inventory: Inventory) -> str | None:
-    """Why ``serve`` would refuse the configured ``model_type``, in its words, or ``None``."""
+def model_type_problem(
+    settings: Settings, inventory: Inventory, *, serve: bool = False
+) -> str | None:
+    """Why ``serve`` would refuse the configured ``model_type``, or ``None``: as the
+    operator commands say it, or with *serve* as serve does (where configuration set it).
+    """
     model_type = settings.model_type
     if model_type == AUTO:
         return None
     try:
-        inventory.by_name(model_type)
+        inventory.by_name(model_type, set_in=settings.set_in("model_type") if serve else None)
     except ServeBackendError as exc:
+        if serve:
+            return str(exc)
         where = settings.describe("model_type")
         return f"model_type {model_type!r} ({where}) would make serve fail: {exc}"
     return None

@@ -49,7 +49,7 @@ from sglang_backends.errors import (
     BackendLoadError,
     ServeBackendError,
     backend_named,
-    describe,
+    describe_raised,
     describe_typed,
 )
 
@@ -92,9 +92,7 @@ def _cause(exc: BaseException) -> str:
         return f"plugin called sys.exit({exc.code!r}) while loading"
     if isinstance(exc, AssertionError):
         return describe_typed(exc)
-    if not isinstance(exc, Exception):
-        return f"plugin code raised {describe_typed(exc)}"
-    return describe(exc)
+    return describe_raised(exc, "plugin code")
 
 
 class _GuardedEntryPoint(EntryPoint):

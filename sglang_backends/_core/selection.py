@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
     PluginEntryPoint,
-    by_name,
     normalize_distribution,
     split_qualified_name,
 )
@@ -427,27 +426,24 @@ def warn_unknown_selection(
     return unknown
 
 
-def not_asked(
-    records: Iterable[PluginRecord], *, disabled: Collection[str], origins: Mapping[str, str]
-) -> tuple[list[str], set[str]]:
-    """Why automatic detection asked none of these plugins, one reason each, and their names.
+def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
+    """Why automatic detection asked none of the plugins *inventory* leaves out (one reason
+    each), and their names.
 
-    A plugin the lists refuse, saying which list and where (*origins*, as
-    :func:`warn_unknown_selection` takes them); a name several distributions
-    provide, with how to pick one.
+    A plugin the lists refuse, saying which list and where; a name several
+    distributions provide, with how to pick one.
     """
-    records = tuple(records)
-    discovered = by_name(r.plugin for r in records)
+    discovered = inventory.discovered
     reasons: list[str] = []
     names: set[str] = set()
-    for record in records:
+    for record in inventory.records:
         if record.status is PluginStatus.DISABLED:
             names.add(record.name)
-            why = _unavailable_because(record.name, disabled, origins)
+            why = _unavailable_because(record.name, inventory.disabled, inventory.origins)
             reasons.append(
                 f"plugin {record.name!r} from {record.plugin.provider} {why}, so it was not asked"
             )
-    for name in sorted({r.name for r in records if r.status is PluginStatus.DUPLICATE}):
+    for name in sorted({r.name for r in inventory.records if r.status is PluginStatus.DUPLICATE}):
         names.add(name)
         listed = ", ".join(p.provider for p in discovered[name])
         example = _example(discovered[name], discovered)

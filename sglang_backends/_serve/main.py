@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
 from sglang_backends._core.console import LOG_FORMAT, PrintableRecords
-from sglang_backends._core.inventory import take_inventory
+from sglang_backends._core.inventory import model_type_problem, take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
 from sglang_backends._serve.argv import PROG, ServeArguments, parse_host_options, wants_help
@@ -71,11 +71,8 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     if host.model_type is not None or settings.model_type == AUTO:
         return []
     found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: no backend built
-    try:
-        found.by_name(settings.model_type, set_in=settings.set_in("model_type"))
-    except ServeBackendError as exc:
-        return [str(exc)]
-    return []
+    refused = model_type_problem(settings, found, serve=True)
+    return [refused] if refused else []
 
 
 def _sglang_note() -> int:

@@ -26,7 +26,7 @@ from sglang_backends._serve.main import EXIT_USAGE, guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.errors import ConfigurationError, ServeBackendError, describe, describe_typed
+from sglang_backends.errors import ConfigurationError, ServeBackendError, describe_raised
 from sglang_backends.registry import Progress, ServeBackendRegistry
 
 if TYPE_CHECKING:
@@ -75,9 +75,7 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
         if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
             return 128 + signal.SIGINT
-        cause = describe(exc)
-        if not isinstance(exc, Exception):  # a BaseException such as CancelledError: its type
-            cause = f"run() raised {describe_typed(exc)}"
+        cause = describe_raised(exc, "run()")
         raise ServeBackendError(f"serve backend {description} failed: {cause}") from exc
     return None
 
@@ -170,7 +168,7 @@ def _backend(
             status = _run(description, registered, request) or 0
     except ServeBackendError as exc:
         if detection is not None and detection.fallback and not sglang_installed():
-            why = _unclaimed(registry, settings, request, detection)
+            why = _unclaimed(registry, request, detection)
             raise type(exc)(f"{why} {exc}") from exc
         raise
     if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
@@ -183,10 +181,7 @@ def _backend(
 
 
 def _unclaimed(
-    registry: ServeBackendRegistry,
-    settings: Settings,
-    request: ServeRequest,
-    detection: DetectionReport,
+    registry: ServeBackendRegistry, request: ServeRequest, detection: DetectionReport
 ) -> str:
     """Why detection fell back to ``llm`` (said only when it cannot run): each plugin by
     what happened to it (declined, failed to load, timed out, duplicate, not enabled).
@@ -197,9 +192,7 @@ def _unclaimed(
         reasons.append("no model was given")
     elif not os.path.exists(model):
         reasons.append(f"the model path {model!r} does not exist")
-    left_out, unasked = not_asked(
-        registry.plugins, disabled=settings.disabled, origins=settings.list_origins()
-    )
+    left_out, unasked = not_asked(registry.inventory)
     reasons += left_out
     reasons += [
         what_happened(outcome)
