@@ -24,9 +24,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
@@ -263,10 +261,12 @@ def stop_quietly() -> Iterator[None]:
     then exits 130 or 143 as it always does. Outside the main thread,
     only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
     """
+    import signal  # about a millisecond a plugin that never serves need not pay
+
     previous = None
-    main = threading.current_thread() is threading.main_thread()
-    if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        with contextlib.suppress(ValueError):  # not the main thread, which alone may set one
+            previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         yield
     except KeyboardInterrupt:

@@ -13,7 +13,6 @@ the one wording of a cause, :func:`set_in_configuration`, of a configured name, 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -163,5 +162,7 @@ def meant(close: str | None) -> str:
 
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers."""
+    import difflib  # with heapq, about a millisecond the contract and the help need not pay
+
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return close[0] if close else None

@@ -41,6 +41,38 @@ def test_contract_import_is_lean(code):
     assert imported_after(code, (*HEAVY, *inner)) == set()
 
 
+def test_the_contract_imports_signal_only_to_stop_quietly_and_difflib_never():
+    """A plugin imports the contract in every SGLang process: ``signal`` and ``difflib``
+    (with ``heapq``) cost it a millisecond each, for what only serving or a misspelt name needs.
+    """
+    watched = ("signal", "threading", "difflib")
+    lean = "import sglang_backends.contract\nfrom sglang_backends import host_prog; host_prog('x')"
+    assert imported_after(lean, watched) == set()
+    stopping = "from sglang_backends import stop_quietly\nwith stop_quietly(): pass"
+    assert imported_after(stopping, watched) == {"signal"}
+
+
+def test_stop_quietly_outside_the_main_thread_turns_ctrl_c_only():
+    """Only the main thread may set a handler: elsewhere SIGTERM's stays as it was."""
+    code = """
+        import signal, threading
+        from sglang_backends import stop_quietly
+        seen = []
+        def work():
+            try:
+                with stop_quietly():
+                    seen.append(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+                    raise KeyboardInterrupt
+            except SystemExit as exc:
+                seen.append(exc.code)
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        assert seen == [True, 130], seen
+    """
+    imported_after(code, ())
+
+
 def test_the_contract_imports_serves_argument_rules_only_for_from_argv():
     watched = ("sglang_backends._serve.argv",)
     assert imported_after("from sglang_backends import ServeRequest", watched) == set()
@@ -142,7 +174,9 @@ GENERAL_HELP_DEFERS = (
     "sglang_backends._operators.commands",
     "cliff",
     "oslo_config",
+    "difflib",
     "json",
+    "ast",
 )
 
 

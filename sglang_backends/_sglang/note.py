@@ -6,13 +6,16 @@ distribution's ``sglang/cli/main.py`` and evaluates the one string instead.
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from sglang_backends._core.discovery import is_regular_file
 from sglang_backends._sglang.installed import import_sglang, sglang_installed
+
+if TYPE_CHECKING:
+    import ast
 
 LOG = logging.getLogger(__name__)
 
@@ -53,6 +56,8 @@ def _static_note() -> str | None:
 
 def _read_string(path: str, name: str) -> str:
     """Module-level *name* of *path*: strings, ``+``, f-strings of names bound once; not run."""
+    import ast  # about 1.5 ms every help would pay, for what only SGLang's note needs
+
     try:
         with open(path, "rb") as stream:
             tree = ast.parse(stream.read(), filename=path)
