@@ -18,7 +18,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
-from sglang_backends._core.console import LOG_FORMAT, PrintableRecords
 from sglang_backends._core.inventory import model_type_problem, take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
@@ -39,9 +38,7 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
     """Log this package to stderr (INFO, DEBUG with --debug); undone on exit, for embedders."""
     logger = logging.getLogger("sglang_backends")
     saved = (logger.level, logger.propagate)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler.addFilter(PrintableRecords())  # messages quote package metadata
+    handler = console.terminal_log(logging.StreamHandler(sys.stderr))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
