@@ -85,7 +85,7 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.cmd == ["serve"]:
-            self.app.stdout.write(metadata_help(Settings()))
+            console.show(metadata_help(Settings()))  # as serve --help shows it
             return 0
         return super().take_action(parsed_args)
 
