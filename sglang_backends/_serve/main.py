@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
-from sglang_backends._core.inventory import model_type_problem, take_inventory
+from sglang_backends._core.inventory import model_type_problems, take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
 from sglang_backends._serve.argv import PROG, ServeArguments, parse_host_options, wants_help
@@ -68,8 +68,7 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     if host.model_type is not None or settings.model_type == AUTO:
         return []
     found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: no backend built
-    refused = model_type_problem(settings, found, serve=True)
-    return [refused] if refused else []
+    return model_type_problems(settings, found, serve=True)
 
 
 def _sglang_note() -> int:
