@@ -4,8 +4,9 @@ Package metadata is untrusted: a distribution name, a version, an entry point
 or a docstring may carry terminal escape sequences, and so may what plugins
 raise. Every line ``serve``, its supervisor and the operator commands write to
 a terminal passes through here: :func:`error`, :func:`note`, :func:`say` and
-:func:`traceback_of` to stderr, :func:`show` to stdout, :class:`PrintableRecords`
-for log records, :func:`printable` for what cliff's table formatters show. A
+:func:`traceback_of` to stderr, :func:`show` to stdout, :func:`terminal_log` (with
+:class:`PrintableRecords`) for log records, :func:`printable` for what cliff's table
+formatters show. A
 backend's own output (its ``run()``, its help) is the backend's. It flushes the streams too:
 :func:`flush` before a fork or an exit, :func:`run_command` as a command ends.
 """
@@ -129,6 +130,15 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
         error(prog, exc)
         return 1
     return status
+
+
+def terminal_log(handler: logging.Handler) -> logging.Handler:
+    """*handler*, set to show log records as every command shows them on stderr: the
+    message alone (:data:`LOG_FORMAT`), escaped (:class:`PrintableRecords`).
+    """
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(PrintableRecords())
+    return handler
 
 
 class PrintableRecords(logging.Filter):

@@ -153,26 +153,27 @@ def take_inventory(
     if warn_conflicts:
         for plugin in inventory.conflicts:
             LOG.warning("%s", selection.conflict_warning(plugin))
-    problem = model_type_problem(settings, inventory) if warn_model_type else None
-    if problem:
-        LOG.warning("%s", problem)
+    if warn_model_type:
+        for problem in model_type_problems(settings, inventory):
+            LOG.warning("%s", problem)
     return inventory
 
 
-def model_type_problem(
+def model_type_problems(
     settings: Settings, inventory: Inventory, *, serve: bool = False
-) -> str | None:
-    """Why ``serve`` would refuse the configured ``model_type``, or ``None``: as the
-    operator commands say it, or with *serve* as serve does (where configuration set it).
+) -> list[str]:
+    """Why ``serve`` would refuse the configured ``model_type`` (one line), or nothing: as
+    the operator commands say it, or with *serve* as serve does (where configuration set
+    it). A list, which follows a configuration's other problems.
     """
     model_type = settings.model_type
     if model_type == AUTO:
-        return None
+        return []
     try:
         inventory.by_name(model_type, set_in=settings.set_in("model_type") if serve else None)
     except ServeBackendError as exc:
         if serve:
-            return str(exc)
+            return [str(exc)]
         where = settings.describe("model_type")
-        return f"model_type {model_type!r} ({where}) would make serve fail: {exc}"
-    return None
+        return [f"model_type {model_type!r} ({where}) would make serve fail: {exc}"]
+    return []

@@ -15,7 +15,7 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends._core.console import LOG_FORMAT, PrintableRecords
+from sglang_backends._core import console
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import OptionSpans, SafeCommand, add_config_options
 from sglang_backends._operators.commands.check import CheckBackends
@@ -85,7 +85,7 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.cmd == ["serve"]:
-            self.app.stdout.write(metadata_help(Settings()))
+            console.show(metadata_help(Settings()))  # as serve --help shows it
             return 0
         return super().take_action(parsed_args)
 
@@ -115,8 +115,6 @@ class OperatorApp(App):
 
     NAME = "sglang-backends"
     LOG = logging.getLogger(NAME)
-    #: Warnings look the same from every command, serve included.
-    CONSOLE_MESSAGE_FORMAT = LOG_FORMAT
 
     def __init__(self) -> None:
         try:
@@ -171,14 +169,13 @@ class OperatorApp(App):
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
-        # Messages escaped; each is given once because each command reads metadata once.
-        console_filter = PrintableRecords()
+        # As serve's: messages escaped; each is given once as each command reads metadata once.
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler
             ):
                 handler.setLevel(level)
-                handler.addFilter(console_filter)
+                console.terminal_log(handler)
 
     def interact(self) -> None:
         """No interactive shell: without a command, print the help."""

@@ -18,8 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
-from sglang_backends._core.console import LOG_FORMAT, PrintableRecords
-from sglang_backends._core.inventory import model_type_problem, take_inventory
+from sglang_backends._core.inventory import model_type_problems, take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
 from sglang_backends._serve.argv import PROG, ServeArguments, parse_host_options, wants_help
@@ -39,9 +38,7 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
     """Log this package to stderr (INFO, DEBUG with --debug); undone on exit, for embedders."""
     logger = logging.getLogger("sglang_backends")
     saved = (logger.level, logger.propagate)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler.addFilter(PrintableRecords())  # messages quote package metadata
+    handler = console.terminal_log(logging.StreamHandler(sys.stderr))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
@@ -71,8 +68,7 @@ def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
     if host.model_type is not None or settings.model_type == AUTO:
         return []
     found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: no backend built
-    refused = model_type_problem(settings, found, serve=True)
-    return [refused] if refused else []
+    return model_type_problems(settings, found, serve=True)
 
 
 def _sglang_note() -> int:

@@ -23,7 +23,7 @@ from sglang_backends._core.discovery import (
     discover,
     distributions,
 )
-from sglang_backends._core.inventory import Inventory, model_type_problem, take_inventory
+from sglang_backends._core.inventory import Inventory, model_type_problems, take_inventory
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings, configured, seconds
 from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
@@ -262,8 +262,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             inventory = take_inventory(
                 settings, default_builtins(), installed=self.installed_distributions
             )
-            problem = model_type_problem(settings, inventory)
-            raise ConfigurationError("\n".join([*problems, *([problem] if problem else [])]))
+            problems += model_type_problems(settings, inventory)
+            raise ConfigurationError("\n".join(problems))
         return settings
 
 
