@@ -117,10 +117,11 @@ class ServeBackendRegistry:
                 builtins = default_builtins()
             # Before tuple() splits a string into letters.
             selection.check_lists(builtins, enabled, disabled, preferred)
+            preferred = tuple(preferred)  # read once: it may be an iterator
             selected = Settings(
                 enabled=None if enabled is None else tuple(enabled),
                 disabled=tuple(disabled),
-                preferred=tuple(preferred),
+                preferred=preferred,
                 # Where the caller says each list was set, as Settings.list_origins gives it.
                 flag_origins=tuple((selection_origins or {}).items()),
             )

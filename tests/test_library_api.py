@@ -81,3 +81,17 @@ def test_a_request_is_built_from_a_command_line_as_serve_builds_it(argv, expecte
 def test_a_dangling_model_type_is_a_value_error():
     with pytest.raises(ValueError, match="--model-type"):
         ServeRequest.from_argv(["org/model", "--model-type"])
+
+
+def test_every_list_argument_may_be_an_iterator_read_once():
+    """A generator is a collection of names as a tuple is: read once, nothing lost."""
+    own = ServeBackend(api_version=1, run=print)
+    registry = ServeBackendRegistry(
+        {"mine": own, "other": own},
+        enabled=iter(["x"]),
+        disabled=iter(["y"]),
+        preferred=iter(["other", "mine"]),
+    )
+    assert registry.preferred == ("other", "mine")
+    assert set(registry.inventory.enabled or ()) == {"x"}
+    assert set(registry.inventory.disabled) == {"y"}
