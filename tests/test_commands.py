@@ -215,3 +215,15 @@ def test_top_level_help_lists_every_command_once_serve_included(site):
     bare = run_cli(site)
     assert bare.stdout.count("Commands") == 1
     assert "serve" in bare.stdout.split("Commands", 1)[1]
+
+
+def test_the_app_runs_the_commands_setup_cfg_registers(site):
+    """Documented from the entry-point group, run from the app's own table: the same."""
+    from importlib import metadata
+
+    from sglang_backends._operators.app import COMMANDS
+
+    group = metadata.entry_points(group="sglang_backends.commands")
+    assert {ep.name: ep.value for ep in group} == COMMANDS
+    for name in COMMANDS:
+        assert run_cli(site, name, "--help").returncode == 0

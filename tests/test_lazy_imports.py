@@ -202,6 +202,8 @@ def test_the_general_help_imports_only_what_it_needs(site, install_backend):
                 "sglang_backends.registry",
                 "sglang_backends._serve.main",
                 "sglang_backends._operators.worker",
+                "sglang_backends._operators.commands.check",
+                "sglang_backends._operators.commands.detect",
                 "sglang_backends._serve.supervise.backend",
                 "concurrent.futures",
             ),
@@ -221,7 +223,7 @@ def test_the_general_help_imports_only_what_it_needs(site, install_backend):
             ("sglang_backends.registry", "sglang_backends._core.loading", "psutil"),
         ),
         (["show", "--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
-        (["--help"], ("sglang_backends.registry", "sglang_backends._operators.worker")),
+        (["--help"], ("sglang_backends.registry", "psutil")),
     ],
     ids=lambda value: value[0] if isinstance(value, list) else None,
 )

@@ -18,10 +18,6 @@ from cliff.help import HelpCommand
 from sglang_backends._core import console
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import OptionSpans, SafeCommand, add_config_options
-from sglang_backends._operators.commands.check import CheckBackends
-from sglang_backends._operators.commands.detect import DetectBackend
-from sglang_backends._operators.commands.listing import ListBackends
-from sglang_backends._operators.commands.show import ShowBackend
 from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
 from sglang_backends._serve.help import metadata_help
 
@@ -67,10 +63,29 @@ class _GlobalOptions(argparse.ArgumentParser):
         return namespace, rest
 
 
+#: The operator commands, as setup.cfg registers them in the ``sglang_backends.commands``
+#: group; each is imported when run (or when the help lists them), as cliff imports a
+#: command entry point. The group is not scanned: one malformed ``entry_points.txt`` of
+#: an unrelated package would break a scan of every entry point.
+COMMANDS = {
+    "list": "sglang_backends._operators.commands.listing:ListBackends",
+    "show": "sglang_backends._operators.commands.show:ShowBackend",
+    "check": "sglang_backends._operators.commands.check:CheckBackends",
+    "detect": "sglang_backends._operators.commands.detect:DetectBackend",
+}
+
+
 class _Commands(CommandManager):
     """The commands, found by the first word only (cliff's own search is O(N²) over the
     line); anything else, an unknown command included, is cliff's to report.
     """
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        for name, target in COMMANDS.items():
+            self.commands[name] = importlib.metadata.EntryPoint(
+                name, target, "sglang_backends.commands"
+            )
 
     def find_command(self, argv: list[str]) -> tuple[type[Command], str, list[str]]:
         try:
@@ -121,19 +136,13 @@ class OperatorApp(App):
             own_version = importlib.metadata.version("sglang-backends")
         except importlib.metadata.PackageNotFoundError:
             own_version = "unknown"
-        manager = _Commands(None)
+        manager = _Commands()
         super().__init__(
             description=_DESCRIPTION,
             version=own_version,
             command_manager=manager,
             deferred_help=True,
         )
-        # Commands added by name, no namespace: one malformed entry_points.txt of an
-        # unrelated package would break a stevedore scan of every entry point.
-        manager.add_command("list", ListBackends)
-        manager.add_command("show", ShowBackend)
-        manager.add_command("check", CheckBackends)
-        manager.add_command("detect", DetectBackend)
         manager.add_command("serve", Serve)
         manager.add_command("help", Help)
 

@@ -26,6 +26,7 @@ from sglang_backends._operators.commands.base import (
     default_jobs,
     positive_seconds,
 )
+from sglang_backends._operators.worker import Job, last_line, run_loads
 from sglang_backends.errors import did_you_mean
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
@@ -142,8 +143,6 @@ class CheckBackends(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends._operators.worker import Job, last_line, run_loads
-
         settings, inventory = self.inventory(parsed_args)
         chosen = _chosen(inventory, parsed_args.names)
         plugins = [record.plugin for record, _ in chosen]

@@ -25,6 +25,7 @@ from sglang_backends._operators.commands.base import (
     default_jobs,
     positive_seconds,
 )
+from sglang_backends._operators.worker import Job, run_isolated, run_loads
 from sglang_backends._serve.argv import HELP, parse_host_options
 from sglang_backends.errors import ServeBackendError
 
@@ -263,8 +264,6 @@ class DetectBackend(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        from sglang_backends._operators.worker import Job, run_isolated, run_loads
-
         request = parsed_args.request  # after the -- the parser inserts or was given
         host = parse_host_options(request[1:] if request[:1] == ["--"] else request)
         if parsed_args.misplaced:
