@@ -28,7 +28,6 @@ def imported_after(
         "from sglang_backends import host_prog, stop_quietly\nwith stop_quietly(): host_prog('x')",
         "import sglang_backends.contract",
         "import sglang_backends.errors",
-        "from sglang_backends._sglang.builtins import default_builtins; default_builtins()",
     ],
 )
 def test_contract_import_is_lean(code):

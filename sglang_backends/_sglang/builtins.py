@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sglang_backends._serve.argv import PROG, wants_help
+from sglang_backends._sglang import fork
 from sglang_backends._sglang.installed import (
     DIFFUSION_INSTALL_HINT,
     INSTALL_COMMANDS,
@@ -30,8 +31,6 @@ _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 
 
 def _missing(name: str, exc: Exception) -> BackendLoadError:
-    from sglang_backends._sglang import fork  # importlib.metadata: an error's path only
-
     unusable = fork.sglang_unusable(name)
     if unusable is not None:  # a fork, or an SGLang before the API: nothing of it was imported
         return BackendLoadError(f"The {name!r} backend needs SGLang, but {unusable}")
