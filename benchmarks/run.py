@@ -18,6 +18,7 @@ from benchmarks import (
     scaling,
     seed,
     serve_startup,
+    startup,
     stopping,
 )
 
@@ -48,6 +49,7 @@ def main() -> None:
         ("Cost against entry points and arguments (g)", scaling),
         ("Stopping (h)", stopping),
         ("Automatic detection against the seed's loop (i)", seed),
+        ("Start-up of the short paths (j)", startup),
     ):
         print(f"### {title}\n")
         print(module.main([]))
