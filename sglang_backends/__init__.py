@@ -13,9 +13,8 @@ the contract's dataclasses (the general help) does not pay for them.
 
 from __future__ import annotations
 
-import importlib
-
 from sglang_backends import errors as _errors
+from sglang_backends._core import lazy as _lazy
 from sglang_backends.errors import *  # noqa: F403 - every exception is the package's
 
 TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
@@ -68,13 +67,9 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import the contract, the registry and their companions on first access."""
-    if name not in __all__:  # the errors are imported already
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = _LAZY.get(name, "sglang_backends.contract")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    """Import the contract, the registry and their companions on first access (the errors
+    are imported already)."""
+    return _lazy.attribute(globals(), name, _LAZY, "sglang_backends.contract")
 
 
 def __dir__() -> list[str]:

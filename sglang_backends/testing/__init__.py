@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-import importlib
+from sglang_backends._core import lazy as _lazy
 
 TYPE_CHECKING = False  # typing itself costs milliseconds a pytest session need not pay
 if TYPE_CHECKING:
@@ -50,24 +50,19 @@ __all__ = [
     "write_distribution",
 ]
 
-#: The module each name of ``__all__`` lives in, when not the contract checks' (``_conformance``).
+#: The module each name of ``__all__`` lives in, when not the contract checks (``_conformance``).
 _HOMES = {
-    "PluginSite": "_distributions",
-    "write_distribution": "_distributions",
-    "assert_stops_cleanly": "_stopping",
-    "installed_hosts": "_stopping",
+    "PluginSite": "sglang_backends.testing._distributions",
+    "write_distribution": "sglang_backends.testing._distributions",
+    "assert_stops_cleanly": "sglang_backends.testing._stopping",
+    "installed_hosts": "sglang_backends.testing._stopping",
 }
 
 
 def __getattr__(name: str) -> Any:
     """Import a tool on first use: the pytest plugin starts in every session of an environment
     holding this package, and the checks (the registry's companions, psutil) are not for all."""
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_HOMES.get(name, '_conformance')}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
+    return _lazy.attribute(globals(), name, _HOMES, "sglang_backends.testing._conformance")
 
 
 def __dir__() -> list[str]:
