@@ -27,7 +27,7 @@ from sglang_backends._core.loading import (
     load_plugin,
 )
 from sglang_backends._core.names import FALLBACK_BACKEND
-from sglang_backends._core.progress import LOADING, Progress, told
+from sglang_backends._core.progress import LOADING, Progress, with_progress
 from sglang_backends._core.selection import PluginRecord, PluginStatus
 from sglang_backends._core.settings import (
     DEFAULT_DETECT_TIMEOUT,
@@ -209,7 +209,7 @@ class ServeBackendRegistry:
         key = ("built-in", name) if plugin is None else ("plugin", id(plugin))
         produce = partial(self._produce, plugin, plugin.name if plugin else name)
         label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-        return key, plugin, partial(told, produce, progress, LOADING, label)
+        return key, plugin, partial(with_progress, produce, progress, LOADING, label)
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.

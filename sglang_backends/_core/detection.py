@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
-from sglang_backends._core.progress import DETECTING, Progress, told
+from sglang_backends._core.progress import DETECTING, Progress, with_progress
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
@@ -320,7 +320,7 @@ def report(
         outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
     :param preferred: backend names in order of preference among several matches.
-    :param progress: told as each detector starts and ends (:func:`told`).
+    :param progress: told as each detector starts and ends (:func:`.progress.with_progress`).
     :returns: one match selects it; several select the first of them in
         *preferred*, else nothing (ambiguous); none selects
         :data:`~sglang_backends._core.names.FALLBACK_BACKEND`.
@@ -376,7 +376,7 @@ def _detect(
     # object.__setattr__, say) changes neither the others' nor the backend's.
     own = dataclasses.replace(request, argv=tuple(request.argv))
     label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
-    return told(detect, progress, DETECTING, label, own)
+    return with_progress(detect, progress, DETECTING, label, own)
 
 
 def _outcome(

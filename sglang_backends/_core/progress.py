@@ -1,7 +1,7 @@
 """Progress: automatic detection's loads and detectors as each starts and ends.
 
 The registry tells a :data:`Progress` callback ``(event, label)`` from its worker threads
-(:func:`told`); a :class:`ProgressWriter` writes each event as an ``event label`` line to a
+(:func:`with_progress`); a :class:`ProgressWriter` writes each event as an ``event label`` line to a
 file descriptor (``serve``'s backend process to its supervisor, ``detect``'s worker to its
 command), and :class:`InFlight` reads the lines back: what was under way when that process
 ended or overran, so that the plugin at fault is named.
@@ -27,7 +27,7 @@ EVENTS = (*LOADING, *DETECTING)
 _T = TypeVar("_T")
 
 
-def told(
+def with_progress(
     function: Callable[..., _T],
     progress: Progress | None,
     events: tuple[str, str],

@@ -85,7 +85,7 @@ class SignalWait:
     def __init__(self, waited: Iterable[int]) -> None:
         self.waited = frozenset(waited)
         self._continues = 0  # SIGCONTs received, counted by on_continue
-        self._told = 0  # of which continued() has told
+        self._answered = 0  # of which continued() has answered
 
     def on_continue(self, signum: int, frame: object) -> None:
         """The SIGCONT handler: count a continue."""
@@ -93,9 +93,9 @@ class SignalWait:
 
     def continued(self) -> bool:
         """Whether this process was continued since the last call (or since it began)."""
-        told = self._told
-        self._told = self._continues
-        return told != self._continues
+        answered = self._answered
+        self._answered = self._continues
+        return answered != self._continues
 
     def __call__(self, timeout: float) -> signal.struct_siginfo | None:
         """Wait up to *timeout* s for one of the signals; it, or ``None``."""
