@@ -376,13 +376,12 @@ def _sglang_absent() -> str:
     (named, with its distribution) stands where SGLang's would; and what to do about it."""
     unusable = sglang_unusable()
     if unusable is None:
-        return (
-            f"SGLang is not installed ({SGLANG_CONTRACT_MODULE} is not importable), so whether "
-            "'sglang serve' accepts the backend is unknown; install SGLang where the tests run, "
-            "or pass sglang=False to say it is not wanted"
-        )
+        why = f" ({SGLANG_CONTRACT_MODULE} is not importable)"
+        remedy = "install SGLang where the tests run"
+    else:
+        why = f": {unusable}"
+        remedy = "run the tests where SGLang is installed"
     return (
-        f"SGLang is not installed: {unusable}, so whether 'sglang serve' accepts the backend "
-        "is unknown; run the tests where SGLang is installed, or pass sglang=False to say "
-        "it is not wanted"
+        f"SGLang is not installed{why}, so whether 'sglang serve' accepts the backend is "
+        f"unknown; {remedy}, or pass sglang=False to say it is not wanted"
     )

@@ -21,6 +21,7 @@ import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from importlib.metadata import PathDistribution
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,8 @@ def write_distribution(
     _uninstall(root, name)
     info = root / f"{safe}-{version}.dist-info"
     info.mkdir()
-    requirements = "".join(f"Requires-Dist: {line}\n" for line in requires)
-    files = {
-        info / "METADATA": (
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requirements}"
-        )
-    }
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    files = {info / "METADATA": metadata + "".join(f"Requires-Dist: {r}\n" for r in requires)}
     if entry_points:
         lines = [f"[{group}]"] + [f"{key} = {value}" for key, value in entry_points.items()]
         files[info / "entry_points.txt"] = "\n".join(lines) + "\n"
@@ -82,7 +79,7 @@ def write_distribution(
     return info
 
 
-def _uninstall(root: str | os.PathLike[str], name: str) -> None:
+def _uninstall(root: Path, name: str) -> None:
     """Remove every copy of distribution *name* from *root*, as ``pip uninstall`` does.
 
     Each copy's files listed in its ``RECORD`` (with their cached bytecode), the
@@ -90,18 +87,14 @@ def _uninstall(root: str | os.PathLike[str], name: str) -> None:
     files are dropped from :data:`sys.modules`. Names compare as pip compares them
     (``My.Plugin`` is ``my-plugin``).
     """
-    root = Path(root).resolve()
+    root = root.resolve()
     wanted = normalize_distribution(name)
     removed: list[Path] = []
     for info in sorted(root.glob("*.dist-info")):
         if normalize_distribution(info.name.partition("-")[0]) != wanted:
             continue
-        try:
-            rows = list(csv.reader(io.StringIO((info / "RECORD").read_text(encoding="utf-8"))))
-        except OSError:
-            rows = []
-        for row in rows:
-            path = (root / row[0]).resolve() if row else root
+        for recorded in PathDistribution(info).files or ():  # None without a RECORD
+            path = (root / recorded).resolve()
             if path == root or root not in path.parents or info in path.parents:
                 continue  # outside the site, or the dist-info itself (removed below)
             files = [path]
@@ -116,12 +109,10 @@ def _uninstall(root: str | os.PathLike[str], name: str) -> None:
         while directory != root and directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
             directory = directory.parent
-    gone = {str(file) for file in removed}
     for module_name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
-        if gone and origin and str(Path(origin).resolve()) in gone:
+        if removed and origin and Path(origin).resolve() in removed:
             del sys.modules[module_name]  # the next import reads the new copy
-    importlib.invalidate_caches()
 
 
 class PluginSite:

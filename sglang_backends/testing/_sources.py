@@ -32,7 +32,8 @@ def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
         return
     if isinstance(factory, functools.partial):
         for module in list(sys.modules.values()):
-            names = _names_of(module, factory)
+            # The global names bound to it; an object in sys.modules may have no __dict__.
+            names = {k for k, v in getattr(module, "__dict__", {}).items() if v is factory}
             tree = _parse(getattr(module, "__file__", None)) if names else None
             for node in ast.walk(tree) if tree else ():
                 # Where a name holding it is assigned: ``factory = partial(...)``.
@@ -48,14 +49,6 @@ def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
     for node in ast.walk(_parse(code.co_filename) or ast.Module(body=[], type_ignores=[])):
         if _defines(node, code):
             yield from _calls(node)
-
-
-def _names_of(module: object, value: object) -> set[str]:
-    """The global names of *module* bound to *value*."""
-    try:
-        return {k for k, v in vars(module).items() if v is value}
-    except TypeError:
-        return set()
 
 
 def _parse(filename: str | None) -> ast.AST | None:

@@ -122,16 +122,13 @@ def _stop_under(
     reader.start()
     seen: set[psutil.Process] = set()
 
-    def look() -> None:
-        seen.update(tree.descendants(proc.pid))
-
     def tail() -> str:
         return " | ".join(line.rstrip() for line in lines[-5:]) or "no output"
 
     try:
         deadline = time.monotonic() + (start_timeout if ready else 1.0)
         while time.monotonic() < deadline and proc.poll() is None:
-            look()
+            seen.update(tree.descendants(proc.pid))
             if ready and any(ready in line for line in lines):
                 break
             time.sleep(0.05)
@@ -146,7 +143,7 @@ def _stop_under(
                     f"Serve backend {name!r} under {host} did not print {ready!r} within "
                     f"{start_timeout:g} s ({shown}): {tail()}"
                 )
-        look()
+        seen.update(tree.descendants(proc.pid))
         processes.send(proc.pid, signum, group=True)
         try:
             status = proc.wait(stop_timeout)
