@@ -13,7 +13,6 @@ import base64
 import csv
 import hashlib
 import importlib
-import io
 import os
 import re
 import shutil
@@ -65,16 +64,15 @@ def write_distribution(
         files[info / "entry_points.txt"] = "\n".join(lines) + "\n"
     for relative, source in (modules or {}).items():
         files[root / relative] = textwrap.dedent(source)
-    record = io.StringIO()
-    writer = csv.writer(record, lineterminator="\n")
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = text.encode("utf-8")
-        path.write_bytes(data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        writer.writerow([path.relative_to(root).as_posix(), f"sha256={digest}", len(data)])
-    writer.writerow([f"{info.name}/RECORD", "", ""])
-    (info / "RECORD").write_text(record.getvalue(), encoding="utf-8")
+    with open(info / "RECORD", "w", encoding="utf-8", newline="") as record:
+        writer = csv.writer(record, lineterminator="\n")
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = text.encode("utf-8")
+            path.write_bytes(data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            writer.writerow([path.relative_to(root).as_posix(), f"sha256={digest}", len(data)])
+        writer.writerow([f"{info.name}/RECORD", "", ""])
     importlib.invalidate_caches()
     return info
 
