@@ -93,7 +93,7 @@ def _uninstall(root: Path, name: str) -> None:
             continue
         for recorded in PathDistribution(info).files or ():  # None without a RECORD
             path = (root / recorded).resolve()
-            if path == root or root not in path.parents or info in path.parents:
+            if root not in path.parents or info in path.parents:
                 continue  # outside the site, or the dist-info itself (removed below)
             files = [path]
             if path.suffix == ".py":  # and its bytecode, for every interpreter and level

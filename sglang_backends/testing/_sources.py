@@ -34,8 +34,7 @@ def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
         for module in list(sys.modules.values()):
             # The global names bound to it; an object in sys.modules may have no __dict__.
             names = {k for k, v in getattr(module, "__dict__", {}).items() if v is factory}
-            tree = _parse(getattr(module, "__file__", None)) if names else None
-            for node in ast.walk(tree) if tree else ():
+            for node in ast.walk(_parse(getattr(module, "__file__", None))) if names else ():
                 # Where a name holding it is assigned: ``factory = partial(...)``.
                 if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id in names for t in node.targets
@@ -46,18 +45,17 @@ def _declarations(factory: object, depth: int = 0) -> Iterator[ast.Call]:
     code = getattr(inspect.unwrap(factory), "__code__", None)  # type: ignore[arg-type]
     if code is None:
         return
-    for node in ast.walk(_parse(code.co_filename) or ast.Module(body=[], type_ignores=[])):
+    for node in ast.walk(_parse(code.co_filename)):
         if _defines(node, code):
             yield from _calls(node)
 
 
-def _parse(filename: str | None) -> ast.AST | None:
-    if not filename:
-        return None
+def _parse(filename: str | None) -> ast.Module:
+    """*filename*'s source, parsed; an empty module when it has none or it does not parse."""
     try:
-        return ast.parse("".join(linecache.getlines(filename)))
+        return ast.parse("".join(linecache.getlines(filename or "")))
     except (SyntaxError, ValueError):
-        return None
+        return ast.Module(body=[], type_ignores=[])
 
 
 def _calls(tree: ast.AST) -> Iterator[ast.Call]:
