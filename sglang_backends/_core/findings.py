@@ -175,22 +175,6 @@ class GeneralPlugin(NamedTuple):
     status: str
 
 
-def _other_platforms(
-    environ: Mapping[str, str], installed: Iterable[InstalledDistribution]
-) -> frozenset[str]:
-    """Distributions providing a platform ``SGLANG_PLATFORM`` did not pick (normalized)."""
-    selected = environ.get("SGLANG_PLATFORM", "")
-    if not selected:
-        return frozenset()
-    return frozenset(
-        normalize_distribution(plugin.distribution)
-        for name, found in discover(PLATFORM_PLUGINS_GROUP, installed).items()
-        if name != selected
-        for plugin in found
-        if plugin.distribution
-    )
-
-
 def general_plugins(
     installed: Iterable[InstalledDistribution],
     *,
@@ -211,7 +195,16 @@ def general_plugins(
     if not found:
         return []
     allowed = general_plugins_allowed(env.get("SGLANG_PLUGINS", ""))
-    excluded = _other_platforms(env, installed)
+    # The distributions providing a platform SGLANG_PLATFORM did not pick (normalized).
+    platform = env.get("SGLANG_PLATFORM", "")
+    platforms = discover(PLATFORM_PLUGINS_GROUP, installed) if platform else {}
+    excluded = {
+        normalize_distribution(plugin.distribution)
+        for name, providers in platforms.items()
+        if name != platform
+        for plugin in providers
+        if plugin.distribution
+    }
     plugins: list[GeneralPlugin] = []
     for name in sorted(found):
         for plugin in found[name]:

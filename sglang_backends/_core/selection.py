@@ -32,6 +32,7 @@ from sglang_backends.errors import (
 
 if TYPE_CHECKING:
     from sglang_backends._core.inventory import Inventory
+    from sglang_backends._core.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
@@ -373,15 +374,13 @@ def _closest_name(
 
 
 def warn_unknown_selection(
+    settings: Settings,
     installed: Collection[str],
     builtin_names: Collection[str],
-    *,
-    enabled: Collection[str] | None,
-    disabled: Collection[str],
-    preferred: Collection[str],
     origins: Mapping[str, str],
 ) -> dict[str, list[str]]:
-    """Warn about names in the enabled/disabled/preferred lists that name no installed plugin.
+    """Warn about names in *settings*' enabled/disabled/preferred lists that name no
+    installed plugin.
 
     A typo in a list must not pass silently, nor a built-in's name, which
     changes nothing (the lists apply to plugins; built-ins are always
@@ -396,11 +395,10 @@ def warn_unknown_selection(
     """
     unknown: dict[str, list[str]] = {}
     listed: str | None = None  # the installed names, joined once however many are unknown
-    lists = (("enabled", enabled or ()), ("disabled", disabled), ("preferred", preferred))
-    for label, names in lists:
+    for label in ("enabled", "disabled", "preferred"):
         origin = origins.get(label)
         unknown[label] = []
-        for name in sorted(names):
+        for name in sorted(set(getattr(settings, label) or ())):
             if name in installed or (label == "preferred" and name in builtin_names):
                 continue
             if name in builtin_names:
