@@ -343,9 +343,7 @@ def report(
         selected = next((name for name in preferred if name in matches), None)
     else:
         selected = FALLBACK_BACKEND
-    return DetectionReport(
-        outcomes=outcomes, matches=matches, selected=selected, fallback=not matches
-    )
+    return DetectionReport(outcomes, matches, selected, fallback=not matches)
 
 
 def _detect(

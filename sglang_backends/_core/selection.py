@@ -185,8 +185,7 @@ def check_lists(
         raise ConfigurationError(
             f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
         )
-    lists = (("enabled", enabled), ("disabled", disabled), ("preferred", preferred))
-    for label, names in lists:
+    for label, names in (("enabled", enabled), ("disabled", disabled), ("preferred", preferred)):
         if isinstance(names, str):
             raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
 
