@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
@@ -176,27 +176,21 @@ class GeneralPlugin(NamedTuple):
 
 
 def general_plugins(
-    installed: Iterable[InstalledDistribution],
-    *,
-    sglang: bool,
-    environ: Mapping[str, str] | None = None,
+    installed: Iterable[InstalledDistribution], *, sglang: bool
 ) -> list[GeneralPlugin]:
-    """Every general plugin of *installed*, sorted by name then provider, with its status.
+    """Every general plugin of *installed*, sorted by name then provider, with its status
+    under this process's ``SGLANG_PLUGINS`` and ``SGLANG_PLATFORM``.
 
     :param installed: the distributions to read (a survey's), so the path is read once.
-
     :param sglang: whether SGLang, which runs them, is installed.
-    :param environ: where ``SGLANG_PLUGINS`` and ``SGLANG_PLATFORM`` are read;
-        ``os.environ`` by default.
     """
-    env = os.environ if environ is None else environ
     installed = tuple(installed)
     found = discover(GENERAL_PLUGINS_GROUP, installed)
     if not found:
         return []
-    allowed = general_plugins_allowed(env.get("SGLANG_PLUGINS", ""))
+    allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
     # The distributions providing a platform SGLANG_PLATFORM did not pick (normalized).
-    platform = env.get("SGLANG_PLATFORM", "")
+    platform = os.environ.get("SGLANG_PLATFORM", "")
     platforms = discover(PLATFORM_PLUGINS_GROUP, installed) if platform else {}
     excluded = {
         normalize_distribution(plugin.distribution)
