@@ -307,12 +307,17 @@ def unknown_backend(
     name: str,
     values: Collection[str],
     discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
-    builtin_names: Collection[str] = (),
+    builtin_names: Collection[str],
     *,
     selected: Inventory | None = None,
 ) -> UnknownBackendError:
     """The one wording of a name that designates nothing usable, with the closest name
-    (``; did you mean 'x'?``, :func:`_closest_name`); a left-out one is said to be.
+    (``; did you mean 'x'?``); a left-out one is said to be.
+
+    ``DIST:NAME`` with a wrong ``DIST`` and an installed ``NAME`` is offered
+    that name's ``DIST:NAME`` (:func:`qualified`), the closest distribution
+    first; otherwise the closest of *values*, the installed names, and, for a
+    name with a colon, each plugin's ``DIST:NAME`` that picks it.
 
     :param values: what may be given instead (``serve``: ``auto`` and the inventory's
         available names; ``check``: every built-in and installed plugin).
@@ -321,7 +326,24 @@ def unknown_backend(
     :param selected: the inventory whose enabled and disabled lists may leave the closest
         name out, which is then said (where the lists were set too).
     """
-    close, found = _closest_name(name, values, discovered, builtin_names)
+    dist, plain = split_qualified_name(name)
+    # Each name that may be offered, and its plugin (None for a built-in of values).
+    offers: dict[str, PluginEntryPoint | None] = {}
+    if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
+        for plugin in discovered.get(plain, ()):
+            if q := qualified(plugin, discovered):
+                offers[q] = plugin
+    if offers:
+        close: str | None = closest(name, offers) or next(iter(offers))
+    else:
+        offers = dict.fromkeys(values)
+        for providers in discovered.values():
+            for plugin in providers:
+                offers.setdefault(plugin.name, plugin)
+                if dist is not None and (q := qualified(plugin, discovered)):
+                    offers.setdefault(q, plugin)
+        close = closest(name, offers)
+    found = None if close is None else offers[close]
     suggestion = meant(close)
     if (
         found is not None
@@ -337,39 +359,6 @@ def unknown_backend(
         f"Unknown serve backend {name!r}{suggestion} Available values: {', '.join(values)}.",
         name=name,
     )
-
-
-def _closest_name(
-    name: str,
-    values: Iterable[str],
-    discovered: Mapping[str, Sequence[PluginEntryPoint]],
-    builtin_names: Collection[str],
-) -> tuple[str | None, PluginEntryPoint | None]:
-    """The name to offer for *name*, which designates nothing usable, and its plugin
-    (``None`` for a built-in of *values*); ``(None, None)`` when none is close.
-
-    ``DIST:NAME`` with a wrong ``DIST`` and an installed ``NAME`` gets that
-    name's ``DIST:NAME`` (:func:`qualified`), the closest distribution first;
-    otherwise the closest of *values*, the installed names, and, for a name
-    with a colon, each plugin's ``DIST:NAME`` that picks it.
-    """
-    dist, plain = split_qualified_name(name)
-    offers: dict[str, PluginEntryPoint] = {}
-    if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
-        for plugin in discovered.get(plain, ()):
-            if q := qualified(plugin, discovered):
-                offers[q] = plugin
-    if offers:
-        pick = closest(name, offers) or next(iter(offers))
-        return pick, offers[pick]
-    known: dict[str, PluginEntryPoint | None] = dict.fromkeys(values)
-    for found in discovered.values():
-        for plugin in found:
-            known.setdefault(plugin.name, plugin)
-            if dist is not None and (q := qualified(plugin, discovered)):
-                known.setdefault(q, plugin)
-    close = closest(name, known)
-    return (None, None) if close is None else (close, known[close])
 
 
 def warn_unknown_selection(
