@@ -433,11 +433,10 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
         names.add(name)
         listed = ", ".join(p.provider for p in discovered[name])
         example = _example(discovered[name], discovered)
-        advice = (
-            f"select one as DIST:NAME (e.g. {example!r})"
-            if example
-            else "no DIST:NAME picks one of them"
-        )
+        if example:
+            advice = f"select one as DIST:NAME (e.g. {example!r})"
+        else:
+            advice = "no DIST:NAME picks one of them"
         reasons.append(
             f"plugin {name!r} has duplicate providers ({listed}), so none was asked; {advice}"
         )
