@@ -383,10 +383,15 @@ def warn_unknown_selection(
     """
     unknown: dict[str, list[str]] = {}
     listed: str | None = None  # the installed names, joined once however many are unknown
-    for label in ("enabled", "disabled", "preferred"):
+    lists = {
+        "enabled": frozenset(settings.enabled or ()),
+        "disabled": frozenset(settings.disabled),
+        "preferred": settings.preferred,  # as given: a name given twice is warned about twice
+    }
+    for label, names in lists.items():
         origin = origins.get(label)
         unknown[label] = []
-        for name in sorted(set(getattr(settings, label) or ())):
+        for name in sorted(names):
             if name in installed or (label == "preferred" and name in builtin_names):
                 continue
             if name in builtin_names:
