@@ -325,10 +325,16 @@ def report(
         *preferred*, else nothing (ambiguous); none selects
         :data:`~sglang_backends._core.names.FALLBACK_BACKEND`.
     """
-    backends = [c for c in candidates if isinstance(c, RegisteredServeBackend)]
-    detected = iter(_run_detectors(backends, request, timeout=timeout, progress=progress))
+    # Each loaded backend's detector runs concurrently; a backend without one is not asked.
+    runs = {
+        i: TimedRun(partial(_detect, c, c.backend.detect, request, progress), f"detect-{c.name}")
+        for i, c in enumerate(candidates)
+        if isinstance(c, RegisteredServeBackend) and c.backend.detect is not None
+    }
+    run_each(runs.values(), timeout=timeout)
     outcomes = tuple(
-        next(detected) if isinstance(c, RegisteredServeBackend) else c for c in candidates
+        _outcome(c, runs.get(i), timeout) if isinstance(c, RegisteredServeBackend) else c
+        for i, c in enumerate(candidates)
     )
     matches = tuple(o.name for o in outcomes if o.verdict is Verdict.MATCH)
     if len(matches) == 1:
@@ -337,32 +343,7 @@ def report(
         selected = next((name for name in preferred if name in matches), None)
     else:
         selected = FALLBACK_BACKEND
-    return DetectionReport(
-        outcomes=outcomes, matches=matches, selected=selected, fallback=not matches
-    )
-
-
-def _run_detectors(
-    backends: Sequence[RegisteredServeBackend],
-    request: ServeRequest,
-    *,
-    timeout: float,
-    progress: Progress | None = None,
-) -> list[DetectionOutcome]:
-    """Run the detectors of *backends* on *request*, concurrently.
-
-    Returns one outcome per backend, in the given order. A detector that
-    raises, returns something other than a detection, or has not returned
-    within *timeout* seconds of its own start is logged as a WARNING and claims nothing.
-    """
-    runs = {
-        i: TimedRun(partial(_detect, b, b.backend.detect, request, progress), f"detect-{b.name}")
-        for i, b in enumerate(backends)
-        if b.backend.detect is not None
-    }
-    run_each(runs.values(), timeout=timeout)
-    finished = {index: run.within(timeout) for index, run in runs.items()}
-    return [_outcome(b, runs.get(i), finished.get(i), timeout) for i, b in enumerate(backends)]
+    return DetectionReport(outcomes, matches, selected, fallback=not matches)
 
 
 def _detect(
@@ -382,15 +363,19 @@ def _detect(
 def _outcome(
     registered: RegisteredServeBackend,
     run: TimedRun[ServeBackendDetection] | None,
-    finished: bool | None,
     timeout: float,
 ) -> DetectionOutcome:
-    """What *run*, the run of *registered*'s detector (``None``: it has none), concluded."""
+    """What *run*, the run of *registered*'s detector (``None``: it has none), concluded.
+
+    A detector that raises, returns something other than a detection, or has not
+    returned within *timeout* seconds of its own start is logged as a WARNING and
+    claims nothing.
+    """
     name = registered.name
     dist = registered.distribution
     if run is None:
         return DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist)
-    if not finished:
+    if not run.within(timeout):
         cause = f"detector did not return within {timeout:g} s"
         return skip_with_warning(name, dist, timeout, cause, Verdict.TIMEOUT)
     if run.error is not None:

@@ -193,13 +193,12 @@ def _location(dist: Distribution) -> str:
 
 def _key(dist: Distribution) -> str | None:
     """*dist*'s normalized name: its directory's, else its ``METADATA``'s; ``None`` if neither."""
-    stem_name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
-    if stem_name is not None:
-        return normalize_distribution(stem_name)
-    try:
-        name = _identity(dist)[0]
-    except Exception:  # noqa: BLE001 - reported when its entry points are read
-        return None
+    name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
+    if name is None:
+        try:
+            name = _identity(dist)[0]
+        except Exception:  # noqa: BLE001 - reported when its entry points are read
+            return None
     return normalize_distribution(name)
 
 

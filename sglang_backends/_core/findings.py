@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
@@ -175,43 +175,30 @@ class GeneralPlugin(NamedTuple):
     status: str
 
 
-def _other_platforms(
-    environ: Mapping[str, str], installed: Iterable[InstalledDistribution]
-) -> frozenset[str]:
-    """Distributions providing a platform ``SGLANG_PLATFORM`` did not pick (normalized)."""
-    selected = environ.get("SGLANG_PLATFORM", "")
-    if not selected:
-        return frozenset()
-    return frozenset(
-        normalize_distribution(plugin.distribution)
-        for name, found in discover(PLATFORM_PLUGINS_GROUP, installed).items()
-        if name != selected
-        for plugin in found
-        if plugin.distribution
-    )
-
-
 def general_plugins(
-    installed: Iterable[InstalledDistribution],
-    *,
-    sglang: bool,
-    environ: Mapping[str, str] | None = None,
+    installed: Iterable[InstalledDistribution], *, sglang: bool
 ) -> list[GeneralPlugin]:
-    """Every general plugin of *installed*, sorted by name then provider, with its status.
+    """Every general plugin of *installed*, sorted by name then provider, with its status
+    under this process's ``SGLANG_PLUGINS`` and ``SGLANG_PLATFORM``.
 
     :param installed: the distributions to read (a survey's), so the path is read once.
-
     :param sglang: whether SGLang, which runs them, is installed.
-    :param environ: where ``SGLANG_PLUGINS`` and ``SGLANG_PLATFORM`` are read;
-        ``os.environ`` by default.
     """
-    env = os.environ if environ is None else environ
     installed = tuple(installed)
     found = discover(GENERAL_PLUGINS_GROUP, installed)
     if not found:
         return []
-    allowed = general_plugins_allowed(env.get("SGLANG_PLUGINS", ""))
-    excluded = _other_platforms(env, installed)
+    allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
+    # The distributions providing a platform SGLANG_PLATFORM did not pick (normalized).
+    platform = os.environ.get("SGLANG_PLATFORM", "")
+    platforms = discover(PLATFORM_PLUGINS_GROUP, installed) if platform else {}
+    excluded = {
+        normalize_distribution(plugin.distribution)
+        for name, providers in platforms.items()
+        if name != platform
+        for plugin in providers
+        if plugin.distribution
+    }
     plugins: list[GeneralPlugin] = []
     for name in sorted(found):
         for plugin in found[name]:

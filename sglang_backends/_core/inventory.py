@@ -130,14 +130,7 @@ def take_inventory(
     installed = tuple(distributions() if installed is None else installed)
     discovered = discover(installed=installed)
     records = tuple(selection.classify(discovered, builtins, enabled=allowed, disabled=refused))
-    not_installed = selection.warn_unknown_selection(
-        discovered.keys(),
-        builtins,
-        enabled=allowed,
-        disabled=refused,
-        preferred=settings.preferred,
-        origins=origins,
-    )
+    not_installed = selection.warn_unknown_selection(settings, discovered.keys(), builtins, origins)
     usable = sorted({r.name for r in records if r.status.usable})
     inventory = Inventory(
         builtins,

@@ -195,30 +195,23 @@ class _BackendLoad(TimedRun[RegisteredServeBackend]):
         super().run()
         if self.error is not None and not isinstance(self.error, Exception):
             raise self.error
-        if self.detached:
-            self.drop_frames()
+        # A detached load's exceptions lose their tracebacks. Each traceback holds
+        # every frame of the failed import alive: with thousands of failed loads,
+        # every garbage collection walked millions of objects. Automatic detection's
+        # failures are outcomes, logged without a traceback; a load that fails for
+        # BackendLoader.load keeps them.
+        seen: set[int] = set()
+        exc: BaseException | None = self.error if self.detached else None
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            exc.__traceback__ = None
+            exc = exc.__cause__ or exc.__context__
 
     def result(self) -> RegisteredServeBackend:
         """The loaded backend; raises the load's exception if it failed."""
         if self.error is not None:
             raise self.error
         return cast(RegisteredServeBackend, self.value)
-
-    def drop_frames(self) -> None:
-        """Keep a failed load's exceptions without their tracebacks.
-
-        Each traceback holds every frame of the failed import alive: with
-        thousands of failed loads, every garbage collection walked millions of
-        objects. Automatic detection drops them, as its failures are outcomes,
-        logged without a traceback; a load that fails for :meth:`BackendLoader.load`
-        keeps them.
-        """
-        seen: set[int] = set()
-        exc = self.error
-        while exc is not None and id(exc) not in seen:
-            seen.add(id(exc))
-            exc.__traceback__ = None
-            exc = exc.__cause__ or exc.__context__
 
 
 def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.Event) -> None:

@@ -32,6 +32,7 @@ from sglang_backends.errors import (
 
 if TYPE_CHECKING:
     from sglang_backends._core.inventory import Inventory
+    from sglang_backends._core.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
@@ -184,8 +185,7 @@ def check_lists(
         raise ConfigurationError(
             f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
         )
-    lists = (("enabled", enabled), ("disabled", disabled), ("preferred", preferred))
-    for label, names in lists:
+    for label, names in (("enabled", enabled), ("disabled", disabled), ("preferred", preferred)):
         if isinstance(names, str):
             raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
 
@@ -307,12 +307,17 @@ def unknown_backend(
     name: str,
     values: Collection[str],
     discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
-    builtin_names: Collection[str] = (),
+    builtin_names: Collection[str],
     *,
     selected: Inventory | None = None,
 ) -> UnknownBackendError:
     """The one wording of a name that designates nothing usable, with the closest name
-    (``; did you mean 'x'?``, :func:`_closest_name`); a left-out one is said to be.
+    (``; did you mean 'x'?``); a left-out one is said to be.
+
+    ``DIST:NAME`` with a wrong ``DIST`` and an installed ``NAME`` is offered
+    that name's ``DIST:NAME`` (:func:`qualified`), the closest distribution
+    first; otherwise the closest of *values*, the installed names, and, for a
+    name with a colon, each plugin's ``DIST:NAME`` that picks it.
 
     :param values: what may be given instead (``serve``: ``auto`` and the inventory's
         available names; ``check``: every built-in and installed plugin).
@@ -321,7 +326,24 @@ def unknown_backend(
     :param selected: the inventory whose enabled and disabled lists may leave the closest
         name out, which is then said (where the lists were set too).
     """
-    close, found = _closest_name(name, values, discovered, builtin_names)
+    dist, plain = split_qualified_name(name)
+    # Each name that may be offered, and its plugin (None for a built-in of values).
+    offers: dict[str, PluginEntryPoint | None] = {}
+    if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
+        for plugin in discovered.get(plain, ()):
+            if q := qualified(plugin, discovered):
+                offers[q] = plugin
+    if offers:
+        close: str | None = closest(name, offers) or next(iter(offers))
+    else:
+        offers = dict.fromkeys(values)
+        for providers in discovered.values():
+            for plugin in providers:
+                offers.setdefault(plugin.name, plugin)
+                if dist is not None and (q := qualified(plugin, discovered)):
+                    offers.setdefault(q, plugin)
+        close = closest(name, offers)
+    found = None if close is None else offers[close]
     suggestion = meant(close)
     if (
         found is not None
@@ -339,49 +361,14 @@ def unknown_backend(
     )
 
 
-def _closest_name(
-    name: str,
-    values: Iterable[str],
-    discovered: Mapping[str, Sequence[PluginEntryPoint]],
-    builtin_names: Collection[str],
-) -> tuple[str | None, PluginEntryPoint | None]:
-    """The name to offer for *name*, which designates nothing usable, and its plugin
-    (``None`` for a built-in of *values*); ``(None, None)`` when none is close.
-
-    ``DIST:NAME`` with a wrong ``DIST`` and an installed ``NAME`` gets that
-    name's ``DIST:NAME`` (:func:`qualified`), the closest distribution first;
-    otherwise the closest of *values*, the installed names, and, for a name
-    with a colon, each plugin's ``DIST:NAME`` that picks it.
-    """
-    dist, plain = split_qualified_name(name)
-    offers: dict[str, PluginEntryPoint] = {}
-    if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
-        for plugin in discovered.get(plain, ()):
-            if q := qualified(plugin, discovered):
-                offers[q] = plugin
-    if offers:
-        pick = closest(name, offers) or next(iter(offers))
-        return pick, offers[pick]
-    known: dict[str, PluginEntryPoint | None] = dict.fromkeys(values)
-    for found in discovered.values():
-        for plugin in found:
-            known.setdefault(plugin.name, plugin)
-            if dist is not None and (q := qualified(plugin, discovered)):
-                known.setdefault(q, plugin)
-    close = closest(name, known)
-    return (None, None) if close is None else (close, known[close])
-
-
 def warn_unknown_selection(
+    settings: Settings,
     installed: Collection[str],
     builtin_names: Collection[str],
-    *,
-    enabled: Collection[str] | None,
-    disabled: Collection[str],
-    preferred: Collection[str],
     origins: Mapping[str, str],
 ) -> dict[str, list[str]]:
-    """Warn about names in the enabled/disabled/preferred lists that name no installed plugin.
+    """Warn about names in *settings*' enabled/disabled/preferred lists that name no
+    installed plugin.
 
     A typo in a list must not pass silently, nor a built-in's name, which
     changes nothing (the lists apply to plugins; built-ins are always
@@ -396,8 +383,12 @@ def warn_unknown_selection(
     """
     unknown: dict[str, list[str]] = {}
     listed: str | None = None  # the installed names, joined once however many are unknown
-    lists = (("enabled", enabled or ()), ("disabled", disabled), ("preferred", preferred))
-    for label, names in lists:
+    lists = {
+        "enabled": frozenset(settings.enabled or ()),
+        "disabled": frozenset(settings.disabled),
+        "preferred": settings.preferred,  # as given: a name given twice is warned about twice
+    }
+    for label, names in lists.items():
         origin = origins.get(label)
         unknown[label] = []
         for name in sorted(names):
@@ -447,11 +438,10 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
         names.add(name)
         listed = ", ".join(p.provider for p in discovered[name])
         example = _example(discovered[name], discovered)
-        advice = (
-            f"select one as DIST:NAME (e.g. {example!r})"
-            if example
-            else "no DIST:NAME picks one of them"
-        )
+        if example:
+            advice = f"select one as DIST:NAME (e.g. {example!r})"
+        else:
+            advice = "no DIST:NAME picks one of them"
         reasons.append(
             f"plugin {name!r} has duplicate providers ({listed}), so none was asked; {advice}"
         )
