@@ -10,7 +10,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import stevedore
 from cliff.command import Command
@@ -301,26 +301,22 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
 
 
-class _Probe(argparse.ArgumentParser):
-    """A parser that raises its errors (:class:`argparse.ArgumentError`) instead of exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise argparse.ArgumentError(None, message)
-
-
 class OptionSpans:
     """Which arguments are *parser*'s options, and how many arguments each spans (the option
     and its value), as argparse reads them.
 
     argparse keeps no public table of a parser's options, and cliff adds options of its own,
     so this asks argparse: a copy of *parser*'s options (``parents``; the copy must hold no
-    positional) parses the argument alone, once per distinct argument, which keeps a long
-    command line linear. An option wanting values is taken to want one, as every option
-    here and in cliff does, unless the argument carries it (``--opt=V``, ``-fjson``).
+    positional), raising its errors instead of exiting, parses the argument alone, once per
+    distinct argument, which keeps a long command line linear. An option wanting values is
+    taken to want one, as every option here and in cliff does, unless the argument carries
+    it (``--opt=V``, ``-fjson``).
     """
 
     def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self._probe = _Probe(parents=[parser], add_help=False, allow_abbrev=False)
+        self._probe = argparse.ArgumentParser(
+            parents=[parser], add_help=False, allow_abbrev=False, exit_on_error=False
+        )
         self.span: Callable[[str], int | None] = functools.cache(self._span)
 
     def _span(self, token: str) -> int | None:
