@@ -90,11 +90,9 @@ class _MetadataFormatters(stevedore.ExtensionManager[Any]):
     broken metadata.
     """
 
-    def __init__(
-        self, namespace: str, installed: Sequence[InstalledDistribution], **options: Any
-    ) -> None:
+    def __init__(self, namespace: str, installed: Sequence[InstalledDistribution]) -> None:
         self._installed = installed
-        super().__init__(namespace, **options)
+        super().__init__(namespace, invoke_on_load=True)
 
     def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
         found = discover(self.namespace, self._installed)
@@ -145,8 +143,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     # cliff has no public way to choose how formatter plugins are found; this
     # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
     def _load_formatter_plugins(self) -> Any:
-        installed = self.installed_distributions
-        return _MetadataFormatters(self.formatter_namespace, installed, invoke_on_load=True)
+        return _MetadataFormatters(self.formatter_namespace, self.installed_distributions)
 
     @functools.cached_property
     def installed_distributions(self) -> tuple[InstalledDistribution, ...]:
@@ -338,12 +335,12 @@ class OptionSpans:
 ENABLED = PluginStatus.ENABLED.value
 
 
-def builtin_status(name: str) -> str:
-    """How every command shows built-in *name*: enabled, or the SGLang it needs to serve
-    (not a failure: plugins serve without SGLang).
+def needs_sglang(name: str) -> str | None:
+    """How every command shows built-in *name* when it cannot serve here: the SGLang it needs
+    (not a failure: plugins serve without SGLang); ``None`` when it can.
     """
     if name not in INSTALL_COMMANDS or sglang_installed():
-        return ENABLED
+        return None
     return f"needs SGLang ({install_hint(name)})"
 
 
@@ -353,7 +350,7 @@ def builtin_row(name: str, backend: Any) -> tuple[Any, ...]:
     """
     run = getattr(backend, "run", backend)
     target = f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
-    return (name, "built-in", None, None, target, builtin_status(name))
+    return (name, "built-in", None, None, target, needs_sglang(name) or ENABLED)
 
 
 def plugin_row(plugin: PluginEntryPoint, status: str, origin: str = "plugin") -> tuple[Any, ...]:
