@@ -302,8 +302,7 @@ class DetectBackend(SelectionOptions, Lister):
         if result is None:
             why = _stalled(underway, crashed=worker.failure == "crashed")
             if why is None:
-                records = inventory.records
-                enabled = [r.plugin for r in records if r.status is PluginStatus.ENABLED]
+                enabled = [r.plugin for r in inventory.records if r.status is PluginStatus.ENABLED]
                 job = Job(action="load", settings=settings)
                 names = sorted(plugin.name for plugin in enabled)
                 bound = max(timeout, CULPRIT_TIMEOUT)
