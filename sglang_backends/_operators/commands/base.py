@@ -10,7 +10,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import stevedore
 from cliff.command import Command
@@ -90,11 +90,9 @@ class _MetadataFormatters(stevedore.ExtensionManager[Any]):
     broken metadata.
     """
 
-    def __init__(
-        self, namespace: str, installed: Sequence[InstalledDistribution], **options: Any
-    ) -> None:
+    def __init__(self, namespace: str, installed: Sequence[InstalledDistribution]) -> None:
         self._installed = installed
-        super().__init__(namespace, **options)
+        super().__init__(namespace, invoke_on_load=True)
 
     def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
         found = discover(self.namespace, self._installed)
@@ -145,8 +143,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     # cliff has no public way to choose how formatter plugins are found; this
     # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
     def _load_formatter_plugins(self) -> Any:
-        installed = self.installed_distributions
-        return _MetadataFormatters(self.formatter_namespace, installed, invoke_on_load=True)
+        return _MetadataFormatters(self.formatter_namespace, self.installed_distributions)
 
     @functools.cached_property
     def installed_distributions(self) -> tuple[InstalledDistribution, ...]:
@@ -301,26 +298,22 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
 
 
-class _Probe(argparse.ArgumentParser):
-    """A parser that raises its errors (:class:`argparse.ArgumentError`) instead of exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise argparse.ArgumentError(None, message)
-
-
 class OptionSpans:
     """Which arguments are *parser*'s options, and how many arguments each spans (the option
     and its value), as argparse reads them.
 
     argparse keeps no public table of a parser's options, and cliff adds options of its own,
     so this asks argparse: a copy of *parser*'s options (``parents``; the copy must hold no
-    positional) parses the argument alone, once per distinct argument, which keeps a long
-    command line linear. An option wanting values is taken to want one, as every option
-    here and in cliff does, unless the argument carries it (``--opt=V``, ``-fjson``).
+    positional), raising its errors instead of exiting, parses the argument alone, once per
+    distinct argument, which keeps a long command line linear. An option wanting values is
+    taken to want one, as every option here and in cliff does, unless the argument carries
+    it (``--opt=V``, ``-fjson``).
     """
 
     def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self._probe = _Probe(parents=[parser], add_help=False, allow_abbrev=False)
+        self._probe = argparse.ArgumentParser(
+            parents=[parser], add_help=False, allow_abbrev=False, exit_on_error=False
+        )
         self.span: Callable[[str], int | None] = functools.cache(self._span)
 
     def _span(self, token: str) -> int | None:
@@ -342,12 +335,12 @@ class OptionSpans:
 ENABLED = PluginStatus.ENABLED.value
 
 
-def builtin_status(name: str) -> str:
-    """How every command shows built-in *name*: enabled, or the SGLang it needs to serve
-    (not a failure: plugins serve without SGLang).
+def needs_sglang(name: str) -> str | None:
+    """How every command shows built-in *name* when it cannot serve here: the SGLang it needs
+    (not a failure: plugins serve without SGLang); ``None`` when it can.
     """
     if name not in INSTALL_COMMANDS or sglang_installed():
-        return ENABLED
+        return None
     return f"needs SGLang ({install_hint(name)})"
 
 
@@ -357,7 +350,7 @@ def builtin_row(name: str, backend: Any) -> tuple[Any, ...]:
     """
     run = getattr(backend, "run", backend)
     target = f"{getattr(run, '__module__', '?')}:{getattr(run, '__qualname__', repr(run))}"
-    return (name, "built-in", None, None, target, builtin_status(name))
+    return (name, "built-in", None, None, target, needs_sglang(name) or ENABLED)
 
 
 def plugin_row(plugin: PluginEntryPoint, status: str, origin: str = "plugin") -> tuple[Any, ...]:

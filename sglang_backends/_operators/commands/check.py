@@ -20,10 +20,9 @@ from sglang_backends._core.selection import (
 )
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
-    ENABLED,
     SelectionOptions,
-    builtin_status,
     default_jobs,
+    needs_sglang,
     positive_seconds,
 )
 from sglang_backends._operators.worker import Job, last_line, run_loads
@@ -162,7 +161,11 @@ class CheckBackends(SelectionOptions, Lister):
         results = run_loads(job, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
 
         names = parsed_args.names
-        rows = [_builtin_row(name) for name in inventory.builtins if not names or name in names]
+        rows: list[tuple[Any, ...]] = [  # a built-in: ok, or the SGLang it needs (as list, show)
+            (name, "built-in", None, None, needs_sglang(name) or "ok", 0.0, "built-in; not loaded")
+            for name in inventory.builtins
+            if not names or name in names
+        ]
         sglang: dict[str, str] = {}  # with --contract: SGLang's verdict, by plugin name
         for record, key in chosen:
             head = (record.name, "plugin", record.distribution, record.version)
@@ -200,8 +203,7 @@ class CheckBackends(SelectionOptions, Lister):
         rows += _not_installed(settings, inventory)
         self.failed = any(row[4] in FAILURES for row in rows)
         if parsed_args.contract:  # whether SGLang's own host was asked too, row by row
-            unasked = "not checked: not loaded"
-            rows = [(*row, sglang.get(row[0], unasked)) for row in rows]
+            rows = [(*row, sglang.get(row[0], "not checked: not loaded")) for row in rows]
             return (*COLUMNS, "SGLang"), self.safe_rows(parsed_args, rows)
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
@@ -251,13 +253,6 @@ def _not_installed(settings: Settings, inventory: Inventory) -> list[tuple[Any, 
         )
         rows.append((name, "plugin", None, None, "not installed", 0.0, detail))
     return rows
-
-
-def _builtin_row(name: str) -> tuple[Any, ...]:
-    """Built-in *name*'s row: ``ok``, or the SGLang it needs (as list and show say)."""
-    status = builtin_status(name)
-    outcome = "ok" if status == ENABLED else status
-    return (name, "built-in", None, None, outcome, 0.0, "built-in; not loaded")
 
 
 def _warn_of_sglang_scripts(log: Any, plugins: Iterable[PluginEntryPoint]) -> None:

@@ -18,11 +18,10 @@ from sglang_backends._core.progress import InFlight
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
-    ENABLED,
     OptionSpans,
     SelectionOptions,
-    builtin_status,
     default_jobs,
+    needs_sglang,
     positive_seconds,
 )
 from sglang_backends._operators.worker import Job, run_isolated, run_loads
@@ -117,8 +116,8 @@ def _fails(name: str) -> str:
     """``, which needs SGLang (…): serve fails here`` for a built-in that cannot serve here,
     as list, show and check give its status; else empty.
     """
-    status = builtin_status(name)
-    return "" if status == ENABLED else f", which {status}: serve fails here"
+    status = needs_sglang(name)
+    return f", which {status}: serve fails here" if status else ""
 
 
 class _RequestParser(argparse.ArgumentParser):
@@ -303,8 +302,7 @@ class DetectBackend(SelectionOptions, Lister):
         if result is None:
             why = _stalled(underway, crashed=worker.failure == "crashed")
             if why is None:
-                records = inventory.records
-                enabled = [r.plugin for r in records if r.status is PluginStatus.ENABLED]
+                enabled = [r.plugin for r in inventory.records if r.status is PluginStatus.ENABLED]
                 job = Job(action="load", settings=settings)
                 names = sorted(plugin.name for plugin in enabled)
                 bound = max(timeout, CULPRIT_TIMEOUT)

@@ -74,20 +74,18 @@ class ListBackends(SelectionOptions, Lister):
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         _, inventory = self.inventory(parsed_args)
         general = general_plugins(inventory.distributions, sglang=sglang_installed())
-        plugins = [*(record.plugin for record in inventory.records), *(g.plugin for g in general)]
+        shown = [(record.plugin, record.status.value, "plugin") for record in inventory.records]
+        shown += [(g.plugin, g.status, "general") for g in general]
         # Read once per distribution: several entry points share one.
-        cells = {key: _requirements(plugin) for key, plugin in distributions_of(plugins).items()}
-
-        def requirements(plugin: PluginEntryPoint) -> str | None:
-            return cells.get(normalize_distribution(plugin.distribution or ""))
-
+        plugins = distributions_of(plugin for plugin, _, _ in shown)
+        cells = {key: _requirements(plugin) for key, plugin in plugins.items()}
         rows = [(*builtin_row(name, b), None) for name, b in inventory.builtins.items()]
         rows += [
-            (*plugin_row(record.plugin, record.status.value), requirements(record.plugin))
-            for record in inventory.records
-        ]
-        rows += [
-            (*plugin_row(g.plugin, g.status, "general"), requirements(g.plugin)) for g in general
+            (
+                *plugin_row(plugin, status, origin),
+                cells.get(normalize_distribution(plugin.distribution or "")),
+            )
+            for plugin, status, origin in shown
         ]
         return COLUMNS, self.safe_rows(parsed_args, rows)
 

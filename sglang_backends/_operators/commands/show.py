@@ -108,12 +108,10 @@ class ShowBackend(SelectionOptions, ShowOne):
             documented = backend.run if plugin is None else plugin.entry_point.load()
         if plugin is None:
             head = builtin_row(registered.name, backend)
-            unmet = None
-            shadowed = None
+            foretold: tuple[str | None, str | None] = (None, None)
         else:
             head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
-            unmet = unmet_text(plugin)
-            shadowed = shadowed_text(plugin)
+            foretold = (unmet_text(plugin), shadowed_text(plugin))
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
         values = (
@@ -123,8 +121,7 @@ class ShowBackend(SelectionOptions, ShowOne):
             backend.requires_model_path,
             summary,
             seconds,
-            unmet,
-            shadowed,
+            *foretold,
         )
         [safe] = self.safe_rows(parsed_args, [values])
         return FIELDS, safe
