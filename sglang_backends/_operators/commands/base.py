@@ -10,7 +10,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import stevedore
 from cliff.command import Command
@@ -298,6 +298,14 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
 
 
+class _Probe(argparse.ArgumentParser):
+    """A parser that raises its errors (:class:`argparse.ArgumentError`) instead of exiting,
+    on every Python: what ``exit_on_error=False`` covers has changed between releases."""
+
+    def error(self, message: str) -> NoReturn:
+        raise argparse.ArgumentError(None, message)
+
+
 class OptionSpans:
     """Which arguments are *parser*'s options, and how many arguments each spans (the option
     and its value), as argparse reads them.
@@ -311,9 +319,7 @@ class OptionSpans:
     """
 
     def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self._probe = argparse.ArgumentParser(
-            parents=[parser], add_help=False, allow_abbrev=False, exit_on_error=False
-        )
+        self._probe = _Probe(parents=[parser], add_help=False, allow_abbrev=False)
         self.span: Callable[[str], int | None] = functools.cache(self._span)
 
     def _span(self, token: str) -> int | None:
