@@ -62,18 +62,24 @@ print(time.perf_counter() - t)
 )
 
 
+def sleepy_site(directory: Path) -> Path:
+    """:data:`PLUGINS` plugins whose detectors each sleep :data:`SLEEP` s and decline."""
+    for index in range(PLUGINS):
+        write_distribution(
+            directory,
+            f"sleepy-{index}",
+            entry_points={f"sleepy{index}": f"sleepy{index}:factory"},
+            modules={f"sleepy{index}.py": PLUGIN},
+        )
+    return directory
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        for index in range(PLUGINS):
-            write_distribution(
-                tmp,
-                f"sleepy-{index}",
-                entry_points={f"sleepy{index}": f"sleepy{index}:factory"},
-                modules={f"sleepy{index}.py": PLUGIN},
-            )
+        sleepy_site(Path(tmp))
         cases = {
             "`registry.auto_detect(request)` (concurrent)": python(CONCURRENT),
             "detectors one after another (SGLang's loop)": python(SEQUENTIAL),

@@ -37,9 +37,8 @@ from benchmarks.common import (
     python,
     table,
 )
-from benchmarks.detection import PLUGIN as SLEEPING
 from benchmarks.detection import PLUGINS as SLEEPY
-from benchmarks.detection import SLEEP
+from benchmarks.detection import SLEEP, sleepy_site
 from sglang_backends.testing import write_distribution
 
 BROKEN = 10000
@@ -125,18 +124,6 @@ def broken_site(directory: Path, count: int) -> Path:
         entry_points={"bench_match": "bench_match_plugin:factory"},
         modules={"bench_match_plugin.py": MATCHING},
     )
-    return directory
-
-
-def sleepy_site(directory: Path) -> Path:
-    """:data:`SLEEPY` plugins whose detectors each sleep :data:`SLEEP` s and decline."""
-    for index in range(SLEEPY):
-        write_distribution(
-            directory,
-            f"sleepy-{index}",
-            entry_points={f"sleepy{index}": f"sleepy{index}:factory"},
-            modules={f"sleepy{index}.py": SLEEPING},
-        )
     return directory
 
 
