@@ -4,11 +4,11 @@ Package metadata is untrusted: a distribution name, a version, an entry point
 or a docstring may carry terminal escape sequences, and so may what plugins
 raise. Every line ``serve``, its supervisor and the operator commands write to
 a terminal passes through here: :func:`error`, :func:`note`, :func:`say` and
-:func:`traceback_of` to stderr, :func:`show` to stdout, :func:`terminal_log` (with
-:class:`PrintableRecords`) for log records, :func:`printable` for what cliff's table
-formatters show. A
-backend's own output (its ``run()``, its help) is the backend's. It flushes the streams too:
-:func:`flush` before a fork or an exit, :func:`run_command` as a command ends.
+:func:`traceback_of` to stderr, :func:`show` to stdout, :func:`terminal_log`
+(with :class:`PrintableRecords`) for log records, :func:`printable` for what
+cliff's table formatters show. A backend's own output (its ``run()``, its
+help) is the backend's. It flushes the streams too: :func:`flush` before a
+fork or an exit, :func:`run_command` as a command ends.
 """
 
 from __future__ import annotations
