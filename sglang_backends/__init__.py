@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from sglang_backends._core.detection import DetectionReport
-    from sglang_backends._core.settings import DEFAULT_DETECT_TIMEOUT, DEFAULT_LOAD_TIMEOUT
     from sglang_backends.contract import (
         RESERVED_SERVE_BACKEND_NAMES,
         SERVE_BACKEND_API_VERSION,
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
     from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = [
-    "DEFAULT_DETECT_TIMEOUT",
-    "DEFAULT_LOAD_TIMEOUT",
     "RESERVED_SERVE_BACKEND_NAMES",
     "SERVE_BACKENDS_GROUP",
     "SERVE_BACKEND_API_VERSION",
@@ -59,8 +56,6 @@ __all__ += _errors.__all__
 
 #: Where each name of ``__all__`` that is not an error lives, when not in the contract.
 _LAZY = {
-    "DEFAULT_DETECT_TIMEOUT": "sglang_backends._core.settings",
-    "DEFAULT_LOAD_TIMEOUT": "sglang_backends._core.settings",
     "DetectionReport": "sglang_backends._core.detection",
     "ServeBackendRegistry": "sglang_backends.registry",
 }

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = [
-    "GROUP",
-    "OPTS",
     "list_opts",
     "load_settings",
     "read_settings",
@@ -45,7 +43,7 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 #: The configuration group every option lives in.
-GROUP = "serve_backends"
+_GROUP = "serve_backends"
 
 
 class _Seconds(types.Float):
@@ -69,7 +67,7 @@ _POSITIVE = _Seconds(MIN_TIMEOUT)
 #: The defaults without configuration, which the options share.
 _DEFAULT = Settings()
 
-OPTS = [
+_OPTS = [
     cfg.StrOpt(
         "model_type",
         regex=_NAME_PATTERN,
@@ -121,7 +119,7 @@ OPTS = [
     ),
 ]
 
-_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in OPTS)  # as oslo.config reads
+_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in _OPTS)  # as oslo.config reads
 _Sections = dict[str, dict[str, list[str]]]  # a file, as oslo.config's parser reads it
 #: ``(path, sections)`` per file read, in order; ``None`` for a pipe, which is read only once.
 _Parsed = list[tuple[str, "_Sections | None"]]
@@ -130,12 +128,12 @@ _Parsed = list[tuple[str, "_Sections | None"]]
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
     """The options, for ``oslo-config-generator --namespace sglang_backends``."""
     help = "Which serve backend (driver) handles a request, and which plugins may be loaded."
-    return [(cfg.OptGroup(GROUP, title="Serve backends", help=help), list(OPTS))]
+    return [(cfg.OptGroup(_GROUP, title="Serve backends", help=help), list(_OPTS))]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register the ``[serve_backends]`` options on *conf*."""
-    conf.register_opts(OPTS, group=GROUP)
+    conf.register_opts(_OPTS, group=_GROUP)
 
 
 def load_settings(
@@ -174,7 +172,7 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
         LOG.warning("%s is deprecated; set %s instead", STOP_TIMEOUT_ENV, variable)
     if legacy is not None and variable not in os.environ:
         try:
-            conf.set_override("stop_timeout", legacy, GROUP)
+            conf.set_override("stop_timeout", legacy, _GROUP)
         except ValueError as exc:
             where = f"environment variable {STOP_TIMEOUT_ENV}"
             problems.append(_invalid("stop_timeout", legacy, where, exc))
@@ -208,14 +206,14 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
     """
     values: dict[str, Any] = {}
     located: list[tuple[str, str]] = []
-    for opt in OPTS:
+    for opt in _OPTS:
         try:
-            values[opt.dest] = conf[GROUP][opt.dest]
+            values[opt.dest] = conf[_GROUP][opt.dest]
         except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
             problems.append(_refused(opt.dest, exc, parsed))
             values[opt.dest] = opt.default
             continue
-        where = _where(conf.get_location(opt.dest, GROUP))
+        where = _where(conf.get_location(opt.dest, _GROUP))
         if where:
             located.append((opt.dest, where))
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
@@ -246,7 +244,7 @@ def _where(location: cfg.LocationInfo | None) -> str | None:
 
 def _invalid(name: str, text: str, where: str, cause: object) -> str:
     shown = f" {text!r}" if text else ""
-    return f"Invalid value{shown} for option [{GROUP}] {name} in {where}: {cause}"
+    return f"Invalid value{shown} for option [{_GROUP}] {name} in {where}: {cause}"
 
 
 def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
@@ -260,7 +258,7 @@ def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
         if sections is None:  # a pipe, which may have
             found.append(("", path))
         for section, options in (sections or {}).items():
-            if section.lower() == GROUP and options.get(name):
+            if section.lower() == _GROUP and options.get(name):
                 found.append((options[name][-1], path))
     if variable in os.environ:
         found.append((os.environ[variable], f"environment variable {variable}"))
@@ -330,12 +328,12 @@ def _parse(path: str, *, as_file: bool) -> _Sections | None:
 def _unknown(parsed: _Parsed) -> Iterator[str]:
     """A line for each group, option and ``OS_SERVE_BACKENDS__*`` variable nothing reads, with
     the closest known name: oslo.config ignores them silently."""
-    known = [opt.dest for opt in OPTS]
+    known = [opt.dest for opt in _OPTS]
     for path, sections in parsed:
         for section, options in (sections or {}).items():
-            if section.lower() == GROUP:  # oslo.config folds group names to lower case
+            if section.lower() == _GROUP:  # oslo.config folds group names to lower case
                 yield from (
-                    f"Ignoring unknown option {option!r} in [{GROUP}] of {path}"
+                    f"Ignoring unknown option {option!r} in [{_GROUP}] of {path}"
                     f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
                     for option in options
                     if option not in known
@@ -343,14 +341,14 @@ def _unknown(parsed: _Parsed) -> Iterator[str]:
             elif section == "DEFAULT":
                 yield from (
                     f"Ignoring option {option!r} in [DEFAULT] of {path}"
-                    f"{f' (it belongs in [{GROUP}])' if option in known else ''}: "
-                    f"sglang-backends reads only the [{GROUP}] group."
+                    f"{f' (it belongs in [{_GROUP}])' if option in known else ''}: "
+                    f"sglang-backends reads only the [{_GROUP}] group."
                     for option in options
                 )
             else:
                 yield (
                     f"Ignoring unknown group [{section}] in {path}"
-                    f"{did_you_mean(section, [GROUP])} sglang-backends reads only [{GROUP}]."
+                    f"{did_you_mean(section, [_GROUP])} sglang-backends reads only [{_GROUP}]."
                 )
     variables = sorted(_VARIABLES)
     yield from (

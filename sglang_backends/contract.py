@@ -37,8 +37,6 @@ __all__ = [
     "RegisteredServeBackend",
     "ServeBackend",
     "ServeBackendDetection",
-    "ServeBackendDetector",
-    "ServeBackendRunner",
     "ServeRequest",
     "coerce_backend",
     "coerce_detection",
@@ -96,6 +94,7 @@ class ServeRequest:
         return cls(*dispatch.request_fields(dispatch.parse_host_options(argv).argv))
 
 
+#: The two callables' types, defined (and left out of ``__all__``) as upstream does.
 ServeBackendRunner = Callable[[ServeRequest], None]
 ServeBackendDetector = Callable[[ServeRequest], ServeBackendDetection]
 

@@ -22,7 +22,6 @@ extensions = [
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_preserve_defaults = True  # show "opts=OPTS", not the option objects
 autodoc_default_options = {"members": True, "show-inheritance": True}
 nitpicky = False
 intersphinx_mapping = {}
