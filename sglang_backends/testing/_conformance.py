@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import sglang_backends
 from sglang_backends._core import tree
-from sglang_backends._core.detection import TimedRun
+from sglang_backends._core.detection import TimedRun, run_each
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import load_sglang
 from sglang_backends.contract import (
@@ -83,21 +83,6 @@ def _breach(name: str, problem: str) -> ContractViolation:
     return ContractViolation(f"Serve backend {name!r}: {problem}")
 
 
-def _bounded(
-    function: Callable[[], object],
-    label: str,
-    timeout: float,
-    watch: Callable[[], None] = lambda: None,
-) -> TimedRun[object]:
-    """Run plugin code in a thread named *label*, polling *watch*, for at most *timeout* s."""
-    run = TimedRun(function, label)
-    threading.Thread(target=run.run, name=label, daemon=True).start()
-    deadline = time.perf_counter() + timeout
-    while not run.wait(0.01) and time.perf_counter() < deadline:
-        watch()
-    return run
-
-
 def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds."""
     __tracebackhide__ = True
@@ -105,15 +90,16 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     sockets_before, children_before = tree.footprint(pid)
     opened: set[tuple[str, int]] = set()
     spawned: set[int] = set()
-
-    def watch() -> None:
+    request = ServeRequest.from_argv(["--help"])
+    run = TimedRun(functools.partial(backend.run, request), f"help-{name}")
+    threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
+    deadline = time.perf_counter() + timeout
+    done = False
+    while not done:  # a last look once it has returned
+        done = run.wait(0.01) or time.perf_counter() >= deadline
         sockets, children = tree.footprint(pid)
         opened.update(sockets - sockets_before)
         spawned.update(children - children_before)
-
-    request = ServeRequest.from_argv(["--help"])
-    run = _bounded(functools.partial(backend.run, request), f"help-{name}", timeout, watch)
-    watch()
     error = run.error
     if isinstance(error, SystemExit) and error.code in (0, None):
         error = None  # argparse's --help exits 0
@@ -149,7 +135,8 @@ def _check_detector(
         return {}
     results: dict[str, str] = {}
     for label, request in requests:
-        run = _bounded(functools.partial(detector, request), f"detect-{name}", timeout)
+        run = TimedRun(functools.partial(detector, request), f"detect-{name}")
+        run_each([run], timeout=timeout)
         detection = accept(run.value)
         if not run.finished:
             problem = (
