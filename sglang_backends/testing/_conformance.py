@@ -80,6 +80,7 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
 
 
 def _breach(name: str, problem: str) -> ContractViolation:
+    """The breach *problem* of serve backend *name*'s contract, as the checks word it."""
     return ContractViolation(f"Serve backend {name!r}: {problem}")
 
 

@@ -141,8 +141,7 @@ def assert_stops_cleanly(
         stdout.close()
         left = tree.running(seen)
         tree.stop_tree(functools.partial(tree.running, left), 0)  # SIGKILL, and wait for them
-        output = "".join(lines)
-        if "Traceback (most recent call last)" in output:
+        if "Traceback (most recent call last)" in "".join(lines):
             problem = f"printed a traceback (status {status})"
         elif status not in (0, 128 + signum, -signum):
             problem = f"ended with status {status}"
