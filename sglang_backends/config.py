@@ -238,7 +238,7 @@ def _where(location: cfg.LocationInfo | None) -> str | None:
     if location.location is cfg.Locations.environment:
         return f"environment variable {location.detail}"
     if location.location is cfg.Locations.set_override and STOP_TIMEOUT_ENV in os.environ:
-        return f"environment variable {STOP_TIMEOUT_ENV}"  # see load_settings
+        return f"environment variable {STOP_TIMEOUT_ENV}"  # see read_settings
     return str(location.detail)
 
 

@@ -9,6 +9,7 @@ SGLang's own registry accepting the backend and its answers.
 from __future__ import annotations
 
 import ast
+import enum
 import functools
 import os
 import tempfile
@@ -19,10 +20,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import cast
+from typing import Any, cast
 
 import sglang_backends
 from sglang_backends._core import tree
+from sglang_backends._core.detection import TimedRun, run_each
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import load_sglang
 from sglang_backends.contract import (
@@ -33,7 +35,7 @@ from sglang_backends.contract import (
     coerce_backend,
     coerce_detection,
 )
-from sglang_backends.errors import ServeBackendError
+from sglang_backends.errors import ServeBackendError, describe_typed
 from sglang_backends.testing._sources import declared_api_versions
 
 
@@ -63,43 +65,23 @@ class SGLangNotCheckedWarning(UserWarning):
 
 def awkward_requests(directory: str) -> dict[str, ServeRequest]:
     """Requests a detector must survive, by label; *directory* is an empty local dir."""
-    long_path = "m" * 100_000
-    garbage = "\x00\udcff../\n\t*?"
     missing = os.path.join(directory, "does-not-exist")
-    return {
-        "no model path": ServeRequest(argv=(), model_path=None),
-        "empty model path": ServeRequest(argv=("--model-path", ""), model_path=""),
-        "local directory": ServeRequest(("--model-path", directory), directory, True),
-        "missing local path": ServeRequest(("--model-path", missing), missing),
-        "hub id": ServeRequest(("--model-path", "org/model"), "org/model", True),
-        "garbage": ServeRequest(("--model-path", garbage), garbage),
-        "very long string": ServeRequest(("--model-path", long_path), long_path),
-        "help only": ServeRequest(argv=("--help",), model_path=None),
+    argvs = {  # each as serve hands it over (ServeRequest.from_argv)
+        "no model path": [],
+        "empty model path": ["--model-path", ""],
+        "local directory": [directory],
+        "missing local path": ["--model-path", missing],
+        "hub id": ["org/model"],
+        "garbage": ["--model-path", "\x00\udcff../\n\t*?"],
+        "very long string": ["--model-path", "m" * 100_000],
+        "help only": ["--help"],
     }
+    return {label: ServeRequest.from_argv(argv) for label, argv in argvs.items()}
 
 
-def _call_bounded(
-    function: Callable[[], object],
-    label: str,
-    timeout: float,
-    watch: Callable[[], None] = lambda: None,
-) -> tuple[object, BaseException | None] | None:
-    """Run plugin code in a thread, polling *watch*: ``(value, error)``, ``None`` past *timeout*."""
-    outcome: list[tuple[object, BaseException | None]] = []
-
-    def call() -> None:
-        try:
-            outcome.append((function(), None))
-        except BaseException as exc:  # noqa: BLE001 - the caller reports it
-            outcome.append((None, exc))
-
-    thread = threading.Thread(target=call, name=label, daemon=True)
-    thread.start()
-    deadline = time.perf_counter() + timeout
-    while thread.is_alive() and time.perf_counter() < deadline:
-        watch()
-        thread.join(0.01)
-    return None if thread.is_alive() else outcome[0]
+def _breach(name: str, problem: str) -> ContractViolation:
+    """The breach *problem* of serve backend *name*'s contract, as the checks word it."""
+    return ContractViolation(f"Serve backend {name!r}: {problem}")
 
 
 def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
@@ -109,21 +91,20 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     sockets_before, children_before = tree.footprint(pid)
     opened: set[tuple[str, int]] = set()
     spawned: set[int] = set()
-
-    def watch() -> None:
+    request = ServeRequest.from_argv(["--help"])
+    run = TimedRun(functools.partial(backend.run, request), f"help-{name}")
+    threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
+    deadline = time.perf_counter() + timeout
+    done = False
+    while not done:  # a last look once it has returned
+        done = run.wait(0.01) or time.perf_counter() >= deadline
         sockets, children = tree.footprint(pid)
         opened.update(sockets - sockets_before)
         spawned.update(children - children_before)
-
-    request = ServeRequest(argv=("--help",), model_path=None)
-    started = time.perf_counter()
-    outcome = _call_bounded(functools.partial(backend.run, request), f"help-{name}", timeout, watch)
-    elapsed = time.perf_counter() - started
-    watch()
-    error = None if outcome is None else outcome[1]
+    error = run.error
     if isinstance(error, SystemExit) and error.code in (0, None):
         error = None  # argparse's --help exits 0
-    if outcome is None:
+    if not run.finished:
         problem = (
             f"did not return within {timeout:g} s; "
             "print the help and return without launching a server"
@@ -134,10 +115,10 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
         tree.kill_trees(*spawned)
         problem = f"started processes {sorted(spawned)}; --help must not launch a server"
     elif error is not None:
-        problem = f"raised {type(error).__name__}: {error}"
+        problem = f"raised {describe_typed(error)}"
     else:
-        return elapsed
-    raise ContractViolation(f"Serve backend {name!r}: run(['--help']) {problem}") from error
+        return run.seconds
+    raise _breach(name, f"run(['--help']) {problem}") from error
 
 
 def _check_detector(
@@ -145,7 +126,7 @@ def _check_detector(
     name: str,
     requests: Iterable[tuple[str, object]],
     timeout: float,
-    accept: Callable[[object], object | None] = coerce_detection,
+    accept: Callable[[object], enum.Enum | None] = coerce_detection,
     expected: str = "a ServeBackendDetection",
 ) -> dict[str, str]:
     """Call the detector on each request in a thread; *accept* gives the answer or ``None``."""
@@ -155,25 +136,28 @@ def _check_detector(
         return {}
     results: dict[str, str] = {}
     for label, request in requests:
-        outcome = _call_bounded(functools.partial(detector, request), f"detect-{name}", timeout)
-        if outcome is None:
-            raise ContractViolation(
-                f"Serve backend {name!r}: detect() did not return within {timeout:g} s for "
-                f"a request with {label}; detectors must be cheap and return UNKNOWN when unsure"
+        run = TimedRun(functools.partial(detector, request), f"detect-{name}")
+        run_each([run], timeout=timeout)
+        detection = accept(run.value)
+        if not run.finished:
+            problem = (
+                f"did not return within {timeout:g} s for a request with {label}; "
+                "detectors must be cheap and return UNKNOWN when unsure"
             )
-        value, error = outcome
-        if error is not None:
-            raise ContractViolation(
-                f"Serve backend {name!r}: detect() raised {type(error).__name__} for a request "
-                f"with {label}: {error}; detectors must return UNKNOWN instead of raising"
-            ) from error
-        detection = accept(value)
-        if detection is None:
-            raise ContractViolation(
-                f"Serve backend {name!r}: detect() returned {type(value).__name__} "
-                f"for a request with {label}; expected {expected}"
+        elif run.error is not None:
+            problem = (
+                f"raised {type(run.error).__name__} for a request with {label}: {run.error}; "
+                "detectors must return UNKNOWN instead of raising"
             )
-        results[label] = str(getattr(detection, "value", detection))
+        elif detection is None:
+            problem = (
+                f"returned {type(run.value).__name__} for a request with {label}; "
+                f"expected {expected}"
+            )
+        else:
+            results[label] = str(detection.value)
+            continue
+        raise _breach(name, f"detect() {problem}") from run.error
     return results
 
 
@@ -182,11 +166,18 @@ def _spread(
     requests: Iterable[tuple[str, ServeRequest]] | None,
 ) -> Iterator[list[tuple[str, ServeRequest]]]:
     """*requests* as a list; by default :func:`awkward_requests` in a temporary directory."""
-    if requests is not None:
-        yield list(requests)
-        return
     with tempfile.TemporaryDirectory(prefix="sglang-backends-contract-") as directory:
-        yield list(awkward_requests(directory).items())
+        yield list(awkward_requests(directory).items() if requests is None else requests)
+
+
+def _produce(factory: Callable[[], object], name: str, when: str = "") -> object:
+    """What *factory* returns; a ContractViolation if it raises (*when* says under what)."""
+    __tracebackhide__ = True
+    try:
+        return factory()
+    except Exception as exc:
+        problem = f"raised {type(exc).__name__}{when}: {exc}"
+        raise ContractViolation(f"Factory {name!r} {problem}") from exc
 
 
 def assert_backend_contract(
@@ -214,17 +205,14 @@ def assert_backend_contract(
     __tracebackhide__ = True
     if isinstance(factory_or_name, str):
         name = factory_or_name
-        if registry is None:
-            registry = sglang_backends.ServeBackendRegistry()
+        found: Any = sglang_backends.ServeBackendRegistry() if registry is None else registry
         try:
-            registered = registry.get(name)  # type: ignore[attr-defined]
+            registered = found.get(name)
         except Exception as exc:
             raise ContractViolation(str(exc)) from exc
         backend = registered.backend
-        plugin_of = getattr(registry, "plugin_of", None)
-        try:  # the factory object, for its source; a built-in has no entry point
-            plugin = None if plugin_of is None else plugin_of(registered)
-            factory = None if plugin is None else plugin.entry_point.load()
+        try:  # the factory, for its source; a built-in has no entry point (plugin_of: None)
+            factory = found.plugin_of(registered).entry_point.load()
         except Exception:  # noqa: BLE001 - the registry loaded it already
             factory = None
     else:
@@ -232,10 +220,7 @@ def assert_backend_contract(
         name = _factory_name(factory)
         if not callable(factory):
             raise ContractViolation(f"{name!r} is not callable; a factory takes no arguments")
-        try:
-            produced = factory()
-        except Exception as exc:
-            raise ContractViolation(f"Factory {name!r} raised {type(exc).__name__}: {exc}") from exc
+        produced = _produce(factory, name)
         backend = coerce_backend(produced)
         if backend is None:
             raise ContractViolation(
@@ -248,31 +233,34 @@ def assert_backend_contract(
             )
     for value in declared_api_versions(factory):  # none for a built-in (no factory)
         if not isinstance(value, ast.Constant):
-            raise ContractViolation(
-                f"Serve backend {name!r}: api_version is given as {ast.unparse(value)!r}; "
-                f"declare it as a literal (api_version={SERVE_BACKEND_API_VERSION}) so a later "
-                "host can tell which contract the plugin was written for"
+            raise _breach(
+                name,
+                f"api_version is given as {ast.unparse(value)!r}; declare it as a literal "
+                f"(api_version={SERVE_BACKEND_API_VERSION}) so a later host can tell which "
+                "contract the plugin was written for",
             )
     if not callable(backend.run):
-        raise ContractViolation(f"Serve backend {name!r}: run is not callable")
+        raise _breach(name, "run is not callable")
     if backend.detect is not None and not callable(backend.detect):
-        raise ContractViolation(f"Serve backend {name!r}: detect is neither None nor callable")
+        raise _breach(name, "detect is neither None nor callable")
     if not isinstance(backend.requires_model_path, bool):
-        raise ContractViolation(f"Serve backend {name!r}: requires_model_path must be a bool")
+        raise _breach(name, "requires_model_path must be a bool")
 
     help_seconds = _check_help(backend, name, timeout)
     with _spread(requests) as spread:
         detections = _check_detector(backend, name, spread, timeout)
         unchecked = "sglang=False was given" if sglang is False else None
-        if unchecked is None and _sglang_contract(required=bool(sglang)) is None:
-            unchecked = _sglang_absent()
-            warnings.warn(
-                f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
-                SGLangNotCheckedWarning,
-                stacklevel=2,
-            )
         if unchecked is None:
-            assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
+            upstream = _sglang_contract(required=bool(sglang))
+            if isinstance(upstream, ModuleType):
+                assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
+            else:
+                unchecked = upstream
+                warnings.warn(
+                    f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
+                    SGLangNotCheckedWarning,
+                    stacklevel=2,
+                )
     return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
 
 
@@ -297,7 +285,7 @@ def assert_sglang_accepts(
     """
     __tracebackhide__ = True
     upstream = _sglang_contract(required=True)
-    assert upstream is not None
+    assert isinstance(upstream, ModuleType)
     if isinstance(factory_or_name, str):
         name = factory_or_name
         try:
@@ -309,13 +297,7 @@ def assert_sglang_accepts(
             ) from exc
     else:
         name = _factory_name(factory_or_name)
-        try:
-            backend = factory_or_name()
-        except Exception as exc:
-            raise ContractViolation(
-                f"Factory {name!r} raised {type(exc).__name__} when called with SGLang's "
-                f"contract loaded: {exc}"
-            ) from exc
+        backend = _produce(factory_or_name, name, " when called with SGLang's contract loaded")
         if not isinstance(backend, upstream.ServeBackend):
             raise ContractViolation(
                 f"SGLang refuses factory {name!r}: it returned {type(backend).__name__} from "
@@ -343,11 +325,12 @@ def _factory_name(factory: object) -> str:
     return str(getattr(factory, "__qualname__", repr(factory)))
 
 
-def _sglang_contract(*, required: bool) -> ModuleType | None:
-    """SGLang's contract module, ``None`` if absent; ContractViolation if *required* or broken.
+def _sglang_contract(*, required: bool) -> ModuleType | str:
+    """SGLang's contract module; else why SGLang's host was not checked, and what to do about
+    it: SGLang is not installed, or a fork's ``sglang`` package (named, with its distribution,
+    and nothing of it imported) stands where SGLang's would.
 
-    Beside a fork shipping the ``sglang`` package without the serve-backend API,
-    nothing of it is imported: SGLang is absent.
+    :raises ContractViolation: SGLang is absent and *required*, or its contract fails to import.
     """
     __tracebackhide__ = True
     try:
@@ -355,26 +338,20 @@ def _sglang_contract(*, required: bool) -> ModuleType | None:
     except Exception as exc:
         parents = ("sglang", "sglang.cli", SGLANG_CONTRACT_MODULE)
         if not isinstance(exc, ModuleNotFoundError) or exc.name not in parents:
-            detail = exc if isinstance(exc, ModuleNotFoundError) else f"{type(exc).__name__}: {exc}"
+            detail = exc if isinstance(exc, ModuleNotFoundError) else describe_typed(exc)
             raise ContractViolation(
                 f"SGLang is installed but {SGLANG_CONTRACT_MODULE} failed to import: {detail}"
             ) from exc
-        if not required:
-            return None
-        unusable = sglang_unusable()
+        missing = exc
+    unusable = sglang_unusable()
+    if required:
         needs = (
             f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
             " (SGLang 0.5.23 or later)"
         )
         if unusable is not None:  # nothing of the fork was imported: no error to chain
             raise ContractViolation(f"{needs}, but {unusable}") from None
-        raise ContractViolation(f"{needs}, which is not importable: {exc}") from exc
-
-
-def _sglang_absent() -> str:
-    """Why SGLang's host was not checked: not installed, or a fork's ``sglang`` package
-    (named, with its distribution) stands where SGLang's would; and what to do about it."""
-    unusable = sglang_unusable()
+        raise ContractViolation(f"{needs}, which is not importable: {missing}") from missing
     if unusable is None:
         why = f" ({SGLANG_CONTRACT_MODULE} is not importable)"
         remedy = "install SGLang where the tests run"

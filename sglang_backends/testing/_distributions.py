@@ -103,7 +103,8 @@ def _uninstall(root: Path, name: str) -> None:
                     file.unlink()
                     removed.append(file)
         shutil.rmtree(info)
-    for directory in sorted({p.parent for p in removed}, key=lambda p: -len(p.parts)):
+    # Each climbs as far as it empties, so the order does not matter.
+    for directory in {p.parent for p in removed}:
         while directory != root and directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
             directory = directory.parent

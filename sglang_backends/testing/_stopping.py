@@ -6,6 +6,7 @@ under this package's ``serve`` and, where SGLang is installed, under SGLang's.
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import sys
@@ -80,98 +81,83 @@ def assert_stops_cleanly(
             SGLangNotCheckedWarning,
             stacklevel=2,
         )
-    statuses = {}
+    statuses: dict[str, int] = {}
+    script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
     for host in chosen:  # a loop, not a comprehension: its frame would show in a failure
-        statuses[host] = _stop_under(
-            host, name, list(argv), ready, env, signum, start_timeout, stop_timeout
+        if host == "sglang serve" and script.is_file():
+            command = [str(script), "serve", "--model-type", name, *argv]
+        else:
+            command = [sys.executable, *HOSTS[host], "--model-type", name, *argv]
+        who = f"Serve backend {name!r} under {host}"
+        shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
+        lines: list[str] = []
+        proc = subprocess.Popen(
+            command,
+            env=env,  # None: this process's
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="backslashreplace",
+            start_new_session=True,
+        )
+        stdout = proc.stdout
+        assert stdout is not None
+        reader = threading.Thread(target=lines.extend, args=(stdout,), daemon=True)
+        reader.start()
+        seen: set[psutil.Process] = set()
+        try:
+            deadline = time.monotonic() + (start_timeout if ready else 1.0)
+            while time.monotonic() < deadline and proc.poll() is None:
+                seen.update(tree.descendants(proc.pid))
+                if ready and any(ready in line for line in lines):
+                    break
+                time.sleep(0.05)
+            else:
+                if proc.poll() is not None:
+                    raise ContractViolation(
+                        f"{who} ended before it was stopped, with status {proc.returncode} "
+                        f"({shown}): {_tail(lines)}"
+                    )
+                if ready:
+                    raise ContractViolation(
+                        f"{who} did not print {ready!r} within {start_timeout:g} s ({shown}): "
+                        + _tail(lines)
+                    )
+            seen.update(tree.descendants(proc.pid))
+            processes.send(proc.pid, signum, group=True)
+            try:
+                status = proc.wait(stop_timeout)
+            except subprocess.TimeoutExpired:
+                raise ContractViolation(
+                    f"{who} did not end within {stop_timeout:g} s of {signal_name(signum)}; "
+                    "stop serving on it (see sglang_backends.stop_quietly)"
+                ) from None
+        finally:
+            if proc.poll() is None:
+                processes.send(proc.pid, signal.SIGKILL, group=True)
+                proc.wait()
+        reader.join(5)
+        stdout.close()
+        left = tree.running(seen)
+        tree.stop_tree(functools.partial(tree.running, left), 0)  # SIGKILL, and wait for them
+        if "Traceback (most recent call last)" in "".join(lines):
+            problem = f"printed a traceback (status {status})"
+        elif status not in (0, 128 + signum, -signum):
+            problem = f"ended with status {status}"
+        elif left:
+            problem = f"left processes running: {sorted(p.pid for p in left)}"
+        else:
+            statuses[host] = status
+            continue
+        raise ContractViolation(
+            f"{who} {problem} on {signal_name(signum)} (expected status 0 or {128 + signum}, "
+            f"no traceback, no process left; serve within sglang_backends.stop_quietly()): "
+            + _tail(lines)
         )
     return statuses
 
 
-def _stop_under(
-    host: str,
-    name: str,
-    argv: list[str],
-    ready: str | None,
-    env: Mapping[str, str] | None,
-    signum: int,
-    start_timeout: float,
-    stop_timeout: float,
-) -> int:
-    __tracebackhide__ = True
-    script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
-    if host == "sglang serve" and script.is_file():
-        command = [str(script), "serve", "--model-type", name, *argv]
-    else:
-        command = [sys.executable, *HOSTS[host], "--model-type", name, *argv]
-    shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
-    lines: list[str] = []
-    proc = subprocess.Popen(
-        command,
-        env=env,  # None: this process's
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="backslashreplace",
-        start_new_session=True,
-    )
-    stdout = proc.stdout
-    assert stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(stdout), daemon=True)
-    reader.start()
-    seen: set[psutil.Process] = set()
-
-    def tail() -> str:
-        return " | ".join(line.rstrip() for line in lines[-5:]) or "no output"
-
-    try:
-        deadline = time.monotonic() + (start_timeout if ready else 1.0)
-        while time.monotonic() < deadline and proc.poll() is None:
-            seen.update(tree.descendants(proc.pid))
-            if ready and any(ready in line for line in lines):
-                break
-            time.sleep(0.05)
-        else:
-            if proc.poll() is not None:
-                raise ContractViolation(
-                    f"Serve backend {name!r} under {host} ended before it was stopped, with "
-                    f"status {proc.returncode} ({shown}): {tail()}"
-                )
-            if ready:
-                raise ContractViolation(
-                    f"Serve backend {name!r} under {host} did not print {ready!r} within "
-                    f"{start_timeout:g} s ({shown}): {tail()}"
-                )
-        seen.update(tree.descendants(proc.pid))
-        processes.send(proc.pid, signum, group=True)
-        try:
-            status = proc.wait(stop_timeout)
-        except subprocess.TimeoutExpired:
-            raise ContractViolation(
-                f"Serve backend {name!r} under {host} did not end within {stop_timeout:g} s "
-                f"of {signal_name(signum)}; stop serving on it (see "
-                "sglang_backends.stop_quietly)"
-            ) from None
-    finally:
-        if proc.poll() is None:
-            processes.send(proc.pid, signal.SIGKILL, group=True)
-            proc.wait()
-    reader.join(5)
-    stdout.close()
-    left = tree.running(seen)
-    tree.stop_tree(lambda: tree.running(left), 0)  # SIGKILL, and wait for them
-    output = "".join(lines)
-    if "Traceback (most recent call last)" in output:
-        problem = f"printed a traceback (status {status})"
-    elif status not in (0, 128 + signum, -signum):
-        problem = f"ended with status {status}"
-    elif left:
-        problem = f"left processes running: {sorted(p.pid for p in left)}"
-    else:
-        return status
-    raise ContractViolation(
-        f"Serve backend {name!r} under {host} {problem} on {signal_name(signum)} "
-        f"(expected status 0 or {128 + signum}, no traceback, no process left; "
-        f"serve within sglang_backends.stop_quietly()): {tail()}"
-    )
+def _tail(lines: list[str]) -> str:
+    """The last lines of a host's output, on one line."""
+    return " | ".join(line.rstrip() for line in lines[-5:]) or "no output"
