@@ -33,7 +33,7 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_detection,
 )
-from sglang_backends.errors import AmbiguousDetectionError, describe
+from sglang_backends.errors import AmbiguousDetectionError, describe_typed
 
 LOG = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ def skip_with_warning(
 
 
 def report(
-    candidates: Sequence[RegisteredServeBackend | DetectionOutcome],
+    candidates: Sequence[tuple[RegisteredServeBackend, float] | DetectionOutcome],
     request: ServeRequest,
     *,
     timeout: float,
@@ -316,8 +316,8 @@ def report(
 ) -> DetectionReport:
     """Run the loaded candidates' detectors on *request* and decide.
 
-    :param candidates: in registry order, each a loaded backend or the
-        outcome that replaced it (a load that failed or overran).
+    :param candidates: in registry order, each a loaded backend with its load's
+        seconds, or the outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
     :param preferred: backend names in order of preference among several matches.
     :param progress: told as each detector starts and ends (:func:`.progress.with_progress`).
@@ -327,14 +327,16 @@ def report(
     """
     # Each loaded backend's detector runs concurrently; a backend without one is not asked.
     runs = {
-        i: TimedRun(partial(_detect, c, c.backend.detect, request, progress), f"detect-{c.name}")
-        for i, c in enumerate(candidates)
-        if isinstance(c, RegisteredServeBackend) and c.backend.detect is not None
+        c[0].name: TimedRun(
+            partial(_detect, c[0], c[0].backend.detect, request, progress), f"detect-{c[0].name}"
+        )
+        for c in candidates
+        if isinstance(c, tuple) and c[0].backend.detect is not None
     }
     run_each(runs.values(), timeout=timeout)
     outcomes = tuple(
-        _outcome(c, runs.get(i), timeout) if isinstance(c, RegisteredServeBackend) else c
-        for i, c in enumerate(candidates)
+        _outcome(*c, runs.get(c[0].name), timeout) if isinstance(c, tuple) else c
+        for c in candidates
     )
     matches = tuple(o.name for o in outcomes if o.verdict is Verdict.MATCH)
     if len(matches) == 1:
@@ -362,10 +364,12 @@ def _detect(
 
 def _outcome(
     registered: RegisteredServeBackend,
+    loaded_in: float,
     run: TimedRun[ServeBackendDetection] | None,
     timeout: float,
 ) -> DetectionOutcome:
-    """What *run*, the run of *registered*'s detector (``None``: it has none), concluded.
+    """What *run*, the run of *registered*'s detector (``None``: it has none), concluded;
+    its seconds, the detector's, after *loaded_in*, the load's.
 
     A detector that raises, returns something other than a detection, or has not
     returned within *timeout* seconds of its own start is logged as a WARNING and
@@ -374,15 +378,17 @@ def _outcome(
     name = registered.name
     dist = registered.distribution
     if run is None:
-        return DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist)
+        return DetectionOutcome(name, Verdict.NO_DETECTOR, loaded_in, distribution=dist)
     if not run.within(timeout):
         cause = f"detector did not return within {timeout:g} s"
-        return skip_with_warning(name, dist, timeout, cause, Verdict.TIMEOUT)
+        return skip_with_warning(name, dist, loaded_in + timeout, cause, Verdict.TIMEOUT)
+    seconds = loaded_in + run.seconds
     if run.error is not None:
-        cause = f"detector raised {type(run.error).__name__}: {describe(run.error)}"
-        return skip_with_warning(name, dist, run.seconds, cause)
+        return skip_with_warning(
+            name, dist, seconds, f"detector raised {describe_typed(run.error)}"
+        )
     detection = coerce_detection(run.value)
     if detection is None:
         cause = f"detector must return ServeBackendDetection, got {type(run.value).__name__}"
-        return skip_with_warning(name, dist, run.seconds, cause)
-    return DetectionOutcome(name, Verdict(detection.value), run.seconds, None, dist)
+        return skip_with_warning(name, dist, seconds, cause)
+    return DetectionOutcome(name, Verdict(detection.value), seconds, None, dist)
