@@ -222,6 +222,8 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         )
         self.detached = False
         self.thread: threading.Thread | None = None
+        #: Seconds of running after which :func:`load_each_within` next says it is still loading.
+        self.notice_after = SLOW_LOAD_NOTICE
 
     def run(self) -> None:
         """Run the load in this thread. A failure is kept for every waiter (a detached load's
@@ -287,7 +289,6 @@ def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.E
 
     One pass a second over *loads*, from the first that can be due: N loads cost O(N), not O(N²).
     """
-    noticed: dict[int, float] = {}
     pause = SLOW_LOAD_NOTICE
     while not done.wait(pause):
         pause = 1.0
@@ -296,9 +297,8 @@ def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.E
             if load.finished or load.started is None:
                 continue
             running = now - load.started
-            last = noticed.get(id(load))
-            if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
-                noticed[id(load)] = running
+            if running >= load.notice_after:
+                load.notice_after = running + _NOTICE_EVERY
                 _log_still_loading(load, running, timeout)
 
 
@@ -310,10 +310,9 @@ def _within(
     if not load.within(timeout):
         cause = f"loading from {load.provider} did not finish within {timeout:g} s (load_timeout)"
         return skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
-    try:
-        return load.result(), load.seconds if mine else 0.0
-    except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
-        return skip_with_warning(name, load.distribution, load.seconds, str(exc))
+    if isinstance(load.error, Exception):  # a plugin's failure is its outcome
+        return skip_with_warning(name, load.distribution, load.seconds, str(load.error))
+    return load.result(), load.seconds if mine else 0.0
 
 
 def load_each_within(
