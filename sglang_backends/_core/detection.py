@@ -10,8 +10,6 @@ makes the :class:`DetectionReport` automatic detection acts on.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import enum
 import logging
 import math
@@ -19,8 +17,9 @@ import os
 import sysconfig
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -120,17 +119,22 @@ AMBIGUITY_WAY_OUT = (
 )
 
 
+#: What :func:`what_happened` says of a plugin by its verdict (its detail in place of
+#: ``{}``); an error is said by what failed.
+_HAPPENED = {
+    Verdict.NO_MATCH: "was asked and declined",
+    Verdict.UNKNOWN: "was asked and could not tell",
+    Verdict.NO_DETECTOR: "has no detector, so it was not asked",
+    Verdict.TIMEOUT: "timed out: {}",
+}
+
+
 def what_happened(outcome: DetectionOutcome) -> str:
     """*outcome*'s plugin and what happened to it, for why detection fell back."""
     label = f"plugin {outcome.name!r} from {outcome.distribution or 'an unknown distribution'}"
     detail = outcome.detail or ""
-    if outcome.verdict in (Verdict.NO_MATCH, Verdict.UNKNOWN):
-        declined = "declined" if outcome.verdict is Verdict.NO_MATCH else "could not tell"
-        return f"{label} was asked and {declined}"
-    if outcome.verdict is Verdict.NO_DETECTOR:
-        return f"{label} has no detector, so it was not asked"
-    if outcome.verdict is Verdict.TIMEOUT:
-        return f"{label} timed out: {detail}"
+    if outcome.verdict in _HAPPENED:
+        return f"{label} {_HAPPENED[outcome.verdict].format(detail)}"
     if detail.startswith("detector"):  # it loaded: its detector raised or answered wrong
         return f"{label} was asked, but its {detail}"
     return f"{label} failed to load: {detail}"
@@ -193,7 +197,7 @@ class _Pool:
     """:func:`run_each`'s workers and the items they have not taken yet."""
 
     def __init__(self, items: Iterable[TimedRun[Any]], timeout: float) -> None:
-        self.queue = collections.deque(items)
+        self.queue = deque(items)
         self.timeout = timeout
         # When each worker took its current item: inf while between items,
         # -inf once it died of an exception (busy for ever, so replaced).
@@ -357,7 +361,7 @@ def _detect(
     """*registered*'s detector *detect*'s answer to *request*, told to *progress*."""
     # Each detector gets its own copy: one that mutates its request (with
     # object.__setattr__, say) changes neither the others' nor the backend's.
-    own = dataclasses.replace(request, argv=tuple(request.argv))
+    own = replace(request, argv=tuple(request.argv))
     label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
     return with_progress(detect, progress, DETECTING, label, own)
 
