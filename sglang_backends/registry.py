@@ -225,7 +225,6 @@ class ServeBackendRegistry:
 
         :param progress: told as each load and detector starts and ends.
         """
-
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         fresh = partial(self._load, progress=progress)
         loaded = load_each_within(self._loads, names, fresh, timeout=self.load_timeout)

@@ -58,9 +58,8 @@ class DetectionOutcome:
 
     :param name: the backend.
     :param verdict: what it concluded.
-    :param seconds: that backend's own time: its detector's (the registry's
-        :meth:`~sglang_backends.registry.ServeBackendRegistry.explain` adds its
-        load's), or its load's when the load failed or overran (then the bound).
+    :param seconds: that backend's own time: its load's (if this detection ran it) and
+        its detector's, or its load's when the load failed or overran (then the bound).
     :param detail: the cause, for ``error`` and ``timeout``.
     :param distribution: the providing distribution, ``None`` for built-ins.
     """

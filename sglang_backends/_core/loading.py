@@ -63,7 +63,6 @@ from sglang_backends.errors import (
 LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_E = TypeVar("_E", bound=BaseException)
 
 #: Seconds a load may run before a line says it is still loading.
 SLOW_LOAD_NOTICE = 5.0
@@ -71,7 +70,9 @@ SLOW_LOAD_NOTICE = 5.0
 _NOTICE_EVERY = 30.0
 
 
-def call_plugin_code(function: Callable[[], _T], failure: Callable[[BaseException], _E]) -> _T:
+def call_plugin_code(
+    function: Callable[[], _T], failure: Callable[[BaseException], BaseException]
+) -> _T:
     """Call plugin code; whatever it raises becomes ``failure(exc)``, raised from it.
 
     Only a stop signal's unwinding (:func:`~sglang_backends._core.processes.from_signal`:
