@@ -8,26 +8,17 @@ neither plugins nor stevedore.
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import TypeVar
 
 from sglang_backends import errors
 from sglang_backends._core import selection
 from sglang_backends._core.detection import DetectionOutcome, DetectionReport, Verdict, report
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.inventory import Inventory, take_inventory
-from sglang_backends._core.loading import (
-    BackendLoader,
-    Candidate,
-    call_plugin_code,
-    load_failure,
-    load_plugin,
-)
+from sglang_backends._core.loading import BackendLoad, Loads, load_each_within, load_once
 from sglang_backends._core.names import FALLBACK_BACKEND
-from sglang_backends._core.progress import LOADING, Progress, with_progress
+from sglang_backends._core.progress import Progress
 from sglang_backends._core.selection import PluginRecord, PluginStatus
 from sglang_backends._core.settings import (
     DEFAULT_DETECT_TIMEOUT,
@@ -36,13 +27,7 @@ from sglang_backends._core.settings import (
     seconds,
 )
 from sglang_backends._sglang.builtins import default_builtins
-from sglang_backends.contract import (
-    SERVE_BACKEND_API_VERSION,
-    RegisteredServeBackend,
-    ServeBackend,
-    ServeRequest,
-    coerce_backend,
-)
+from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
 
 __all__ = [
     "BuiltinBackend",
@@ -55,8 +40,6 @@ __all__ = [
     "Verdict",
 ]
 
-
-_R = TypeVar("_R")
 
 #: A built-in: a backend, or a zero-argument factory returning one.
 BuiltinBackend = ServeBackend | Callable[[], ServeBackend]
@@ -132,7 +115,7 @@ class ServeBackendRegistry:
         self.preferred = tuple(preferred)
         #: What is installed and usable under the selection; the commands show the same.
         self.inventory = inventory
-        self._loader = BackendLoader()  # one load per backend, shared by every caller
+        self._loads: Loads = {}  # one load per backend, shared by every caller
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
             name: RegisteredServeBackend(name=name, backend=backend)
@@ -202,14 +185,10 @@ class ServeBackendRegistry:
         wanted = (registered.name, registered.distribution)
         return next((r.plugin for r in self.plugins if (r.name, r.distribution) == wanted), None)
 
-    def _resolve(self, name: str, progress: Progress | None) -> Candidate:
-        """The :data:`~sglang_backends._core.loading.Candidate` *name* designates, whose
-        load tells *progress* (if any) when it starts and ends."""
-        plugin = self.inventory.by_name(name)  # outlives every load
-        key = ("built-in", name) if plugin is None else ("plugin", id(plugin))
-        produce = partial(self._produce, plugin, plugin.name if plugin else name)
-        label = f"{name!r} ({plugin.provider if plugin else 'built-in'})"
-        return key, plugin, partial(with_progress, produce, progress, LOADING, label)
+    def _load(self, name: str, progress: Progress | None) -> BackendLoad:
+        """A load, not yet run, of the backend *name* designates, telling *progress* (if any)
+        when it starts and ends."""
+        return BackendLoad(name, self.inventory.by_name(name), self._builtins.get(name), progress)
 
     def get(self, name: str, *, progress: Progress | None = None) -> RegisteredServeBackend:
         """Return the backend *name*, importing only that plugin.
@@ -231,38 +210,9 @@ class ServeBackendRegistry:
         """
         registered = self._by_name.get(name)
         if registered is None:
-            registered = self._loader.load(name, self._resolve(name, progress))
+            registered = load_once(self._loads, self._load(name, progress))
             self._by_name[name] = registered
         return registered
-
-    def _produce(self, plugin: PluginEntryPoint | None, name: str) -> RegisteredServeBackend:
-        """Import, call the factory, validate: one whole load."""
-        dist = plugin.distribution if plugin else None
-        provider = plugin.provider if plugin else None
-        if plugin is not None:
-            obj = load_plugin(plugin)
-        else:
-            builtin = self._builtins[name]
-            failure = partial(load_failure, name, None)
-            obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
-        backend = coerce_backend(obj)
-        if backend is None:
-            by = f" (provided by {provider})" if provider else ""
-            raise errors.BackendTypeError(
-                f"{errors.backend_named(name, builtin=plugin is None, start=True)} factory "
-                f"returned {type(obj).__name__}; expected sglang_backends.ServeBackend{by}.",
-                name=name,
-                distribution=dist,
-            )
-        if backend.api_version != SERVE_BACKEND_API_VERSION:
-            raise errors.BackendLoadError(
-                f"{errors.backend_named(name, provider, start=True)} uses API version "
-                f"{backend.api_version!r}; this sglang-backends release requires version "
-                f"{SERVE_BACKEND_API_VERSION}.",
-                name=name,
-                distribution=dist,
-            )
-        return RegisteredServeBackend(name=name, backend=backend, distribution=dist)
 
     def explain(
         self, request: ServeRequest, *, progress: Progress | None = None
@@ -275,30 +225,16 @@ class ServeBackendRegistry:
 
         :param progress: told as each load and detector starts and ends.
         """
-
-        took: dict[str, float] = {}  # each load's seconds, by name
-
-        def candidate(name: str) -> Candidate:
-            key, plugin, produce = self._resolve(name, progress)
-            return key, plugin, partial(_timed, produce, took, name)
-
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
-        loaded = self._loader.load_each_within(names, candidate, timeout=self.load_timeout)
-        found = report(
+        fresh = partial(self._load, progress=progress)
+        loaded = load_each_within(self._loads, names, fresh, timeout=self.load_timeout)
+        return report(
             loaded,
             request,
             timeout=self.detect_timeout,
             preferred=self.preferred,
             progress=progress,
         )
-        # A loaded backend's time is its load's and its detector's (a failed load's is its load's).
-        outcomes = tuple(
-            dataclasses.replace(o, seconds=took.get(o.name, 0.0) + o.seconds)
-            if isinstance(c, RegisteredServeBackend)
-            else o
-            for c, o in zip(loaded, found.outcomes, strict=True)
-        )
-        return dataclasses.replace(found, outcomes=outcomes)
 
     def auto_detect(
         self, request: ServeRequest, *, progress: Progress | None = None
@@ -324,12 +260,3 @@ def _timeout(label: str, value: float) -> float:
         return seconds(value)
     except ValueError as exc:
         raise errors.ConfigurationError(f"Invalid value {value!r} for {label}: {exc}") from None
-
-
-def _timed(function: Callable[[], _R], took: dict[str, float], name: str) -> _R:
-    """Call *function*, noting its seconds as ``took[name]``, whatever it does."""
-    started = time.perf_counter()
-    try:
-        return function()
-    finally:
-        took[name] = time.perf_counter() - started

@@ -10,8 +10,6 @@ makes the :class:`DetectionReport` automatic detection acts on.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import enum
 import logging
 import math
@@ -19,8 +17,9 @@ import os
 import sysconfig
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -33,7 +32,7 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_detection,
 )
-from sglang_backends.errors import AmbiguousDetectionError, describe
+from sglang_backends.errors import AmbiguousDetectionError, describe_typed
 
 LOG = logging.getLogger(__name__)
 
@@ -59,9 +58,8 @@ class DetectionOutcome:
 
     :param name: the backend.
     :param verdict: what it concluded.
-    :param seconds: that backend's own time: its detector's (the registry's
-        :meth:`~sglang_backends.registry.ServeBackendRegistry.explain` adds its
-        load's), or its load's when the load failed or overran (then the bound).
+    :param seconds: that backend's own time: its load's (if this detection ran it) and
+        its detector's, or its load's when the load failed or overran (then the bound).
     :param detail: the cause, for ``error`` and ``timeout``.
     :param distribution: the providing distribution, ``None`` for built-ins.
     """
@@ -120,17 +118,22 @@ AMBIGUITY_WAY_OUT = (
 )
 
 
+#: What :func:`what_happened` says of a plugin by its verdict (its detail in place of
+#: ``{}``); an error is said by what failed.
+_HAPPENED = {
+    Verdict.NO_MATCH: "was asked and declined",
+    Verdict.UNKNOWN: "was asked and could not tell",
+    Verdict.NO_DETECTOR: "has no detector, so it was not asked",
+    Verdict.TIMEOUT: "timed out: {}",
+}
+
+
 def what_happened(outcome: DetectionOutcome) -> str:
     """*outcome*'s plugin and what happened to it, for why detection fell back."""
     label = f"plugin {outcome.name!r} from {outcome.distribution or 'an unknown distribution'}"
     detail = outcome.detail or ""
-    if outcome.verdict in (Verdict.NO_MATCH, Verdict.UNKNOWN):
-        declined = "declined" if outcome.verdict is Verdict.NO_MATCH else "could not tell"
-        return f"{label} was asked and {declined}"
-    if outcome.verdict is Verdict.NO_DETECTOR:
-        return f"{label} has no detector, so it was not asked"
-    if outcome.verdict is Verdict.TIMEOUT:
-        return f"{label} timed out: {detail}"
+    if outcome.verdict in _HAPPENED:
+        return f"{label} {_HAPPENED[outcome.verdict].format(detail)}"
     if detail.startswith("detector"):  # it loaded: its detector raised or answered wrong
         return f"{label} was asked, but its {detail}"
     return f"{label} failed to load: {detail}"
@@ -193,7 +196,7 @@ class _Pool:
     """:func:`run_each`'s workers and the items they have not taken yet."""
 
     def __init__(self, items: Iterable[TimedRun[Any]], timeout: float) -> None:
-        self.queue = collections.deque(items)
+        self.queue = deque(items)
         self.timeout = timeout
         # When each worker took its current item: inf while between items,
         # -inf once it died of an exception (busy for ever, so replaced).
@@ -307,7 +310,7 @@ def skip_with_warning(
 
 
 def report(
-    candidates: Sequence[RegisteredServeBackend | DetectionOutcome],
+    candidates: Sequence[tuple[RegisteredServeBackend, float] | DetectionOutcome],
     request: ServeRequest,
     *,
     timeout: float,
@@ -316,8 +319,8 @@ def report(
 ) -> DetectionReport:
     """Run the loaded candidates' detectors on *request* and decide.
 
-    :param candidates: in registry order, each a loaded backend or the
-        outcome that replaced it (a load that failed or overran).
+    :param candidates: in registry order, each a loaded backend with its load's
+        seconds, or the outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
     :param preferred: backend names in order of preference among several matches.
     :param progress: told as each detector starts and ends (:func:`.progress.with_progress`).
@@ -327,14 +330,16 @@ def report(
     """
     # Each loaded backend's detector runs concurrently; a backend without one is not asked.
     runs = {
-        i: TimedRun(partial(_detect, c, c.backend.detect, request, progress), f"detect-{c.name}")
-        for i, c in enumerate(candidates)
-        if isinstance(c, RegisteredServeBackend) and c.backend.detect is not None
+        c[0].name: TimedRun(
+            partial(_detect, c[0], c[0].backend.detect, request, progress), f"detect-{c[0].name}"
+        )
+        for c in candidates
+        if isinstance(c, tuple) and c[0].backend.detect is not None
     }
     run_each(runs.values(), timeout=timeout)
     outcomes = tuple(
-        _outcome(c, runs.get(i), timeout) if isinstance(c, RegisteredServeBackend) else c
-        for i, c in enumerate(candidates)
+        _outcome(*c, runs.get(c[0].name), timeout) if isinstance(c, tuple) else c
+        for c in candidates
     )
     matches = tuple(o.name for o in outcomes if o.verdict is Verdict.MATCH)
     if len(matches) == 1:
@@ -355,17 +360,19 @@ def _detect(
     """*registered*'s detector *detect*'s answer to *request*, told to *progress*."""
     # Each detector gets its own copy: one that mutates its request (with
     # object.__setattr__, say) changes neither the others' nor the backend's.
-    own = dataclasses.replace(request, argv=tuple(request.argv))
+    own = replace(request, argv=tuple(request.argv))
     label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
     return with_progress(detect, progress, DETECTING, label, own)
 
 
 def _outcome(
     registered: RegisteredServeBackend,
+    loaded_in: float,
     run: TimedRun[ServeBackendDetection] | None,
     timeout: float,
 ) -> DetectionOutcome:
-    """What *run*, the run of *registered*'s detector (``None``: it has none), concluded.
+    """What *run*, the run of *registered*'s detector (``None``: it has none), concluded;
+    its seconds, the detector's, after *loaded_in*, the load's.
 
     A detector that raises, returns something other than a detection, or has not
     returned within *timeout* seconds of its own start is logged as a WARNING and
@@ -374,15 +381,17 @@ def _outcome(
     name = registered.name
     dist = registered.distribution
     if run is None:
-        return DetectionOutcome(name, Verdict.NO_DETECTOR, distribution=dist)
+        return DetectionOutcome(name, Verdict.NO_DETECTOR, loaded_in, distribution=dist)
     if not run.within(timeout):
         cause = f"detector did not return within {timeout:g} s"
-        return skip_with_warning(name, dist, timeout, cause, Verdict.TIMEOUT)
+        return skip_with_warning(name, dist, loaded_in + timeout, cause, Verdict.TIMEOUT)
+    seconds = loaded_in + run.seconds
     if run.error is not None:
-        cause = f"detector raised {type(run.error).__name__}: {describe(run.error)}"
-        return skip_with_warning(name, dist, run.seconds, cause)
+        return skip_with_warning(
+            name, dist, seconds, f"detector raised {describe_typed(run.error)}"
+        )
     detection = coerce_detection(run.value)
     if detection is None:
         cause = f"detector must return ServeBackendDetection, got {type(run.value).__name__}"
-        return skip_with_warning(name, dist, run.seconds, cause)
-    return DetectionOutcome(name, Verdict(detection.value), run.seconds, None, dist)
+        return skip_with_warning(name, dist, seconds, cause)
+    return DetectionOutcome(name, Verdict(detection.value), seconds, None, dist)

@@ -1,12 +1,12 @@
 """Loading: one stevedore ``DriverManager`` per backend load, each run once and guarded.
 
-A plugin's load is ``DriverManager(group, name, invoke_on_load=True,
-on_load_failure_callback=...)`` over the one entry point the survey chose,
-handed over by overriding its public ``list_entry_points()``: stevedore
-reads no cache of its own, imports the plugin and calls its factory, and its
-failure callback hands the plugin's exception on. The registry validates what
-comes back. That entry point's ``load()`` refuses a malformed target and one
-that is not callable; whatever the plugin raises becomes a :class:`BackendLoadError`
+A plugin's load is ``DriverManager(group, name, invoke_on_load=True)`` over
+the one entry point the survey chose, handed over by overriding its public
+``list_entry_points()``: stevedore reads no cache of its own, imports the
+plugin and calls its factory, and re-raises the plugin's exception, as a
+``DriverManager`` does by default. What comes back is validated here. That
+entry point's ``load()`` refuses a malformed target and one that is not
+callable; whatever the plugin raises becomes a :class:`BackendLoadError`
 (:func:`call_plugin_code`), but the user's Ctrl-C.
 
 stevedore's ``NamedExtensionManager`` would load a named set in one go, but
@@ -20,8 +20,9 @@ import, naming the distributions), and its lookup by name misses
 non-adjacent duplicates (``itertools.groupby``). ``check`` and ``detect``
 load in worker processes, one backend each.
 
-:class:`BackendLoader` runs each backend's load once, however many threads
-ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
+A registry keeps one :class:`BackendLoad` per backend (:data:`Loads`):
+:func:`load_once` and :func:`load_each_within` run each once, however many
+threads ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
 """
 
 from __future__ import annotations
@@ -44,9 +45,15 @@ from sglang_backends._core.detection import (
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
 from sglang_backends._core.processes import from_signal
-from sglang_backends.contract import RegisteredServeBackend
+from sglang_backends._core.progress import LOADING, Progress, with_progress
+from sglang_backends.contract import (
+    SERVE_BACKEND_API_VERSION,
+    RegisteredServeBackend,
+    coerce_backend,
+)
 from sglang_backends.errors import (
     BackendLoadError,
+    BackendTypeError,
     ServeBackendError,
     backend_named,
     describe_raised,
@@ -56,19 +63,16 @@ from sglang_backends.errors import (
 LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_E = TypeVar("_E", bound=BaseException)
 
 #: Seconds a load may run before a line says it is still loading.
 SLOW_LOAD_NOTICE = 5.0
 #: Seconds between further "still loading" lines for the same load.
 _NOTICE_EVERY = 30.0
 
-#: What a candidate resolves to: ``(key, plugin, produce)``, ``plugin``
-#: ``None`` for a built-in; ``produce()`` loads and validates the backend.
-Candidate = tuple[Hashable, PluginEntryPoint | None, Callable[[], RegisteredServeBackend]]
 
-
-def call_plugin_code(function: Callable[[], _T], failure: Callable[[BaseException], _E]) -> _T:
+def call_plugin_code(
+    function: Callable[[], _T], failure: Callable[[BaseException], BaseException]
+) -> _T:
     """Call plugin code; whatever it raises becomes ``failure(exc)``, raised from it.
 
     Only a stop signal's unwinding (:func:`~sglang_backends._core.processes.from_signal`:
@@ -111,13 +115,16 @@ class _GuardedEntryPoint(EntryPoint):
 
 @functools.cache
 def _chosen_driver_manager() -> type[Any]:
-    """stevedore's ``DriverManager`` over one given entry point; stevedore imported on first use."""
+    """stevedore's ``DriverManager`` loading and invoking one given entry point, guarded;
+    stevedore imported on first use."""
     from stevedore import DriverManager
 
     class ChosenDriverManager(DriverManager):  # type: ignore[type-arg]  # generic only in newer stevedore
-        def __init__(self, entry_point: EntryPoint, **options: Any) -> None:
-            self._chosen = entry_point
-            super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, **options)
+        def __init__(self, entry_point: EntryPoint) -> None:
+            self._chosen = _GuardedEntryPoint(
+                entry_point.name, entry_point.value, entry_point.group
+            )
+            super().__init__(SERVE_BACKENDS_GROUP, entry_point.name, invoke_on_load=True)
 
         def list_entry_points(self) -> list[EntryPoint]:
             return [self._chosen]
@@ -142,29 +149,44 @@ def load_failure(
     )
 
 
-def load_plugin(plugin: PluginEntryPoint) -> object:
-    """What *plugin*'s factory returns, imported and called by a ``DriverManager`` of its own.
+def _produce(name: str, plugin: PluginEntryPoint | None, builtin: object) -> RegisteredServeBackend:
+    """Import *plugin* and call its factory (each by a ``DriverManager`` of its own), or call
+    the built-in *name*'s factory, then validate: one whole load.
 
-    :raises BackendLoadError: the import failed, the target is malformed or
-        not callable, or the factory raised (whatever it raised).
+    :raises BackendLoadError: the import failed, the target is malformed or not
+        callable, the factory raised (whatever it raised), or the backend declares
+        another contract version.
+    :raises BackendTypeError: the factory did not return a ``ServeBackend``.
     """
+    dist = plugin.distribution if plugin else None
+    failure = functools.partial(load_failure, name, plugin)
+    if plugin is not None:
+        manager = _chosen_driver_manager()
+        # Not ``.driver``: for a factory returning something falsy it gives the factory.
+        obj = call_plugin_code(lambda: manager(plugin.entry_point).extensions[0].obj, failure)
+    else:
+        obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
+    backend = coerce_backend(obj)
+    if backend is None:
+        by = f" (provided by {plugin.provider})" if plugin else ""
+        raise BackendTypeError(
+            f"{backend_named(name, builtin=plugin is None, start=True)} factory "
+            f"returned {type(obj).__name__}; expected sglang_backends.ServeBackend{by}.",
+            name=name,
+            distribution=dist,
+        )
+    if backend.api_version != SERVE_BACKEND_API_VERSION:
+        raise BackendLoadError(
+            f"{backend_named(name, plugin.provider if plugin else None, start=True)} uses API "
+            f"version {backend.api_version!r}; this sglang-backends release requires version "
+            f"{SERVE_BACKEND_API_VERSION}.",
+            name=name,
+            distribution=dist,
+        )
+    return RegisteredServeBackend(name=name, backend=backend, distribution=dist)
 
-    def failed(manager: object, entry_point: object, exc: BaseException) -> None:
-        raise exc  # for call_plugin_code to word, as what stevedore lets through
 
-    entry_point = plugin.entry_point
-    guarded = _GuardedEntryPoint(entry_point.name, entry_point.value, entry_point.group)
-    manager = _chosen_driver_manager()
-    # stevedore hands an Exception to the callback and lets the rest through.
-    loaded = call_plugin_code(
-        lambda: manager(guarded, invoke_on_load=True, on_load_failure_callback=failed),
-        functools.partial(load_failure, plugin.name, plugin),
-    )
-    # Not ``loaded.driver``: for a factory returning something falsy it gives the factory.
-    return loaded.extensions[0].obj
-
-
-def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None = None) -> None:
+def _log_still_loading(load: BackendLoad, running: float, timeout: float | None = None) -> None:
     """The one "still loading" line; *timeout* is the bound, when there is one."""
     LOG.info(
         "Still loading serve backend %r (%s) after %.0f s%s",
@@ -175,18 +197,34 @@ def _log_still_loading(load: _BackendLoad, running: float, timeout: float | None
     )
 
 
-class _BackendLoad(TimedRun[RegisteredServeBackend]):
-    """One backend's load (*candidate*'s, asked for as *name*), run by one caller and
-    awaited by the others; a *detached* one, automatic detection's, on a worker."""
+class BackendLoad(TimedRun[RegisteredServeBackend]):
+    """One backend's load, asked for as *name*: *plugin*'s, or the built-in *builtin*'s (a
+    backend or its factory), telling *progress* as it starts and ends. Run by one caller and
+    awaited by the others; a :attr:`detached` one, automatic detection's, on a worker.
+    """
 
-    def __init__(self, name: str, candidate: Candidate, *, detached: bool) -> None:
-        super().__init__(candidate[2], f"load-{name}")
+    def __init__(
+        self,
+        name: str,
+        plugin: PluginEntryPoint | None,
+        builtin: object,
+        progress: Progress | None,
+    ) -> None:
         self.name = name
-        plugin = candidate[1]
         self.provider = plugin.provider if plugin else "built-in"
         self.distribution = plugin.distribution if plugin else None
-        self.detached = detached
+        #: The backend's, in :data:`Loads`: its entry point (which outlives every load), or
+        #: the built-in's name.
+        self.key: Hashable = name if plugin is None else id(plugin)
+        produce = functools.partial(_produce, plugin.name if plugin else name, plugin, builtin)
+        label = f"{name!r} ({self.provider})"
+        super().__init__(
+            functools.partial(with_progress, produce, progress, LOADING, label), f"load-{name}"
+        )
+        self.detached = False
         self.thread: threading.Thread | None = None
+        #: Seconds of running after which :func:`load_each_within` next says it is still loading.
+        self.notice_after = SLOW_LOAD_NOTICE
 
     def run(self) -> None:
         """Run the load in this thread. A failure is kept for every waiter (a detached load's
@@ -199,7 +237,7 @@ class _BackendLoad(TimedRun[RegisteredServeBackend]):
         # every frame of the failed import alive: with thousands of failed loads,
         # every garbage collection walked millions of objects. Automatic detection's
         # failures are outcomes, logged without a traceback; a load that fails for
-        # BackendLoader.load keeps them.
+        # load_once keeps them.
         seen: set[int] = set()
         exc: BaseException | None = self.error if self.detached else None
         while exc is not None and id(exc) not in seen:
@@ -214,12 +252,44 @@ class _BackendLoad(TimedRun[RegisteredServeBackend]):
         return cast(RegisteredServeBackend, self.value)
 
 
-def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.Event) -> None:
+#: A registry's loads, by :attr:`BackendLoad.key`: one per backend, shared by every caller.
+Loads = dict[Hashable, BackendLoad]
+
+
+def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
+    """Run *fresh* here unless another caller has claimed its backend's load in *loads*; return
+    the backend, unbounded.
+
+    :raises BackendLoadError: the load is under way in this very thread
+        (a factory asked the registry for its own backend).
+    """
+    load = loads.setdefault(fresh.key, fresh)  # atomic: one caller claims it
+    if load is fresh:
+        timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, SLOW_LOAD_NOTICE))
+        timer.daemon = True
+        timer.start()
+        try:
+            load.run()
+        except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
+            del loads[load.key]
+            raise
+        finally:
+            timer.cancel()
+    elif not load.finished and load.thread is threading.current_thread():
+        raise BackendLoadError(
+            f"Failed to load {backend_named(fresh.name, load.provider)}: its factory asked the "
+            "registry for it while it was loading",
+            name=fresh.name,
+        )
+    load.wait()
+    return load.result()
+
+
+def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.Event) -> None:
     """Until *done*, log the loads still running after :data:`SLOW_LOAD_NOTICE` s, and later again.
 
     One pass a second over *loads*, from the first that can be due: N loads cost O(N), not O(N²).
     """
-    noticed: dict[int, float] = {}
     pause = SLOW_LOAD_NOTICE
     while not done.wait(pause):
         pause = 1.0
@@ -228,101 +298,53 @@ def _notice_slow(loads: Sequence[_BackendLoad], timeout: float, done: threading.
             if load.finished or load.started is None:
                 continue
             running = now - load.started
-            last = noticed.get(id(load))
-            if running >= (SLOW_LOAD_NOTICE if last is None else last + _NOTICE_EVERY):
-                noticed[id(load)] = running
+            if running >= load.notice_after:
+                load.notice_after = running + _NOTICE_EVERY
                 _log_still_loading(load, running, timeout)
 
 
 def _within(
-    name: str, load: _BackendLoad, timeout: float
-) -> RegisteredServeBackend | DetectionOutcome:
-    """*load*'s backend if it finished within *timeout* s, else the outcome (logged) for *name*."""
+    name: str, load: BackendLoad, mine: bool, timeout: float
+) -> tuple[RegisteredServeBackend, float] | DetectionOutcome:
+    """*load*'s backend and seconds (none if another caller ran it) if it finished within
+    *timeout* s, else the outcome (logged) for *name*."""
     if not load.within(timeout):
         cause = f"loading from {load.provider} did not finish within {timeout:g} s (load_timeout)"
         return skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
-    try:
-        return load.result()
-    except Exception as exc:  # noqa: BLE001 - a plugin's failure is its outcome
-        return skip_with_warning(name, load.distribution, load.seconds, str(exc))
+    if isinstance(load.error, Exception):  # a plugin's failure is its outcome
+        return skip_with_warning(name, load.distribution, load.seconds, str(load.error))
+    return load.result(), load.seconds if mine else 0.0
 
 
-class BackendLoader:
-    """Loads each backend once, by key, however many callers ask: a factory runs once."""
+def load_each_within(
+    loads: Loads, names: Sequence[str], fresh: Callable[[str], BackendLoad], *, timeout: float
+) -> list[tuple[RegisteredServeBackend, float] | DetectionOutcome]:
+    """Load the backends *names* concurrently, each bounded by *timeout* from its own start.
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loads: dict[Hashable, _BackendLoad] = {}
+    Loads run on a pool of daemon workers sized to the work
+    (:func:`~sglang_backends._core.detection.run_each`): one that overruns
+    keeps running there, as an import cannot be interrupted.
 
-    def _claim(
-        self, name: str, candidate: Candidate, *, detached: bool = False
-    ) -> tuple[_BackendLoad, bool]:
-        """*candidate*'s load, and whether this caller created it (so must run it)."""
-        fresh = _BackendLoad(name, candidate, detached=detached)
-        with self._lock:
-            load = self._loads.setdefault(candidate[0], fresh)
-        return load, load is fresh
-
-    def load(self, name: str, candidate: Candidate) -> RegisteredServeBackend:
-        """Load *candidate* here unless another caller has; return its backend, unbounded.
-
-        :raises BackendLoadError: the load is under way in this very thread
-            (a factory asked the registry for its own backend).
-        """
-        load, mine = self._claim(name, candidate)
-        if mine:
-            timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, SLOW_LOAD_NOTICE))
-            timer.daemon = True
-            timer.start()
-            try:
-                load.run()
-            except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
-                with self._lock:
-                    self._loads.pop(candidate[0], None)
-                raise
-            finally:
-                timer.cancel()
-        elif not load.finished and load.thread is threading.current_thread():
-            raise BackendLoadError(
-                f"Failed to load {backend_named(name, load.provider)}: its factory asked the "
-                "registry for it while it was loading",
-                name=name,
-            )
-        load.wait()
-        return load.result()
-
-    def load_each_within(
-        self, names: Sequence[str], resolve: Callable[[str], Candidate], *, timeout: float
-    ) -> list[RegisteredServeBackend | DetectionOutcome]:
-        """Load the backends *names* concurrently, each bounded by *timeout* from its own start.
-
-        Loads run on a pool of daemon workers sized to the work
-        (:func:`~sglang_backends._core.detection.run_each`): one that overruns
-        keeps running there, as an import cannot be interrupted.
-
-        :param resolve: a name's :data:`Candidate`; a :class:`ServeBackendError`
-            it raises is that name's outcome.
-        :returns: in order, each backend or the outcome (logged) that replaced it.
-        """
-        loads: list[tuple[str, _BackendLoad] | DetectionOutcome] = []
-        mine: list[_BackendLoad] = []
-        for name in names:
-            try:
-                candidate = resolve(name)
-            except ServeBackendError as exc:
-                loads.append(skip_with_warning(name, exc.distribution, 0.0, str(exc)))
-                continue
-            load, created = self._claim(name, candidate, detached=True)
-            if created:
-                mine.append(load)
-            loads.append((name, load))
-        waited = threading.Event()
-        threading.Thread(target=_notice_slow, args=(mine, timeout, waited), daemon=True).start()
+    :param fresh: a name's load, not yet run; a :class:`ServeBackendError`
+        it raises is that name's outcome.
+    :returns: in order, each backend with its load's seconds, or the outcome
+        (logged) that replaced it.
+    """
+    claimed: list[tuple[str, BackendLoad, bool] | DetectionOutcome] = []
+    for name in names:
         try:
-            run_each(mine, timeout=timeout)
-            return [
-                item if isinstance(item, DetectionOutcome) else _within(*item, timeout)
-                for item in loads
-            ]
-        finally:
-            waited.set()
+            load = fresh(name)
+        except ServeBackendError as exc:
+            claimed.append(skip_with_warning(name, exc.distribution, 0.0, str(exc)))
+            continue
+        load.detached = True
+        found = loads.setdefault(load.key, load)
+        claimed.append((name, found, found is load))
+    mine = [item[1] for item in claimed if isinstance(item, tuple) and item[2]]
+    waited = threading.Event()
+    threading.Thread(target=_notice_slow, args=(mine, timeout, waited), daemon=True).start()
+    try:
+        run_each(mine, timeout=timeout)
+        return [_within(*item, timeout) if isinstance(item, tuple) else item for item in claimed]
+    finally:
+        waited.set()

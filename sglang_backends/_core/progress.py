@@ -23,6 +23,8 @@ Progress = Callable[[str, str], None]
 LOADING = ("loading", "loaded")
 DETECTING = ("detecting", "detected")
 EVENTS = (*LOADING, *DETECTING)
+#: Each end event's start event.
+_STARTED_BY = {LOADING[1]: LOADING[0], DETECTING[1]: DETECTING[0]}
 
 _T = TypeVar("_T")
 
@@ -74,8 +76,8 @@ class InFlight:
     def __call__(self, event: str, label: str) -> None:
         if event in self.busy:
             self.busy[event][label] = None
-        elif event in (LOADING[1], DETECTING[1]):
-            self.busy[LOADING[0] if event == LOADING[1] else DETECTING[0]].pop(label, None)
+        elif event in _STARTED_BY:
+            self.busy[_STARTED_BY[event]].pop(label, None)
 
     def replay(self, text: str) -> InFlight:
         """Take in events written one per line as ``event label``; return self."""
