@@ -185,7 +185,7 @@ class CheckBackends(SelectionOptions, Lister):
                 detail = f"{detail}; {clause}"
             head = (record.name, "plugin", record.distribution, record.version)
             rows.append((*head, result, seconds, detail, sglang))
-        rows += _not_installed(settings, inventory)
+        rows += _not_installed(inventory)
         self.failed = any(row[4] in FAILURES for row in rows)
         if not parsed_args.contract:  # whether SGLang's own host was asked too: --contract
             return COLUMNS, self.safe_rows(parsed_args, [row[:-1] for row in rows])
@@ -245,12 +245,12 @@ def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
     return unmet
 
 
-def _not_installed(settings: Settings, inventory: Inventory) -> list[tuple[Any, ...]]:
+def _not_installed(inventory: Inventory) -> list[tuple[Any, ...]]:
     """A failing row for each name ``enabled_backends`` (or ``--enable``) gives that no
     installed plugin provides, as the inventory warned: a deployment gate must not pass a
     service missing one.
     """
-    where = settings.list_origins().get("enabled", "the enabled list")
+    where = inventory.origins.get("enabled", "the enabled list")
     rows: list[tuple[Any, ...]] = []
     for name in inventory.not_installed["enabled"]:
         detail = (
