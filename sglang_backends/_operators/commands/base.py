@@ -287,9 +287,8 @@ def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
     return f"{head.rstrip()}… ({more}{pointer})"
 
 
-def default_jobs() -> int:
-    """Default number of plugin-loading workers run at once: the CPU count, at most 4."""
-    return max(1, min(4, os.cpu_count() or 1))
+#: Default number of plugin-loading workers run at once: the CPU count, at most 4.
+DEFAULT_JOBS = min(4, os.cpu_count() or 1)
 
 
 def positive_seconds(text: str) -> float:

@@ -20,8 +20,8 @@ from sglang_backends._core.selection import (
 )
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
+    DEFAULT_JOBS,
     SelectionOptions,
-    default_jobs,
     needs_sglang,
     positive_seconds,
 )
@@ -123,7 +123,7 @@ class CheckBackends(SelectionOptions, Lister):
             "--jobs",
             metavar="N",
             type=_jobs,
-            default=default_jobs(),
+            default=DEFAULT_JOBS,
             help="plugins loaded at once, each in its own process "
             "(default: the number of CPUs, at most 4)",
         )
@@ -177,9 +177,7 @@ class CheckBackends(SelectionOptions, Lister):
             if not names or name in names
         ]
         for record, key in chosen:
-            result, seconds, detail, sglang = _checked(
-                record, results.get(key), parsed_args.contract
-            )
+            result, seconds, detail, sglang = _checked(record, results.get(key))
             clause = unmet.get(record.distribution or "")
             if clause and not detail.endswith(clause):  # a failed load's message ends with it
                 detail = f"{detail}; {clause}"
@@ -193,7 +191,7 @@ class CheckBackends(SelectionOptions, Lister):
 
 
 def _checked(
-    record: PluginRecord, worker: WorkerResult | None, contract: bool
+    record: PluginRecord, worker: WorkerResult | None
 ) -> tuple[str | None, float, str, str]:
     """Plugin *record*'s Result, Seconds, Detail and SGLang cells, from the *worker* that
     loaded it (``None``: not loaded, as disabled or claiming a built-in name).
@@ -211,15 +209,7 @@ def _checked(
         return worker.failure, seconds, detail, _NOT_LOADED
     if result.error is not None:
         return "error", seconds, result.error, _NOT_LOADED
-    detail = (
-        f"API version {result.api_version}, "
-        f"{'has a detector' if result.has_detector else 'no detector'}, "
-        f"{'requires' if result.requires_model_path else 'does not require'} a model path"
-    )
-    if not contract:
-        return "ok", seconds, detail, _NOT_LOADED
-    kept = f"--help in {result.help_seconds:.2f} s, {result.detections} detector requests answered"
-    return "ok", seconds, f"{detail}; contract kept ({kept})", result.sglang or "not checked"
+    return "ok", seconds, result.detail, result.sglang or "not checked"
 
 
 def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:

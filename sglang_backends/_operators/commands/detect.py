@@ -18,9 +18,9 @@ from sglang_backends._core.progress import InFlight
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
+    DEFAULT_JOBS,
     OptionSpans,
     SelectionOptions,
-    default_jobs,
     needs_sglang,
     positive_seconds,
 )
@@ -73,7 +73,7 @@ def _culprits(inventory: Inventory, settings: Settings, timeout: float) -> str:
     bound = max(timeout, CULPRIT_TIMEOUT)
     names = sorted(plugin.name for plugin in enabled)
     job = Job(action="load", settings=settings)
-    loads = run_loads(job, names, timeout=bound, concurrency=default_jobs())
+    loads = run_loads(job, names, timeout=bound, concurrency=DEFAULT_JOBS)
     labels = {plugin.name: f"{plugin.name!r} ({plugin.provider})" for plugin in enabled}
     broken = []
     slow = []
