@@ -64,11 +64,9 @@ class Result:
 
     seconds: float = 0.0
     error: str | None = None
-    api_version: int | None = None
-    has_detector: bool = False
-    requires_model_path: bool = False
-    help_seconds: float = 0.0
-    detections: int = 0
+    #: A loaded backend's declarations, and with ``contract`` the checks it passed, as
+    #: ``check`` words them.
+    detail: str = ""
     #: With ``contract``: whether SGLang's own host accepted the backend, or why it was not asked.
     sglang: str | None = None
     outcomes: Sequence[Outcome] = ()

@@ -35,16 +35,17 @@ from sglang_backends.testing import (
 
 
 def _load(job: Job) -> Result:
-    """Load one backend by name and report its contract fields; with ``contract``, check it."""
+    """Load one backend by name and report what it declares; with ``contract``, check it."""
     registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
     registered = registry.get(job.name)
     backend = registered.backend
-    result = Result(
-        api_version=backend.api_version,
-        has_detector=backend.detect is not None,
-        requires_model_path=backend.requires_model_path,
+    detail = (
+        f"API version {backend.api_version}, "
+        f"{'has a detector' if backend.detect is not None else 'no detector'}, "
+        f"{'requires' if backend.requires_model_path else 'does not require'} a model path"
     )
+    sglang = None
     if job.action == "contract":
         try:
             with warnings.catch_warnings():  # said in the SGLang column instead
@@ -56,13 +57,12 @@ def _load(job: Job) -> Result:
         except ContractViolation as exc:
             provider = registered.distribution or "an unknown distribution"
             return Result(error=f"{exc} (provided by {provider})")
-        result = dataclasses.replace(
-            result,
-            help_seconds=report.help_seconds,
-            detections=len(report.detections),
-            sglang="accepted" if report.sglang_checked else "not checked: SGLang is not installed",
+        detail += (
+            f"; contract kept (--help in {report.help_seconds:.2f} s, "
+            f"{len(report.detections)} detector requests answered)"
         )
-    return dataclasses.replace(result, seconds=time.perf_counter() - started)
+        sglang = "accepted" if report.sglang_checked else "not checked: SGLang is not installed"
+    return Result(seconds=time.perf_counter() - started, detail=detail, sglang=sglang)
 
 
 def _explain(job: Job) -> Result:

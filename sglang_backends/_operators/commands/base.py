@@ -194,9 +194,6 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
 
     #: Set by a command whose output reports a failure: the exit status becomes 1.
     failed = False
-    #: Whether the command itself reports a plugin claiming a built-in name as an error (a
-    #: registry's refusal, check's row); if not, the inventory warns of it.
-    reports_conflicts = True
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         """Run the command; exit status 2 for a usage slip (invalid configuration, a name
@@ -214,20 +211,25 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         return status or (1 if self.failed else 0)
 
     def inventory(
-        self, parsed_args: argparse.Namespace, *, model_type_checked: bool = True
+        self,
+        parsed_args: argparse.Namespace,
+        *,
+        warn_conflicts: bool = False,
+        warn_model_type: bool = True,
     ) -> tuple[Settings, Inventory]:
         """The settings, and the command's one inventory under their selection (imports no
-        plugin), which warns of their slips: a listed name nothing provides, a ``model_type``
-        serve would refuse (unless the command says so itself: not *model_type_checked*),
-        and a conflict the command does not report itself.
+        plugin), which warns of their slips (:func:`take_inventory`): a listed name nothing
+        provides, with *warn_model_type* a ``model_type`` serve would refuse, and with
+        *warn_conflicts* a plugin claiming a built-in name (which a registry refuses, and
+        check reports as an error).
         """
         settings = self.settings(parsed_args)
         inventory = take_inventory(
             settings,
             default_builtins(),
             installed=self.installed_distributions,
-            warn_conflicts=not self.reports_conflicts,
-            warn_model_type=model_type_checked,
+            warn_conflicts=warn_conflicts,
+            warn_model_type=warn_model_type,
         )
         return settings, inventory
 
@@ -285,9 +287,8 @@ def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
     return f"{head.rstrip()}… ({more}{pointer})"
 
 
-def default_jobs() -> int:
-    """Default number of plugin-loading workers run at once: the CPU count, at most 4."""
-    return max(1, min(4, os.cpu_count() or 1))
+#: Default number of plugin-loading workers run at once: the CPU count, at most 4.
+DEFAULT_JOBS = min(4, os.cpu_count() or 1)
 
 
 def positive_seconds(text: str) -> float:

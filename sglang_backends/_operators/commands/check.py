@@ -20,17 +20,19 @@ from sglang_backends._core.selection import (
 )
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
+    DEFAULT_JOBS,
     SelectionOptions,
-    default_jobs,
     needs_sglang,
     positive_seconds,
 )
-from sglang_backends._operators.worker import Job, last_line, run_loads
+from sglang_backends._operators.worker import Job, WorkerResult, last_line, run_loads
 from sglang_backends.errors import did_you_mean
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.
 FAILURES = frozenset({"error", "timeout", "crashed", "not installed"})
+#: The SGLang column of a row whose plugin was not loaded.
+_NOT_LOADED = "not checked: not loaded"
 
 
 def _jobs(text: str) -> int:
@@ -121,7 +123,7 @@ class CheckBackends(SelectionOptions, Lister):
             "--jobs",
             metavar="N",
             type=_jobs,
-            default=default_jobs(),
+            default=DEFAULT_JOBS,
             help="plugins loaded at once, each in its own process "
             "(default: the number of CPUs, at most 4)",
         )
@@ -143,12 +145,12 @@ class CheckBackends(SelectionOptions, Lister):
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         settings, inventory = self.inventory(parsed_args)
-        chosen = _chosen(inventory, parsed_args.names)
+        names = parsed_args.names
+        chosen = _chosen(inventory, names)
         plugins = [record.plugin for record, _ in chosen]
         _warn_of_sglang_scripts(self.app.LOG, plugins)
         unmet = _foretold(self.app.LOG, plugins)
         conflicts = {plugin.name for plugin in inventory.conflicts}
-        to_load = sorted({key for record, key in chosen if record.status.usable})
         job = Job(
             action="contract" if parsed_args.contract else "load",
             # A conflict makes every registry fail; set it aside to check the rest.
@@ -158,54 +160,56 @@ class CheckBackends(SelectionOptions, Lister):
             # The kit bounds each call; a third of the worker's time leaves room to report.
             contract_timeout=parsed_args.timeout / 3,
         )
+        to_load = sorted({key for record, key in chosen if record.status.usable})
         results = run_loads(job, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
-
-        names = parsed_args.names
         rows: list[tuple[Any, ...]] = [  # a built-in: ok, or the SGLang it needs (as list, show)
-            (name, "built-in", None, None, needs_sglang(name) or "ok", 0.0, "built-in; not loaded")
+            (
+                name,
+                "built-in",
+                None,
+                None,
+                needs_sglang(name) or "ok",
+                0.0,
+                "built-in; not loaded",
+                _NOT_LOADED,
+            )
             for name in inventory.builtins
             if not names or name in names
         ]
-        sglang: dict[str, str] = {}  # with --contract: SGLang's verdict, by plugin name
         for record, key in chosen:
+            result, seconds, detail, sglang = _checked(record, results.get(key))
+            clause = unmet.get(record.distribution or "")
+            if clause and not detail.endswith(clause):  # a failed load's message ends with it
+                detail = f"{detail}; {clause}"
             head = (record.name, "plugin", record.distribution, record.version)
-            if record.status is PluginStatus.DISABLED:
-                rows.append((*head, "skipped", 0.0, "disabled by the selection; not loaded"))
-                continue
-            if record.status is PluginStatus.CONFLICT:
-                rows.append((*head, "error", 0.0, conflict_warning(record.plugin)))
-                continue
-            worker = results[key]
-            seconds = round(worker.seconds, 3)
-            result = worker.result
-            if result is None:
-                detail = f"{record.name!r} from {record.plugin.provider}: {worker.detail}"
-                if worker.failure == "crashed" and last_line(worker.stderr):
-                    detail += f" (last output: {last_line(worker.stderr)})"
-                rows.append((*head, worker.failure, seconds, detail))
-            elif result.error is not None:
-                rows.append((*head, "error", seconds, result.error))
-            else:
-                detail = (
-                    f"API version {result.api_version}, "
-                    f"{'has a detector' if result.has_detector else 'no detector'}, "
-                    f"{'requires' if result.requires_model_path else 'does not require'} "
-                    "a model path"
-                )
-                if parsed_args.contract:
-                    sglang[record.name] = result.sglang or "not checked"
-                    detail += (
-                        f"; contract kept (--help in {result.help_seconds:.2f} s, "
-                        f"{result.detections} detector requests answered)"
-                    )
-                rows.append((*head, "ok", seconds, detail))
-        rows = [_with_unmet(row, unmet) for row in rows]
-        rows += _not_installed(settings, inventory)
+            rows.append((*head, result, seconds, detail, sglang))
+        rows += _not_installed(inventory)
         self.failed = any(row[4] in FAILURES for row in rows)
-        if parsed_args.contract:  # whether SGLang's own host was asked too, row by row
-            rows = [(*row, sglang.get(row[0], "not checked: not loaded")) for row in rows]
-            return (*COLUMNS, "SGLang"), self.safe_rows(parsed_args, rows)
-        return COLUMNS, self.safe_rows(parsed_args, rows)
+        if not parsed_args.contract:  # whether SGLang's own host was asked too: --contract
+            return COLUMNS, self.safe_rows(parsed_args, [row[:-1] for row in rows])
+        return (*COLUMNS, "SGLang"), self.safe_rows(parsed_args, rows)
+
+
+def _checked(
+    record: PluginRecord, worker: WorkerResult | None
+) -> tuple[str | None, float, str, str]:
+    """Plugin *record*'s Result, Seconds, Detail and SGLang cells, from the *worker* that
+    loaded it (``None``: not loaded, as disabled or claiming a built-in name).
+    """
+    if worker is None and record.status is PluginStatus.DISABLED:
+        return "skipped", 0.0, "disabled by the selection; not loaded", _NOT_LOADED
+    if worker is None:
+        return "error", 0.0, conflict_warning(record.plugin), _NOT_LOADED
+    seconds = round(worker.seconds, 3)
+    result = worker.result
+    if result is None:
+        detail = f"{record.name!r} from {record.plugin.provider}: {worker.detail}"
+        if worker.failure == "crashed" and last_line(worker.stderr):
+            detail += f" (last output: {last_line(worker.stderr)})"
+        return worker.failure, seconds, detail, _NOT_LOADED
+    if result.error is not None:
+        return "error", seconds, result.error, _NOT_LOADED
+    return "ok", seconds, result.detail, result.sglang or "not checked"
 
 
 def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
@@ -231,27 +235,19 @@ def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
     return unmet
 
 
-def _with_unmet(row: tuple[Any, ...], unmet: dict[str, str]) -> tuple[Any, ...]:
-    """*row* with its distribution's unmet requirements ending its Detail (once)."""
-    clause = unmet.get(row[2] or "")
-    if not clause or str(row[6]).endswith(clause):  # a failed load's message ends with it
-        return row
-    return (*row[:6], f"{row[6]}; {clause}")
-
-
-def _not_installed(settings: Settings, inventory: Inventory) -> list[tuple[Any, ...]]:
+def _not_installed(inventory: Inventory) -> list[tuple[Any, ...]]:
     """A failing row for each name ``enabled_backends`` (or ``--enable``) gives that no
     installed plugin provides, as the inventory warned: a deployment gate must not pass a
     service missing one.
     """
-    where = settings.list_origins().get("enabled", "the enabled list")
+    where = inventory.origins.get("enabled", "the enabled list")
     rows: list[tuple[Any, ...]] = []
     for name in inventory.not_installed["enabled"]:
         detail = (
             f"enabled by {where}, but no installed distribution provides serve backend "
             f"{name!r}{did_you_mean(name, inventory.installed)}"
         )
-        rows.append((name, "plugin", None, None, "not installed", 0.0, detail))
+        rows.append((name, "plugin", None, None, "not installed", 0.0, detail, _NOT_LOADED))
     return rows
 
 

@@ -18,9 +18,9 @@ from sglang_backends._core.progress import InFlight
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
+    DEFAULT_JOBS,
     OptionSpans,
     SelectionOptions,
-    default_jobs,
     needs_sglang,
     positive_seconds,
 )
@@ -40,7 +40,7 @@ WORKER_MARGIN = 10.0
 CULPRIT_TIMEOUT = 10.0
 
 
-def _stalled(underway: Any, *, crashed: bool) -> str | None:
+def _stalled(underway: InFlight, *, crashed: bool) -> str | None:
     """Why detection did not finish, if what was under way tells: the plugin under way when
     the worker *crashed*, or the detectors still running; else ``None``.
     """
@@ -60,14 +60,20 @@ def _stalled(underway: Any, *, crashed: bool) -> str | None:
     return None
 
 
-def _culprits(loads: dict[str, Any], enabled: Iterable[Any], bound: float, timeout: float) -> str:
-    """Why detection did not finish, from *loads*: each *enabled* plugin loaded alone.
+def _culprits(inventory: Inventory, settings: Settings, timeout: float) -> str:
+    """Why detection did not finish within *timeout*: each plugin *inventory* enables
+    loaded alone, under *settings*.
 
     Once every plugin had loaded, loading them again would find nothing wrong;
     while loads were under way, one holding the interpreter makes them all look
-    stuck, so each enabled plugin is loaded alone, given *bound*, ``max(timeout,
+    stuck, so each enabled plugin is loaded alone, given ``max(timeout,
     CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
     """
+    enabled = [r.plugin for r in inventory.records if r.status is PluginStatus.ENABLED]
+    bound = max(timeout, CULPRIT_TIMEOUT)
+    names = sorted(plugin.name for plugin in enabled)
+    job = Job(action="load", settings=settings)
+    loads = run_loads(job, names, timeout=bound, concurrency=DEFAULT_JOBS)
     labels = {plugin.name: f"{plugin.name!r} ({plugin.provider})" for plugin in enabled}
     broken = []
     slow = []
@@ -280,7 +286,7 @@ class DetectBackend(SelectionOptions, Lister):
                 "give them before the request, as detect's own options"
             )
 
-        configured, inventory = self.inventory(parsed_args, model_type_checked=False)
+        configured, inventory = self.inventory(parsed_args, warn_model_type=False)
         chosen = _chosen(host.model_type, configured, inventory)  # as serve, before detecting
         if chosen is not None:
             self.app.LOG.warning("Configured: %s", chosen[2])
@@ -300,14 +306,8 @@ class DetectBackend(SelectionOptions, Lister):
             underway = InFlight().replay(trace.read().decode("utf-8", "replace"))
         result = worker.result
         if result is None:
-            why = _stalled(underway, crashed=worker.failure == "crashed")
-            if why is None:
-                enabled = [r.plugin for r in inventory.records if r.status is PluginStatus.ENABLED]
-                job = Job(action="load", settings=settings)
-                names = sorted(plugin.name for plugin in enabled)
-                bound = max(timeout, CULPRIT_TIMEOUT)
-                loads = run_loads(job, names, timeout=bound, concurrency=default_jobs())
-                why = _culprits(loads, enabled, bound, timeout)
+            crashed = worker.failure == "crashed"
+            why = _stalled(underway, crashed=crashed) or _culprits(inventory, settings, timeout)
             raise ServeBackendError(f"Automatic detection did not complete: {worker.detail}. {why}")
         if result.error is not None:
             raise ServeBackendError(result.error)

@@ -8,8 +8,8 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends._core.discovery import PluginEntryPoint, normalize_distribution
-from sglang_backends._core.findings import distributions_of, general_plugins, unmet_text
+from sglang_backends._core.discovery import PluginEntryPoint
+from sglang_backends._core.findings import general_plugins, unmet_text
 from sglang_backends._operators.commands.base import SelectionOptions, builtin_row, plugin_row
 from sglang_backends._sglang.installed import sglang_installed
 
@@ -66,25 +66,18 @@ class ListBackends(SelectionOptions, Lister):
     """
 
     command_name = "list"
-    #: A conflict is a status here, not an error: the inventory warns of it.
-    reports_conflicts = False
 
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        _, inventory = self.inventory(parsed_args)
+        # A conflict is a status here, not an error: the inventory warns of it.
+        _, inventory = self.inventory(parsed_args, warn_conflicts=True)
         general = general_plugins(inventory.distributions, sglang=sglang_installed())
         shown = [(record.plugin, record.status.value, "plugin") for record in inventory.records]
         shown += [(g.plugin, g.status, "general") for g in general]
-        # Read once per distribution: several entry points share one.
-        plugins = distributions_of(plugin for plugin, _, _ in shown)
-        cells = {key: _requirements(plugin) for key, plugin in plugins.items()}
         rows = [(*builtin_row(name, b), None) for name, b in inventory.builtins.items()]
         rows += [
-            (
-                *plugin_row(plugin, status, origin),
-                cells.get(normalize_distribution(plugin.distribution or "")),
-            )
+            (*plugin_row(plugin, status, origin), _requirements(plugin))
             for plugin, status, origin in shown
         ]
         return COLUMNS, self.safe_rows(parsed_args, rows)
@@ -92,10 +85,10 @@ class ListBackends(SelectionOptions, Lister):
 
 def _requirements(plugin: PluginEntryPoint) -> str | None:
     """How ``list`` shows *plugin*'s distribution's requirements (:func:`~sglang_backends.
-    _core.findings.unmet_text`): ``met``, ``unmet: …``, or nothing when its metadata could
-    not be read.
+    _core.findings.unmet_text`, read once per distribution): ``met``, ``unmet: …``, or
+    nothing when its metadata could not be read or its distribution is unknown.
     """
-    unmet = unmet_text(plugin)
+    unmet = unmet_text(plugin) if plugin.distribution else None
     if unmet is None:
         return None
     return f"unmet: {unmet}" if unmet else "met"
