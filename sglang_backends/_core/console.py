@@ -27,6 +27,10 @@ from typing import Any
 #: whichever command gave it. Each message says what it is about by itself.
 LOG_FORMAT = "%(message)s"
 
+#: The exit status of a command that failed.
+EXIT_FAILURE = 1
+#: The exit status of a command given wrong arguments or configuration (argparse's).
+EXIT_USAGE = 2
 #: The exit status of a command whose reader went away, as cliff's commands give it.
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
@@ -128,7 +132,7 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
         if isinstance(exc, BrokenPipeError):
             return EXIT_BROKEN_PIPE
         error(prog, exc)
-        return 1
+        return EXIT_FAILURE
     return status
 
 

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
+from sglang_backends._core.console import EXIT_FAILURE as EXIT_FAILURE  # supervise's import
+from sglang_backends._core.console import EXIT_USAGE
 from sglang_backends._core.inventory import model_type_problems, take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
@@ -29,15 +31,13 @@ from sglang_backends.errors import ConfigurationError, ServeBackendError, Unknow
 
 LOG = logging.getLogger(__name__)
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-
 
 @contextlib.contextmanager
 def _logging_to_stderr(debug: bool) -> Iterator[None]:
     """Log this package to stderr (INFO, DEBUG with --debug); undone on exit, for embedders."""
     logger = logging.getLogger("sglang_backends")
-    saved = (logger.level, logger.propagate)
+    level = logger.level
+    propagate = logger.propagate
     handler = console.terminal_log(logging.StreamHandler(sys.stderr))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
@@ -46,8 +46,8 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
         yield
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _settings(host: ServeArguments) -> Settings:
@@ -57,18 +57,14 @@ def _settings(host: ServeArguments) -> Settings:
     from sglang_backends.config import read_settings
 
     settings, problems = read_settings(host.config_args)
-    if problems:  # and the model_type it would refuse next: every problem at once
-        raise ConfigurationError("\n".join([*problems, *_refused_model_type(host, settings)]))
+    if problems and host.model_type is None and settings.model_type != AUTO:
+        # and the model_type it would refuse next (unknown, disabled): every problem at once
+        found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: none built
+        problems += model_type_problems(settings, found, serve=True)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
     LOG.debug("Settings from %s: %r", settings.source, settings)
     return settings
-
-
-def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
-    """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
-    if host.model_type is not None or settings.model_type == AUTO:
-        return []
-    found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: no backend built
-    return model_type_problems(settings, found, serve=True)
 
 
 def _sglang_note() -> int:
