@@ -15,18 +15,17 @@ import shlex
 import signal
 from typing import TYPE_CHECKING
 
+from sglang_backends import errors
 from sglang_backends._core import console, processes
-from sglang_backends._core.console import printable
 from sglang_backends._core.detection import DetectionReport, preferred_note, what_happened
 from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
 from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, request_fields
-from sglang_backends._serve.main import EXIT_USAGE, guarded
+from sglang_backends._serve.main import guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.errors import ConfigurationError, ServeBackendError, describe_raised
 from sglang_backends.registry import Progress, ServeBackendRegistry
 
 if TYPE_CHECKING:
@@ -46,22 +45,27 @@ def _get(
     progress: Progress | None = None,
 ) -> RegisteredServeBackend:
     """``registry.get(model_type)``, its load told to *progress*; a name nothing provides
-    says where configuration set it (as the inventory words it).
+    (or disabled) says where configuration set it.
     """
-    origin = None if host.model_type is not None else settings.set_in("model_type")
-    registry.inventory.by_name(model_type, set_in=origin)
-    return registry.get(model_type, progress=progress)
+    try:
+        return registry.get(model_type, progress=progress)
+    except (errors.UnknownBackendError, errors.DisabledBackendError) as exc:
+        origin = None if host.model_type is not None else settings.set_in("model_type")
+        if origin is None:
+            raise
+        raise errors.set_in_configuration(exc, origin) from None
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
-    """``'name' (from dist)`` (its label, escaped: the supervisor prints it), or ``(built-in)``."""
+    """``'name' (from DIST)`` or ``(built-in)``, escaped (the supervisor prints it)."""
+    plugin = registry.plugin_of(registered)
     if registered.distribution:
-        plugin = registry.plugin_of(registered)
-        label = plugin.distribution_label if plugin else registered.distribution
-        return str(printable(f"{registered.name!r} (from {label})"))
-    if registered.name in registry.builtin_names:
-        return f"{registered.name!r} (built-in)"
-    return f"{registered.name!r} (from an entry point without distribution metadata)"
+        where = f"from {plugin.distribution_label if plugin else registered.distribution}"
+    elif registered.name in registry.builtin_names:
+        where = "built-in"
+    else:
+        where = "from an entry point without distribution metadata"
+    return str(console.printable(f"{registered.name!r} ({where})"))
 
 
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
@@ -75,8 +79,8 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
         if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
             return 128 + signal.SIGINT
-        cause = describe_raised(exc, "run()")
-        raise ServeBackendError(f"serve backend {description} failed: {cause}") from exc
+        cause = errors.describe_raised(exc, "run()")
+        raise errors.ServeBackendError(f"serve backend {description} failed: {cause}") from exc
     return None
 
 
@@ -94,7 +98,7 @@ def _launch_here(
         on_force=lambda: tree.stop_tree(tree.descendants, 0),
     )
     status = 0
-    failure: ServeBackendError | None = None
+    failure: errors.ServeBackendError | None = None
     with guard:
         try:
             try:
@@ -106,7 +110,7 @@ def _launch_here(
                 guard.armed = False
         except (KeyboardInterrupt, SystemExit):
             pass  # a stop signal unwound after run(): guard.signum says which
-        except ServeBackendError as exc:
+        except errors.ServeBackendError as exc:
             failure = exc
         processes.log_swept(tree.stop_tree(tree.descendants, timeout))
     if guard.signum is not None:
@@ -159,19 +163,19 @@ def _backend(
     if registered.backend.requires_model_path and request.model_path is None:
         path = "<model-name-or-path>"  # in SGLang's usage line
         usage = f"Usage: {PROG} {path} [OPTIONS] or {PROG} --model-path {path} [OPTIONS]"
-        raise ConfigurationError(f"serve backend {description} needs a model. {usage}")
+        raise errors.ConfigurationError(f"serve backend {description} needs a model. {usage}")
     try:
         if channel is None:
             status = _launch_here(description, registered, request, settings.stop_timeout)
         else:
             channel.backend(registered.name, description)
             status = _run(description, registered, request) or 0
-    except ServeBackendError as exc:
+    except errors.ServeBackendError as exc:
         if detection is not None and detection.fallback and not sglang_installed():
             why = _unclaimed(registry, request, detection)
             raise type(exc)(f"{why} {exc}") from exc
         raise
-    if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
+    if status == console.EXIT_USAGE and (corrected := hoisted(host)) is not None:
         console.note(
             PROG,
             "serve's own options go before the model; if they were meant for serve, run: "
