@@ -102,7 +102,7 @@ def guarded(step: Callable[[], int], *, debug: bool) -> int:
         return 128 + signal.SIGINT
     except ServeBackendError as exc:
         if debug:
-            console.traceback_of(exc)
+            console.say(console.printable_traceback(exc))
         # A configuration's problems, a line each; any other failure on one line.
         text = str(exc) if isinstance(exc, ConfigurationError) else " ".join(str(exc).split())
         console.error(PROG, text)
