@@ -22,18 +22,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sglang-backends ARGS`` and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     index = 0
-    options = []  # the options before the command name, as (name, tokens)
+    kept = []  # serve's options before the command name, for it
     while index < len(args) and args[index].startswith("-"):
         name, sep, _ = args[index].partition("=")
         width = 2 if not sep and name in _VALUED else 1
-        options.append((name, args[index : index + width]))
+        if name == "--debug":
+            kept.append(name)
+        elif name in _VALUED[:2]:
+            kept += args[index : index + width]
         index += width
     if index < len(args) and args[index] == "serve":
         from sglang_backends._serve.main import main as serve_main
 
-        debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
-        kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
-        return run_command(PROG, lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
+        return run_command(PROG, lambda: serve_main([*kept, *args[index + 1 :]]))
     from sglang_backends._operators.app import OperatorApp
 
     # cliff words a failed write itself; what it left buffered is flushed as it ends, not at exit.
