@@ -51,9 +51,11 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
 
 
 def _settings(host: ServeArguments) -> Settings:
-    """Defaults, or configuration (importing oslo.config) when any is in use."""
+    """Defaults, or configuration (importing oslo.config) when any is in use; a
+    ``--model-type`` replaces configuration's, which then set none (:meth:`~Settings.set_in`).
+    """
     if not configured(host.config_args):
-        return Settings()
+        return Settings(model_type=host.model_type or AUTO)
     from sglang_backends.config import read_settings
 
     settings, problems = read_settings(host.config_args)
@@ -64,7 +66,10 @@ def _settings(host: ServeArguments) -> Settings:
     if problems:
         raise ConfigurationError("\n".join(problems))
     LOG.debug("Settings from %s: %r", settings.source, settings)
-    return settings
+    if host.model_type is None:
+        return settings
+    located = tuple(pair for pair in settings.located or () if pair[0] != "model_type")
+    return settings._replace(model_type=host.model_type, located=located)
 
 
 def _sglang_note() -> int:
@@ -80,18 +85,17 @@ def _serve(host: ServeArguments) -> int:
     serve, and it warns of it), the backend's own help, or serving the request.
     """
     settings = _settings(host)
-    model_type = host.model_type or settings.model_type or AUTO
     helps = wants_help(host.argv)  # as in the request: normalizing moves no -h
-    if helps and model_type == AUTO:
+    if helps and settings.model_type == AUTO:
         console.show(metadata_help(settings))
         return _sglang_note()
     from sglang_backends._serve import run  # the registry and the contract: not for that help
 
-    if helps:
-        status = run.backend_help(host, settings, model_type)
-        # A backend that exited: SGLang adds no note either.
-        return _sglang_note() if status is None else status
-    return run.serve(host, settings, model_type)
+    if not helps:
+        return run.serve(host, settings)
+    status = run.backend_help(host, settings)
+    # A backend that exited: SGLang adds no note either.
+    return _sglang_note() if status is None else status
 
 
 def guarded(step: Callable[[], int], *, debug: bool) -> int:

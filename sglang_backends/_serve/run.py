@@ -38,19 +38,15 @@ DETECTION_GRACE = 2.0
 
 
 def _get(
-    registry: ServeBackendRegistry,
-    model_type: str,
-    host: ServeArguments,
-    settings: Settings,
-    progress: Progress | None = None,
+    registry: ServeBackendRegistry, settings: Settings, progress: Progress | None = None
 ) -> RegisteredServeBackend:
-    """``registry.get(model_type)``, its load told to *progress*; a name nothing provides
-    (or disabled) says where configuration set it.
+    """``registry.get(settings.model_type)``, its load told to *progress*; a name nothing
+    provides (or disabled) says where configuration set it.
     """
     try:
-        return registry.get(model_type, progress=progress)
+        return registry.get(settings.model_type, progress=progress)
     except (errors.UnknownBackendError, errors.DisabledBackendError) as exc:
-        origin = None if host.model_type is not None else settings.set_in("model_type")
+        origin = settings.set_in("model_type")
         if origin is None:
             raise
         raise errors.set_in_configuration(exc, origin) from None
@@ -122,11 +118,7 @@ def _launch_here(
 
 
 def _backend(
-    host: ServeArguments,
-    settings: Settings,
-    model_type: str,
-    request: ServeRequest,
-    channel: Channel | None = None,
+    host: ServeArguments, settings: Settings, request: ServeRequest, channel: Channel | None = None
 ) -> int:
     """Choose and load the backend, check the request, then run it: in this process, the
     backend process when *channel* leads to the supervisor.
@@ -140,7 +132,7 @@ def _backend(
     detection: DetectionReport | None = None
     why = ""
     progress = channel.progress if channel else None
-    if model_type == AUTO:
+    if settings.model_type == AUTO:
         if channel is not None:
             # The threads bounding each load and detector need the GIL; the
             # supervisor, another process, keeps the bound whatever a plugin does.
@@ -156,7 +148,7 @@ def _backend(
         if detection.preferred:
             why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
-        registered = _get(registry, model_type, host, settings, progress)
+        registered = _get(registry, settings, progress)
         chosen = "Using serve backend %s%s"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
@@ -214,7 +206,7 @@ def _request(host: ServeArguments) -> ServeRequest:
     return request
 
 
-def backend_help(host: ServeArguments, settings: Settings, model_type: str) -> int | None:
+def backend_help(host: ServeArguments, settings: Settings) -> int | None:
     """Print the chosen backend's own help (its ``run()``): ``None`` once it returns, or
     the exit status its ``SystemExit`` asks for.
     """
@@ -223,23 +215,21 @@ def backend_help(host: ServeArguments, settings: Settings, model_type: str) -> i
     with processes.StopSignals() as stops:
         stops.arm()
         registry = ServeBackendRegistry.from_settings(settings)
-        registered = _get(registry, model_type, host, settings)
+        registered = _get(registry, settings)
         # The backend prints its own help: no model path check, no cleanup.
         return _run(_describe(registry, registered), registered, request)
 
 
-def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
+def serve(host: ServeArguments, settings: Settings) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
     from sglang_backends._serve.supervise import supervisor  # not for a backend's help
 
     if not supervisor.SUPPORTED:
-        return _backend(host, settings, model_type, request)
+        return _backend(host, settings, request)
 
     def work(channel: Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
-        return guarded(
-            lambda: _backend(host, settings, model_type, request, channel), debug=host.debug
-        )
+        return guarded(lambda: _backend(host, settings, request, channel), debug=host.debug)
 
     return supervisor.supervise(work, stop_timeout=settings.stop_timeout)
