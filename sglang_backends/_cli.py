@@ -12,10 +12,12 @@ import sys
 from collections.abc import Sequence
 
 from sglang_backends._core.console import run_command
-from sglang_backends._serve.argv import PROG
+from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE, DEBUG, PROG
 
-#: Options before a command name that take a value: serve's (kept for it), then cliff's.
-_VALUED = ("--config-file", "--config-dir", "--log-file")
+#: serve's options that take a value, kept for it before the command name as ``--debug`` is.
+_CONFIG = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
+#: Options before a command name that take a value: serve's, then cliff's.
+_VALUED = (*_CONFIG, "--log-file")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,9 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     while index < len(args) and args[index].startswith("-"):
         name, sep, _ = args[index].partition("=")
         width = 2 if not sep and name in _VALUED else 1
-        if name == "--debug":
+        if name in DEBUG.flags:
             kept.append(name)
-        elif name in _VALUED[:2]:
+        elif name in _CONFIG:
             kept += args[index : index + width]
         index += width
     if index < len(args) and args[index] == "serve":
