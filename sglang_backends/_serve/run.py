@@ -40,8 +40,8 @@ DETECTION_GRACE = 2.0
 def _get(
     registry: ServeBackendRegistry, settings: Settings, progress: Progress | None = None
 ) -> RegisteredServeBackend:
-    """``registry.get(settings.model_type)``, its load told to *progress*; a name nothing
-    provides (or disabled) says where configuration set it.
+    """``registry.get(settings.model_type)``, its load told to *progress*; an unknown or
+    disabled name says where configuration set it.
     """
     try:
         return registry.get(settings.model_type, progress=progress)
