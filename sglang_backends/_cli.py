@@ -12,12 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from sglang_backends._core.console import run_command
-from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE, DEBUG, PROG
+from sglang_backends._serve.argv import CONFIG_FLAGS, DEBUG, PROG
 
-#: serve's options that take a value, kept for it before the command name as ``--debug`` is.
-_CONFIG = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
-#: Options before a command name that take a value: serve's, then cliff's.
-_VALUED = (*_CONFIG, "--log-file")
+#: Options before a command name that take a value: serve's (kept for it), then cliff's.
+_VALUED = (*CONFIG_FLAGS, "--log-file")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         width = 2 if not sep and name in _VALUED else 1
         if name in DEBUG.flags:
             kept.append(name)
-        elif name in _CONFIG:
+        elif name in CONFIG_FLAGS:
             kept += args[index : index + width]
         index += width
     if index < len(args) and args[index] == "serve":

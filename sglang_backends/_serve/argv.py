@@ -64,6 +64,8 @@ DEBUG = ServeOption(("--debug",), None, "log at DEBUG level and show tracebacks"
 
 #: ``serve``'s own options, in the order its help lists them.
 SERVE_OPTIONS = (HELP, MODEL_TYPE, CONFIG_FILE, CONFIG_DIR, DEBUG)
+#: The option strings that name configuration, which the operator commands take too.
+CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
 #: Each option string of those ``serve`` takes out of the command line: ``--help`` stays
 #: in it, for the backend's help.
 _TAKEN = {flag: option for option in SERVE_OPTIONS if option is not HELP for flag in option.flags}
