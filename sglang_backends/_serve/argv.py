@@ -21,8 +21,9 @@ from sglang_backends.errors import ConfigurationError
 PROG = "sglang-backends serve"
 
 _MODEL_PATH_OPTIONS = ("--model-path", "--model")
-# A backend name is an entry point name, optionally qualified as DIST:NAME.
-_INVALID_NAME = re.compile(r"[/\\\s]")
+# Never in a backend name (an entry point's, optionally as DIST:NAME): an option's leading
+# hyphen, a path's slash or backslash, white space.
+_INVALID_NAME = re.compile(r"^-|[/\\\s]")
 
 
 class ServeOption(NamedTuple):
@@ -92,7 +93,7 @@ class ServeArguments(NamedTuple):
 def _check_model_type(value: str) -> str:
     if not value:
         raise ConfigurationError("--model-type needs a backend name, got an empty value")
-    if value.startswith("-") or _INVALID_NAME.search(value):
+    if _INVALID_NAME.search(value):
         raise ConfigurationError(
             f"--model-type {value!r} is not a backend name "
             "(expected auto, NAME or DIST:NAME, without '/' or spaces)"
