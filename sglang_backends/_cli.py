@@ -12,28 +12,29 @@ import sys
 from collections.abc import Sequence
 
 from sglang_backends._core.console import run_command
-from sglang_backends._serve.argv import PROG
+from sglang_backends._serve.argv import CONFIG_FLAGS, DEBUG, PROG
 
 #: Options before a command name that take a value: serve's (kept for it), then cliff's.
-_VALUED = ("--config-file", "--config-dir", "--log-file")
+_VALUED = (*CONFIG_FLAGS, "--log-file")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sglang-backends ARGS`` and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     index = 0
-    options = []  # the options before the command name, as (name, tokens)
+    kept = []  # serve's options before the command name, for it
     while index < len(args) and args[index].startswith("-"):
         name, sep, _ = args[index].partition("=")
         width = 2 if not sep and name in _VALUED else 1
-        options.append((name, args[index : index + width]))
+        if name in DEBUG.flags:
+            kept.append(name)
+        elif name in CONFIG_FLAGS:
+            kept += args[index : index + width]
         index += width
     if index < len(args) and args[index] == "serve":
         from sglang_backends._serve.main import main as serve_main
 
-        debug = ["--debug"] if any(name == "--debug" for name, _ in options) else []
-        kept = [token for name, tokens in options if name in _VALUED[:2] for token in tokens]
-        return run_command(PROG, lambda: serve_main([*debug, *kept, *args[index + 1 :]]))
+        return run_command(PROG, lambda: serve_main([*kept, *args[index + 1 :]]))
     from sglang_backends._operators.app import OperatorApp
 
     # cliff words a failed write itself; what it left buffered is flushed as it ends, not at exit.

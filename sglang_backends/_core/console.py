@@ -3,10 +3,10 @@
 Package metadata is untrusted: a distribution name, a version, an entry point
 or a docstring may carry terminal escape sequences, and so may what plugins
 raise. Every line ``serve``, its supervisor and the operator commands write to
-a terminal passes through here: :func:`error`, :func:`note`, :func:`say` and
-:func:`traceback_of` to stderr, :func:`show` to stdout, :func:`terminal_log`
-(with :class:`PrintableRecords`) for log records, :func:`printable` for what
-cliff's table formatters show. A backend's own output (its ``run()``, its
+a terminal passes through here: :func:`error`, :func:`note` and :func:`say` to
+stderr (a traceback too, :func:`printable_traceback`), :func:`show` to stdout,
+:func:`terminal_log` for log records, :func:`printable` for what cliff's table
+formatters show. A backend's own output (its ``run()``, its
 help) is the backend's. It flushes the streams too: :func:`flush` before a
 fork or an exit, :func:`run_command` as a command ends.
 """
@@ -27,6 +27,10 @@ from typing import Any
 #: whichever command gave it. Each message says what it is about by itself.
 LOG_FORMAT = "%(message)s"
 
+#: The exit status of a command that failed.
+EXIT_FAILURE = 1
+#: The exit status of a command given wrong arguments or configuration (argparse's).
+EXIT_USAGE = 2
 #: The exit status of a command whose reader went away, as cliff's commands give it.
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
@@ -67,18 +71,14 @@ def note(prog: str, text: object) -> None:
 
 
 def say(text: object) -> None:
-    """Write *text* to stderr as it is but escaped, a line per line (``sys.exit``'s message)."""
+    """Write *text* to stderr as it is but escaped, a line per line (``sys.exit``'s message,
+    a ``--debug`` traceback)."""
     _write_lines(printable(line) for line in str(text).splitlines())
 
 
 def show(text: str) -> None:
     """Write *text* to stdout, each line escaped (a help quoting package metadata)."""
     sys.stdout.write("".join(f"{printable(line)}\n" for line in text.splitlines()))
-
-
-def traceback_of(exc: BaseException) -> None:
-    """Write *exc*'s traceback to stderr, each line escaped (``--debug``)."""
-    _write_lines(printable_traceback(exc).splitlines())
 
 
 def _write(prog: str, kind: str, text: object) -> None:
@@ -128,20 +128,20 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
         if isinstance(exc, BrokenPipeError):
             return EXIT_BROKEN_PIPE
         error(prog, exc)
-        return 1
+        return EXIT_FAILURE
     return status
 
 
 def terminal_log(handler: logging.Handler) -> logging.Handler:
     """*handler*, set to show log records as every command shows them on stderr: the
-    message alone (:data:`LOG_FORMAT`), escaped (:class:`PrintableRecords`).
+    message alone (:data:`LOG_FORMAT`), escaped (:func:`_printable_record`).
     """
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler.addFilter(PrintableRecords())
+    handler.addFilter(_printable_record)
     return handler
 
 
-class PrintableRecords(logging.Filter):
+def _printable_record(record: logging.LogRecord) -> bool:
     """A logging filter passing each message through :func:`printable`.
 
     Log lines quote package metadata (a distribution's name, an entry point's
@@ -149,13 +149,11 @@ class PrintableRecords(logging.Filter):
     writes to a terminal goes through it. A traceback keeps its lines, each
     escaped (see :func:`printable_traceback`).
     """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = printable(record.getMessage())
-        record.args = None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = printable_traceback(record.exc_info[1]).rstrip("\n")
-        return True
+    record.msg = printable(record.getMessage())
+    record.args = None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = printable_traceback(record.exc_info[1]).rstrip("\n")
+    return True
 
 
 def printable_traceback(exc: BaseException | None) -> str:

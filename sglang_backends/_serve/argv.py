@@ -21,8 +21,9 @@ from sglang_backends.errors import ConfigurationError
 PROG = "sglang-backends serve"
 
 _MODEL_PATH_OPTIONS = ("--model-path", "--model")
-# A backend name is an entry point name, optionally qualified as DIST:NAME.
-_INVALID_NAME = re.compile(r"[/\\\s]")
+# Never in a backend name (an entry point's, optionally as DIST:NAME): an option's leading
+# hyphen, a path's slash or backslash, white space.
+_INVALID_NAME = re.compile(r"^-|[/\\\s]")
 
 
 class ServeOption(NamedTuple):
@@ -64,6 +65,8 @@ DEBUG = ServeOption(("--debug",), None, "log at DEBUG level and show tracebacks"
 
 #: ``serve``'s own options, in the order its help lists them.
 SERVE_OPTIONS = (HELP, MODEL_TYPE, CONFIG_FILE, CONFIG_DIR, DEBUG)
+#: The option strings that name configuration, which the operator commands take too.
+CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
 #: Each option string of those ``serve`` takes out of the command line: ``--help`` stays
 #: in it, for the backend's help.
 _TAKEN = {flag: option for option in SERVE_OPTIONS if option is not HELP for flag in option.flags}
@@ -90,7 +93,7 @@ class ServeArguments(NamedTuple):
 def _check_model_type(value: str) -> str:
     if not value:
         raise ConfigurationError("--model-type needs a backend name, got an empty value")
-    if value.startswith("-") or _INVALID_NAME.search(value):
+    if _INVALID_NAME.search(value):
         raise ConfigurationError(
             f"--model-type {value!r} is not a backend name "
             "(expected auto, NAME or DIST:NAME, without '/' or spaces)"

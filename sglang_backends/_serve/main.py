@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
+from sglang_backends._core.console import EXIT_FAILURE as EXIT_FAILURE  # supervise's import
+from sglang_backends._core.console import EXIT_USAGE
 from sglang_backends._core.inventory import model_type_problems, take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
@@ -29,15 +31,13 @@ from sglang_backends.errors import ConfigurationError, ServeBackendError, Unknow
 
 LOG = logging.getLogger(__name__)
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-
 
 @contextlib.contextmanager
 def _logging_to_stderr(debug: bool) -> Iterator[None]:
     """Log this package to stderr (INFO, DEBUG with --debug); undone on exit, for embedders."""
     logger = logging.getLogger("sglang_backends")
-    saved = (logger.level, logger.propagate)
+    level = logger.level
+    propagate = logger.propagate
     handler = console.terminal_log(logging.StreamHandler(sys.stderr))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
@@ -46,29 +46,30 @@ def _logging_to_stderr(debug: bool) -> Iterator[None]:
         yield
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _settings(host: ServeArguments) -> Settings:
-    """Defaults, or configuration (importing oslo.config) when any is in use."""
+    """Defaults, or configuration (importing oslo.config) when any is in use; a
+    ``--model-type`` replaces configuration's, which then set none (:meth:`~Settings.set_in`).
+    """
     if not configured(host.config_args):
-        return Settings()
+        return Settings(model_type=host.model_type or AUTO)
     from sglang_backends.config import read_settings
 
     settings, problems = read_settings(host.config_args)
-    if problems:  # and the model_type it would refuse next: every problem at once
-        raise ConfigurationError("\n".join([*problems, *_refused_model_type(host, settings)]))
+    if problems and host.model_type is None and settings.model_type != AUTO:
+        # and the model_type it would refuse next (unknown, disabled): every problem at once
+        found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: none built
+        problems += model_type_problems(settings, found, serve=True)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
     LOG.debug("Settings from %s: %r", settings.source, settings)
-    return settings
-
-
-def _refused_model_type(host: ServeArguments, settings: Settings) -> list[str]:
-    """The error a configured ``model_type`` would meet (unknown, disabled), as a list."""
-    if host.model_type is not None or settings.model_type == AUTO:
-        return []
-    found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: no backend built
-    return model_type_problems(settings, found, serve=True)
+    if host.model_type is None:
+        return settings
+    located = tuple(pair for pair in settings.located or () if pair[0] != "model_type")
+    return settings._replace(model_type=host.model_type, located=located)
 
 
 def _sglang_note() -> int:
@@ -84,18 +85,17 @@ def _serve(host: ServeArguments) -> int:
     serve, and it warns of it), the backend's own help, or serving the request.
     """
     settings = _settings(host)
-    model_type = host.model_type or settings.model_type or AUTO
     helps = wants_help(host.argv)  # as in the request: normalizing moves no -h
-    if helps and model_type == AUTO:
+    if helps and settings.model_type == AUTO:
         console.show(metadata_help(settings))
         return _sglang_note()
     from sglang_backends._serve import run  # the registry and the contract: not for that help
 
-    if helps:
-        status = run.backend_help(host, settings, model_type)
-        # A backend that exited: SGLang adds no note either.
-        return _sglang_note() if status is None else status
-    return run.serve(host, settings, model_type)
+    if not helps:
+        return run.serve(host, settings)
+    status = run.backend_help(host, settings)
+    # A backend that exited: SGLang adds no note either.
+    return _sglang_note() if status is None else status
 
 
 def guarded(step: Callable[[], int], *, debug: bool) -> int:
@@ -106,7 +106,7 @@ def guarded(step: Callable[[], int], *, debug: bool) -> int:
         return 128 + signal.SIGINT
     except ServeBackendError as exc:
         if debug:
-            console.traceback_of(exc)
+            console.say(console.printable_traceback(exc))
         # A configuration's problems, a line each; any other failure on one line.
         text = str(exc) if isinstance(exc, ConfigurationError) else " ".join(str(exc).split())
         console.error(PROG, text)

@@ -15,18 +15,17 @@ import shlex
 import signal
 from typing import TYPE_CHECKING
 
+from sglang_backends import errors
 from sglang_backends._core import console, processes
-from sglang_backends._core.console import printable
 from sglang_backends._core.detection import DetectionReport, preferred_note, what_happened
 from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
 from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, request_fields
-from sglang_backends._serve.main import EXIT_USAGE, guarded
+from sglang_backends._serve.main import guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.contract import RegisteredServeBackend, ServeRequest
-from sglang_backends.errors import ConfigurationError, ServeBackendError, describe_raised
 from sglang_backends.registry import Progress, ServeBackendRegistry
 
 if TYPE_CHECKING:
@@ -39,29 +38,30 @@ DETECTION_GRACE = 2.0
 
 
 def _get(
-    registry: ServeBackendRegistry,
-    model_type: str,
-    host: ServeArguments,
-    settings: Settings,
-    progress: Progress | None = None,
+    registry: ServeBackendRegistry, settings: Settings, progress: Progress | None = None
 ) -> RegisteredServeBackend:
-    """``registry.get(model_type)``, its load told to *progress*; a name nothing provides
-    says where configuration set it (as the inventory words it).
+    """``registry.get(settings.model_type)``, its load told to *progress*; an unknown or
+    disabled name says where configuration set it.
     """
-    origin = None if host.model_type is not None else settings.set_in("model_type")
-    registry.inventory.by_name(model_type, set_in=origin)
-    return registry.get(model_type, progress=progress)
+    try:
+        return registry.get(settings.model_type, progress=progress)
+    except (errors.UnknownBackendError, errors.DisabledBackendError) as exc:
+        origin = settings.set_in("model_type")
+        if origin is None:
+            raise
+        raise errors.set_in_configuration(exc, origin) from None
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
-    """``'name' (from dist)`` (its label, escaped: the supervisor prints it), or ``(built-in)``."""
+    """``'name' (from DIST)`` or ``(built-in)``, escaped (the supervisor prints it)."""
+    plugin = registry.plugin_of(registered)
     if registered.distribution:
-        plugin = registry.plugin_of(registered)
-        label = plugin.distribution_label if plugin else registered.distribution
-        return str(printable(f"{registered.name!r} (from {label})"))
-    if registered.name in registry.builtin_names:
-        return f"{registered.name!r} (built-in)"
-    return f"{registered.name!r} (from an entry point without distribution metadata)"
+        where = f"from {plugin.distribution_label if plugin else registered.distribution}"
+    elif registered.name in registry.builtin_names:
+        where = "built-in"
+    else:
+        where = "from an entry point without distribution metadata"
+    return str(console.printable(f"{registered.name!r} ({where})"))
 
 
 def _run(description: str, registered: RegisteredServeBackend, request: ServeRequest) -> int | None:
@@ -75,8 +75,8 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
     except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
         if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
             return 128 + signal.SIGINT
-        cause = describe_raised(exc, "run()")
-        raise ServeBackendError(f"serve backend {description} failed: {cause}") from exc
+        cause = errors.describe_raised(exc, "run()")
+        raise errors.ServeBackendError(f"serve backend {description} failed: {cause}") from exc
     return None
 
 
@@ -94,7 +94,7 @@ def _launch_here(
         on_force=lambda: tree.stop_tree(tree.descendants, 0),
     )
     status = 0
-    failure: ServeBackendError | None = None
+    failure: errors.ServeBackendError | None = None
     with guard:
         try:
             try:
@@ -106,7 +106,7 @@ def _launch_here(
                 guard.armed = False
         except (KeyboardInterrupt, SystemExit):
             pass  # a stop signal unwound after run(): guard.signum says which
-        except ServeBackendError as exc:
+        except errors.ServeBackendError as exc:
             failure = exc
         processes.log_swept(tree.stop_tree(tree.descendants, timeout))
     if guard.signum is not None:
@@ -118,11 +118,7 @@ def _launch_here(
 
 
 def _backend(
-    host: ServeArguments,
-    settings: Settings,
-    model_type: str,
-    request: ServeRequest,
-    channel: Channel | None = None,
+    host: ServeArguments, settings: Settings, request: ServeRequest, channel: Channel | None = None
 ) -> int:
     """Choose and load the backend, check the request, then run it: in this process, the
     backend process when *channel* leads to the supervisor.
@@ -136,7 +132,7 @@ def _backend(
     detection: DetectionReport | None = None
     why = ""
     progress = channel.progress if channel else None
-    if model_type == AUTO:
+    if settings.model_type == AUTO:
         if channel is not None:
             # The threads bounding each load and detector need the GIL; the
             # supervisor, another process, keeps the bound whatever a plugin does.
@@ -152,26 +148,26 @@ def _backend(
         if detection.preferred:
             why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
-        registered = _get(registry, model_type, host, settings, progress)
+        registered = _get(registry, settings, progress)
         chosen = "Using serve backend %s%s"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
     if registered.backend.requires_model_path and request.model_path is None:
         path = "<model-name-or-path>"  # in SGLang's usage line
         usage = f"Usage: {PROG} {path} [OPTIONS] or {PROG} --model-path {path} [OPTIONS]"
-        raise ConfigurationError(f"serve backend {description} needs a model. {usage}")
+        raise errors.ConfigurationError(f"serve backend {description} needs a model. {usage}")
     try:
         if channel is None:
             status = _launch_here(description, registered, request, settings.stop_timeout)
         else:
             channel.backend(registered.name, description)
             status = _run(description, registered, request) or 0
-    except ServeBackendError as exc:
+    except errors.ServeBackendError as exc:
         if detection is not None and detection.fallback and not sglang_installed():
             why = _unclaimed(registry, request, detection)
             raise type(exc)(f"{why} {exc}") from exc
         raise
-    if status == EXIT_USAGE and (corrected := hoisted(host)) is not None:
+    if status == console.EXIT_USAGE and (corrected := hoisted(host)) is not None:
         console.note(
             PROG,
             "serve's own options go before the model; if they were meant for serve, run: "
@@ -210,7 +206,7 @@ def _request(host: ServeArguments) -> ServeRequest:
     return request
 
 
-def backend_help(host: ServeArguments, settings: Settings, model_type: str) -> int | None:
+def backend_help(host: ServeArguments, settings: Settings) -> int | None:
     """Print the chosen backend's own help (its ``run()``): ``None`` once it returns, or
     the exit status its ``SystemExit`` asks for.
     """
@@ -219,23 +215,21 @@ def backend_help(host: ServeArguments, settings: Settings, model_type: str) -> i
     with processes.StopSignals() as stops:
         stops.arm()
         registry = ServeBackendRegistry.from_settings(settings)
-        registered = _get(registry, model_type, host, settings)
+        registered = _get(registry, settings)
         # The backend prints its own help: no model path check, no cleanup.
         return _run(_describe(registry, registered), registered, request)
 
 
-def serve(host: ServeArguments, settings: Settings, model_type: str) -> int:
+def serve(host: ServeArguments, settings: Settings) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
     from sglang_backends._serve.supervise import supervisor  # not for a backend's help
 
     if not supervisor.SUPPORTED:
-        return _backend(host, settings, model_type, request)
+        return _backend(host, settings, request)
 
     def work(channel: Channel) -> int:
         """The backend process's part: everything from choosing the backend on."""
-        return guarded(
-            lambda: _backend(host, settings, model_type, request, channel), debug=host.debug
-        )
+        return guarded(lambda: _backend(host, settings, request, channel), debug=host.debug)
 
     return supervisor.supervise(work, stop_timeout=settings.stop_timeout)

@@ -30,22 +30,17 @@ _DIFFUSERS_INDEX_FILES = ("model_index.json", "modular_model_index.json")
 _DIFFUSION_SERVE_MODULE = "sglang.multimodal_gen.runtime.entrypoints.cli.serve"
 
 
-def _missing(name: str, exc: Exception) -> BackendLoadError:
-    unusable = fork.sglang_unusable(name)
-    if unusable is not None:  # a fork, or an SGLang before the API: nothing of it was imported
-        return BackendLoadError(f"The {name!r} backend needs SGLang, but {unusable}")
-    return BackendLoadError(
-        f"The {name!r} backend needs SGLang, which is not importable "
-        f"({exc}); install it with: {INSTALL_COMMANDS[name]}"
-    )
-
-
 def _required(backend: str, module: str, name: str) -> Any:
     """*name* from SGLang's *module*, or a load error saying what *backend* needs installed."""
     try:
         return getattr(load_sglang(module), name)
     except (ImportError, AttributeError) as exc:
-        raise _missing(backend, exc) from exc
+        unusable = fork.sglang_unusable(backend)
+        if unusable is None:
+            why = f"which is not importable ({exc}); install it with: {INSTALL_COMMANDS[backend]}"
+        else:  # a fork, or an SGLang before the API: nothing of it was imported
+            why = f"but {unusable}"
+        raise BackendLoadError(f"The {backend!r} backend needs SGLang, {why}") from exc
 
 
 def run_llm(request: ServeRequest) -> None:
@@ -54,13 +49,13 @@ def run_llm(request: ServeRequest) -> None:
     :raises BackendLoadError: SGLang is not importable; the message says what to install.
     """
     if wants_help(request.argv):
-        prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
+        prepare = _required("llm", "sglang.srt.server_args", "prepare_server_args")
         with contextlib.suppress(SystemExit):  # argparse's --help exits; the help is wanted
-            prepare_server_args(["--help"])
+            prepare(["--help"])
         return
     launch = _required("llm", "sglang.launch_server", "run_server")
-    prepare_server_args = _required("llm", "sglang.srt.server_args", "prepare_server_args")
-    launch(prepare_server_args(list(request.argv)))
+    prepare = _required("llm", "sglang.srt.server_args", "prepare_server_args")
+    launch(prepare(list(request.argv)))
 
 
 def _diffusion_parser(
@@ -114,21 +109,19 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     anything but a readable local directory is ``UNKNOWN``. Never raises.
     """
     path = request.model_path
-    if not path:
+    if not path or not os.path.isdir(path):  # isdir and isfile never raise
         return ServeBackendDetection.UNKNOWN
-    try:
-        if not os.path.isdir(path):
-            return ServeBackendDetection.UNKNOWN
-        for name in _DIFFUSERS_INDEX_FILES:
-            index = os.path.join(path, name)
-            if os.path.isfile(index):
+    for name in _DIFFUSERS_INDEX_FILES:
+        index = os.path.join(path, name)
+        if os.path.isfile(index):
+            try:
                 with open(index, encoding="utf-8") as stream:
                     data = json.load(stream)
-                if isinstance(data, dict) and "_diffusers_version" in data:
-                    return ServeBackendDetection.MATCH
-                return ServeBackendDetection.NO_MATCH
-    except (OSError, ValueError):
-        return ServeBackendDetection.UNKNOWN
+            except (OSError, ValueError):
+                return ServeBackendDetection.UNKNOWN
+            if isinstance(data, dict) and "_diffusers_version" in data:
+                return ServeBackendDetection.MATCH
+            return ServeBackendDetection.NO_MATCH
     return ServeBackendDetection.NO_MATCH
 
 

@@ -43,34 +43,22 @@ def sglang_unusable(builtin: str | None = None) -> str | None:
 
 def _provider(places: list[str]) -> tuple[str, str] | None:
     """The name and version of the distribution whose files are the ``sglang`` package at
-    *places* (the first that lists an ``sglang`` package when none is there)."""
-    candidates = importlib.metadata.packages_distributions().get("sglang") or _shipping_sglang()
+    *places* (the first whose ``RECORD`` lists an ``sglang`` package when none is there)."""
     found = {os.path.realpath(place) for place in places}
     first = None
-    for name in dict.fromkeys(candidates):
+    for dist in importlib.metadata.distributions():
         try:
-            dist = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
+            ships = any(path.parts[0] == "sglang" for path in dist.files or ())
+        except Exception as exc:  # noqa: BLE001 - an unreadable RECORD names nothing
+            LOG.debug("Cannot read the files of %r: %s", dist, exc)
             continue
-        named = (dist.metadata["Name"] or name, dist.version or "")
+        if not ships:
+            continue
+        named = (dist.metadata["Name"], dist.version or "")
         first = first or named
         if os.path.realpath(str(dist.locate_file("sglang"))) in found:
             return named
     return first
-
-
-def _shipping_sglang() -> list[str]:
-    """The distributions whose ``RECORD`` lists an ``sglang`` file: what ``packages_distributions``
-    infers from 3.11, where Python 3.10 reads only ``top_level.txt`` (which not every
-    build backend writes)."""
-    names = []
-    for dist in importlib.metadata.distributions():
-        try:
-            if any(path.parts[0] == "sglang" for path in dist.files or ()):
-                names.append(dist.metadata["Name"])
-        except Exception as exc:  # noqa: BLE001 - an unreadable RECORD names nothing
-            LOG.debug("Cannot read the files of %r: %s", dist, exc)
-    return names
 
 
 def _advice(name: str, found: tuple[str, str] | None) -> str:

@@ -19,8 +19,8 @@ from sglang_backends.errors import BackendLoadError, describe
 
 LOG = logging.getLogger(__name__)
 
-_general_plugins_lock = threading.Lock()
-_general_plugins_done = False
+_lock = threading.Lock()
+_done = False
 
 
 def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None) -> bool:
@@ -31,11 +31,11 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
     :returns: whether SGLang's loader ran in this call.
     :raises BackendLoadError: SGLang's loader raised.
     """
-    global _general_plugins_done
-    with _general_plugins_lock:
-        if _general_plugins_done:
+    global _done
+    with _lock:
+        if _done:
             return False
-        _general_plugins_done = True
+        _done = True
         found = discover(GENERAL_PLUGINS_GROUP, installed)
         allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
         names = set(found) if allowed is None else set(found) & allowed  # SGLang's own filter

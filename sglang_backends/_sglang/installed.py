@@ -135,7 +135,7 @@ def import_sglang(
         quiet = expected or (
             isinstance(exc, ModuleNotFoundError)
             and absent.startswith("sglang.")
-            and (module == absent or module.startswith(absent + "."))
+            and f"{module}.".startswith(f"{absent}.")  # *module* or a parent
         )
         (LOG.debug if quiet else LOG.warning)(failure, detail(exc))
         return None

@@ -9,13 +9,9 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-from typing import TYPE_CHECKING
 
 from sglang_backends._core.discovery import is_regular_file
 from sglang_backends._sglang.installed import import_sglang, sglang_installed
-
-if TYPE_CHECKING:
-    import ast
 
 LOG = logging.getLogger(__name__)
 
@@ -46,10 +42,11 @@ def _static_note() -> str | None:
     except importlib.metadata.PackageNotFoundError as exc:
         raise ValueError("no sglang distribution is installed") from exc
     path = str(dist.locate_file(_NOTE_FILE))
-    if os.path.lexists(path) and not is_regular_file(path):  # a FIFO, say: it could block
-        LOG.debug("No help note: %s is not a regular file", path)
-        return None
-    if not is_regular_file(path):  # RECORD would locate it at the same place: no need to ask
+    if not is_regular_file(path):
+        if os.path.lexists(path):  # a FIFO, say: it could block
+            LOG.debug("No help note: %s is not a regular file", path)
+            return None
+        # RECORD would locate it at the same place: no need to ask
         raise ValueError(f"no regular file {_NOTE_FILE} in the sglang distribution")
     return _read_string(path, _NOTE_NAME) or None
 
