@@ -18,12 +18,8 @@ from cliff.help import HelpCommand
 from sglang_backends._core import console
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import OptionSpans, SafeCommand, add_config_options
-from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
+from sglang_backends._serve.argv import CONFIG_FLAGS
 from sglang_backends._serve.help import metadata_help
-
-#: Serve's options that are global only before the command name.
-_CONFIG_FLAGS = (*CONFIG_FILE.flags, *CONFIG_DIR.flags)
-
 
 class _GlobalOptions(argparse.ArgumentParser):
     """The global options, read from anywhere on the command line in linear time.
@@ -46,7 +42,7 @@ class _GlobalOptions(argparse.ArgumentParser):
                 rest += [token, *tokens]
                 break
             span = spans.span(token)
-            config = token.partition("=")[0] in _CONFIG_FLAGS
+            config = token.partition("=")[0] in CONFIG_FLAGS
             if span is not None and not (commanded and config):
                 mine += [token, *itertools.islice(tokens, span - 1)]  # --log-file FILE: both
             else:

@@ -16,7 +16,7 @@ import stevedore
 from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
-from sglang_backends._core.console import printable
+from sglang_backends._core.console import EXIT_USAGE, printable
 from sglang_backends._core.discovery import (
     InstalledDistribution,
     PluginEntryPoint,
@@ -70,9 +70,6 @@ def add_config_options(parser: Any, *, documented: bool = True) -> None:
             default=[],
         )
 
-
-#: The exit status of a usage slip (bad configuration, unknown backend name), as serve's.
-_EXIT_USAGE = 2
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
 _HUMAN_FORMATS = frozenset({"table", "value", "csv"})
@@ -207,7 +204,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             else:  # a configuration's problems, a line each
                 for line in str(exc).splitlines():
                     self.app.LOG.error("%s", line)
-            return _EXIT_USAGE
+            return EXIT_USAGE  # a usage slip (bad configuration, unknown name), as serve's
         return status or (1 if self.failed else 0)
 
     def inventory(
