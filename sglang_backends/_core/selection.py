@@ -330,7 +330,7 @@ def unknown_backend(
     found = None if close is None else offers[close]
     suggestion = meant(close)
     why = _left_out(found.name, selected) if found and selected else None
-    if why:
+    if found and why:
         suggestion = (
             f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
             "so it is not available."
