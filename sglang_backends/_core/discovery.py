@@ -24,7 +24,7 @@ import os
 import pathlib
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from importlib.metadata import Distribution, EntryPoint
 from typing import NamedTuple
 
@@ -104,6 +104,10 @@ class PluginEntryPoint(NamedTuple):
     def provider(self) -> str:
         """:attr:`distribution_label`, or the target when the distribution is unknown."""
         return self.distribution_label or self.target
+
+
+#: Installed entry points by backend name, as :func:`discover` gives them.
+Discovered = Mapping[str, tuple[PluginEntryPoint, ...]]
 
 
 def _metadata_path(dist: Distribution) -> object:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from sglang_backends._core import selection
 from sglang_backends._core.discovery import (
+    Discovered,
     InstalledDistribution,
     PluginEntryPoint,
     discover,
@@ -62,7 +63,7 @@ class Inventory(NamedTuple):
     disabled: frozenset[str]
     origins: Mapping[str, str]
     distributions: tuple[InstalledDistribution, ...]
-    discovered: Mapping[str, tuple[PluginEntryPoint, ...]]
+    discovered: Discovered
     records: tuple[PluginRecord, ...]
     available_names: tuple[str, ...]
     not_installed: Mapping[str, list[str]]

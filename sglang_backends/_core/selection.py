@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
+    Discovered,
     PluginEntryPoint,
     normalize_distribution,
     split_qualified_name,
@@ -98,18 +99,14 @@ def designates(name: str, plugin: PluginEntryPoint) -> bool:
     )
 
 
-def _designated(
-    name: str, discovered: Mapping[str, Sequence[PluginEntryPoint]]
-) -> Sequence[PluginEntryPoint]:
+def _designated(name: str, discovered: Discovered) -> Sequence[PluginEntryPoint]:
     """The entry points *name* designates: those named exactly *name*, else those
     ``DIST:NAME`` names (:func:`designates`), as :func:`choose` picks among them."""
     plain = split_qualified_name(name)[1]
     return discovered.get(name) or [c for c in discovered.get(plain, ()) if designates(name, c)]
 
 
-def qualified(
-    plugin: PluginEntryPoint, discovered: Mapping[str, Sequence[PluginEntryPoint]]
-) -> str | None:
+def qualified(plugin: PluginEntryPoint, discovered: Discovered) -> str | None:
     """The ``DIST:NAME`` that picks *plugin* alone, or ``None`` when none does.
 
     Advice is given only where following it works: not for a plugin whose
@@ -123,9 +120,7 @@ def qualified(
     return name if len(found) == 1 and found[0] is plugin else None
 
 
-def _example(
-    providers: Iterable[PluginEntryPoint], discovered: Mapping[str, Sequence[PluginEntryPoint]]
-) -> str | None:
+def _example(providers: Iterable[PluginEntryPoint], discovered: Discovered) -> str | None:
     """The first ``DIST:NAME`` that picks one of *providers* (:func:`qualified`), if any."""
     return next((q for p in providers if (q := qualified(p, discovered))), None)
 
@@ -133,7 +128,7 @@ def _example(
 def _duplicate_text(
     name: str,
     providers: Sequence[PluginEntryPoint],
-    discovered: Mapping[str, Sequence[PluginEntryPoint]],
+    discovered: Discovered,
 ) -> str:
     """Why serve backend *name* has several *providers* and how to pick one: the one
     wording of a duplicate, with ``DIST:NAME`` advice only where it picks one.
@@ -186,7 +181,7 @@ def check_lists(
 
 
 def classify(
-    discovered: Mapping[str, Iterable[PluginEntryPoint]],
+    discovered: Discovered,
     builtin_names: Collection[str],
     *,
     enabled: Collection[str] | None,
@@ -202,7 +197,7 @@ def classify(
     reserved = set(builtin_names) | RESERVED_SERVE_BACKEND_NAMES
     records: list[PluginRecord] = []
     for name in sorted(discovered):
-        entries = tuple(discovered[name])
+        entries = discovered[name]
         if name in disabled or (enabled is not None and name not in enabled):
             status = PluginStatus.DISABLED
         elif name in reserved:
@@ -292,7 +287,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
 def unknown_backend(
     name: str,
     values: Collection[str],
-    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    discovered: Discovered,
     builtin_names: Collection[str],
     *,
     selected: Inventory | None = None,
