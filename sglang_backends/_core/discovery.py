@@ -176,8 +176,7 @@ def _identity(dist: Distribution) -> tuple[str, str | None]:
         raise ValueError("it has no METADATA")
     fields: dict[str, str] = {}
     for key, value in header_block(text):
-        if key in ("Name", "Version"):
-            fields.setdefault(key, value)
+        fields.setdefault(key, value)
     if not fields.get("Name"):
         raise ValueError("its METADATA names no distribution")
     return fields["Name"], fields.get("Version")

@@ -89,10 +89,8 @@ class Inventory(NamedTuple):
         :param set_in: where configuration set *name*, which the error then says.
         :raises UnknownBackendError, DisabledBackendError, BackendConflictError: as serve's.
         """
-        if name in self.builtins:
-            return None
         try:
-            return selection.choose(name, self)
+            return None if name in self.builtins else selection.choose(name, self)
         except (UnknownBackendError, DisabledBackendError) as exc:
             if set_in is None:
                 raise

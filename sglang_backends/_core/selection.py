@@ -196,8 +196,7 @@ def classify(
     """
     reserved = set(builtin_names) | RESERVED_SERVE_BACKEND_NAMES
     records: list[PluginRecord] = []
-    for name in sorted(discovered):
-        entries = discovered[name]
+    for name, entries in sorted(discovered.items()):
         if name in disabled or (enabled is not None and name not in enabled):
             status = PluginStatus.DISABLED
         elif name in reserved:
