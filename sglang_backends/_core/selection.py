@@ -355,20 +355,31 @@ def warn_unknown_selection(
     :returns: by list (``enabled``, ``disabled``, ``preferred``), the names warned about
         as not installed, sorted; a built-in's name, warned about apart, is not among them.
     """
-    unknown: dict[str, list[str]] = {}
     listed: str | None = None  # the installed names, joined once however many are unknown
     lists = {
         "enabled": frozenset(settings.enabled or ()),
         "disabled": frozenset(settings.disabled),
         "preferred": settings.preferred,  # as given: a name given twice is warned about twice
     }
+    unknown: dict[str, list[str]] = {label: [] for label in lists}
     for label, names in lists.items():
         origin = origins.get(label)
-        unknown[label] = []
         for name in sorted(names):
-            if name in installed or (label == "preferred" and name in builtin_names):
+            if name in installed:
                 continue
-            if name in builtin_names:
+            if name not in builtin_names:
+                unknown[label].append(name)
+                if listed is None:
+                    listed = ", ".join(sorted(installed)) or "none"
+                LOG.warning(
+                    "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
+                    name,
+                    label,
+                    did_you_mean(name, installed),
+                    listed,
+                    f" (check {origin})" if origin else "",
+                )
+            elif label != "preferred":  # a built-in's detector may be preferred
                 LOG.warning(
                     "Built-in %r in the %s list changes nothing: the lists apply to plugins "
                     "only and built-ins are always available; remove it%s",
@@ -376,18 +387,6 @@ def warn_unknown_selection(
                     label,
                     f" ({origin})" if origin else "",
                 )
-                continue
-            unknown[label].append(name)
-            if listed is None:
-                listed = ", ".join(sorted(installed)) or "none"
-            LOG.warning(
-                "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
-                name,
-                label,
-                did_you_mean(name, installed),
-                listed,
-                f" (check {origin})" if origin else "",
-            )
     return unknown
 
 
