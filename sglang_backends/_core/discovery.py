@@ -39,20 +39,19 @@ class InstalledDistribution:
 
     :param distribution: what :mod:`importlib.metadata` found; ask it for
         ``requires``, ``files`` or any group's entry points.
-    :param location: where its metadata lives, for messages.
     :param shadowed: later copies of the same normalized name, in path order:
         never loaded, as :func:`importlib.metadata.entry_points` ignores them.
     """
 
-    def __init__(
-        self,
-        distribution: Distribution,
-        location: str,
-        shadowed: tuple[Distribution, ...] = (),
-    ) -> None:
+    def __init__(self, distribution: Distribution, shadowed: tuple[Distribution, ...] = ()) -> None:
         self.distribution = distribution
-        self.location = location
         self.shadowed = shadowed
+
+    @property
+    def location(self) -> str:
+        """Where its metadata lives, for messages."""
+        root = _metadata_path(self.distribution)
+        return repr(self.distribution) if root is None else str(root).rstrip("/" + os.sep)
 
     @functools.cached_property
     def _entry_points(self) -> tuple[EntryPoint, ...]:
@@ -182,12 +181,6 @@ def _identity(dist: Distribution) -> tuple[str, str | None]:
     return fields["Name"], fields.get("Version")
 
 
-def _location(dist: Distribution) -> str:
-    """Where *dist*'s metadata lives, as messages name it."""
-    root = _metadata_path(dist)
-    return repr(dist) if root is None else str(root).rstrip("/" + os.sep)
-
-
 def _key(dist: Distribution) -> str | int:
     """*dist*'s normalized name (PEP 503), as :mod:`importlib.metadata` compares them: its
     directory's, else its ``METADATA``'s; its id if neither, so that it stands alone."""
@@ -210,10 +203,7 @@ def distributions() -> list[InstalledDistribution]:
     found: dict[str | int, list[Distribution]] = {}
     for dist in importlib.metadata.distributions():
         found.setdefault(_key(dist), []).append(dist)
-    return [
-        InstalledDistribution(first, _location(first), tuple(shadowed))
-        for first, *shadowed in found.values()
-    ]
+    return [InstalledDistribution(first, tuple(shadowed)) for first, *shadowed in found.values()]
 
 
 @functools.cache
