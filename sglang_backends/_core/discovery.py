@@ -104,6 +104,11 @@ class PluginEntryPoint(NamedTuple):
         """:attr:`distribution_label`, or the target when the distribution is unknown."""
         return self.distribution_label or self.target
 
+    @property
+    def release(self) -> str:
+        """:attr:`provider` and the version, if known, as messages name them: ``omni-rt 1.2``."""
+        return f"{self.provider} {self.version}" if self.version else self.provider
+
 
 #: Installed entry points by backend name, as :func:`discover` gives them.
 Discovered = Mapping[str, tuple[PluginEntryPoint, ...]]

@@ -159,8 +159,7 @@ def unmet_clause(plugin: PluginEntryPoint) -> str:
     text = unmet_text(plugin)
     if not text:
         return ""
-    version = f" {plugin.version}" if plugin.version else ""
-    return f"unmet requirements of {plugin.provider}{version}: {text}"
+    return f"unmet requirements of {plugin.release}: {text}"
 
 
 class GeneralPlugin(NamedTuple):

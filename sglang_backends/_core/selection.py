@@ -211,9 +211,8 @@ def classify(
 
 def conflict_warning(plugin: PluginEntryPoint) -> str:
     """What to tell an operator about *plugin*, which claims a built-in or reserved name."""
-    version = f" {plugin.version}" if plugin.version else ""
     return (
-        f"Plugin {plugin.name!r} from {plugin.provider}{version} claims the built-in name "
+        f"Plugin {plugin.name!r} from {plugin.release} claims the built-in name "
         f"{plugin.name!r}; every serve fails until you uninstall it (pip uninstall "
         f"{plugin.distribution or '...'}) or add {plugin.name!r} to disabled_backends"
     )
