@@ -126,9 +126,7 @@ def _example(providers: Iterable[PluginEntryPoint], discovered: Discovered) -> s
 
 
 def _duplicate_text(
-    name: str,
-    providers: Sequence[PluginEntryPoint],
-    discovered: Discovered,
+    name: str, providers: Sequence[PluginEntryPoint], discovered: Discovered
 ) -> str:
     """Why serve backend *name* has several *providers* and how to pick one: the one
     wording of a duplicate, with ``DIST:NAME`` advice only where it picks one.
