@@ -59,8 +59,8 @@ class Inventory(NamedTuple):
     """
 
     builtins: Mapping[str, Any]
-    enabled: frozenset[str] | None
-    disabled: frozenset[str]
+    enabled: tuple[str, ...] | None
+    disabled: tuple[str, ...]
     origins: Mapping[str, str]
     distributions: tuple[InstalledDistribution, ...]
     discovered: Discovered
@@ -123,18 +123,18 @@ def take_inventory(
     :raises ConfigurationError: a built-in is named ``auto``, or a list is a string.
     """
     selection.check_lists(builtins, settings.enabled, settings.disabled, settings.preferred)
-    allowed = None if settings.enabled is None else frozenset(settings.enabled)
-    refused = frozenset(settings.disabled)
+    enabled = settings.enabled
+    disabled = settings.disabled
     origins = settings.list_origins()
     installed = tuple(distributions() if installed is None else installed)
     discovered = discover(installed=installed)
-    records = tuple(selection.classify(discovered, builtins, enabled=allowed, disabled=refused))
+    records = tuple(selection.classify(discovered, builtins, enabled=enabled, disabled=disabled))
     not_installed = selection.warn_unknown_selection(settings, discovered.keys(), builtins, origins)
     usable = sorted({r.name for r in records if r.status.usable})
     inventory = Inventory(
         builtins,
-        allowed,
-        refused,
+        enabled,
+        disabled,
         origins,
         installed,
         discovered,
