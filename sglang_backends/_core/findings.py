@@ -157,9 +157,7 @@ def unmet_text(plugin: PluginEntryPoint) -> str | None:
 def unmet_clause(plugin: PluginEntryPoint) -> str:
     """``unmet requirements of DIST VERSION: …``, to end a line about *plugin*; or empty."""
     text = unmet_text(plugin)
-    if not text:
-        return ""
-    return f"unmet requirements of {plugin.release}: {text}"
+    return f"unmet requirements of {plugin.release}: {text}" if text else ""
 
 
 class GeneralPlugin(NamedTuple):
