@@ -404,8 +404,8 @@ def test_a_later_copy_of_a_distribution_is_shadowed_and_kept(site, tmp_path, mon
     monkeypatch.setattr(sys, "path", [*sys.path, str(later)])
     found = discover()
     assert "first" in found and "second" not in found
-    (installed,) = [d for d in distributions() if d.key == "omni-runtime"]
-    assert installed.location == found["first"][0].installed.location
+    first = found["first"][0].installed
+    (installed,) = [d for d in distributions() if d.location == first.location]
     assert [d.metadata["Name"] for d in installed.shadowed] == ["omni-runtime"]
 
 

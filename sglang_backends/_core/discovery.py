@@ -24,7 +24,7 @@ import os
 import pathlib
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from importlib.metadata import Distribution, EntryPoint
 from typing import NamedTuple
 
@@ -39,40 +39,33 @@ class InstalledDistribution:
 
     :param distribution: what :mod:`importlib.metadata` found; ask it for
         ``requires``, ``files`` or any group's entry points.
-    :param key: its normalized name (PEP 503), as :mod:`importlib.metadata`
-        compares them; ``None`` when no name can be read.
-    :param location: where its metadata lives, for messages.
     :param shadowed: later copies of the same normalized name, in path order:
         never loaded, as :func:`importlib.metadata.entry_points` ignores them.
     """
 
-    __slots__ = ("_entry_points", "distribution", "key", "location", "shadowed")
-
-    def __init__(
-        self,
-        distribution: Distribution,
-        key: str | None,
-        location: str,
-        shadowed: tuple[Distribution, ...] = (),
-    ) -> None:
+    def __init__(self, distribution: Distribution, shadowed: tuple[Distribution, ...] = ()) -> None:
         self.distribution = distribution
-        self.key = key
-        self.location = location
         self.shadowed = shadowed
-        self._entry_points: tuple[EntryPoint, ...] | None = None
+
+    @property
+    def location(self) -> str:
+        """Where its metadata lives, for messages."""
+        root = _metadata_path(self.distribution)
+        return repr(self.distribution) if root is None else str(root).rstrip("/" + os.sep)
+
+    @functools.cached_property
+    def _entry_points(self) -> tuple[EntryPoint, ...]:
+        """Every entry point of ``entry_points.txt``, parsed once: a listing asks the same
+        distributions for several groups."""
+        found = has_metadata(self.distribution, "entry_points.txt")
+        return tuple(self.distribution.entry_points) if found else ()
 
     def entry_points(self, group: str) -> list[EntryPoint]:
         """Its entry points in *group*, read only from a regular file.
 
-        ``entry_points.txt`` is parsed on the first call and kept: a listing asks
-        the same distributions for several groups.
-
         :raises OSError: ``entry_points.txt`` is not a regular file, or cannot be read.
         :raises ValueError: it is malformed, or not UTF-8.
         """
-        if self._entry_points is None:
-            found = has_metadata(self.distribution, "entry_points.txt")
-            self._entry_points = tuple(self.distribution.entry_points) if found else ()
         return [ep for ep in self._entry_points if ep.group == group]
 
 
@@ -110,6 +103,15 @@ class PluginEntryPoint(NamedTuple):
     def provider(self) -> str:
         """:attr:`distribution_label`, or the target when the distribution is unknown."""
         return self.distribution_label or self.target
+
+    @property
+    def release(self) -> str:
+        """:attr:`provider` and the version, if known, as messages name them: ``omni-rt 1.2``."""
+        return f"{self.provider} {self.version}" if self.version else self.provider
+
+
+#: Installed entry points by backend name, as :func:`discover` gives them.
+Discovered = Mapping[str, tuple[PluginEntryPoint, ...]]
 
 
 def _metadata_path(dist: Distribution) -> object:
@@ -178,27 +180,21 @@ def _identity(dist: Distribution) -> tuple[str, str | None]:
         raise ValueError("it has no METADATA")
     fields: dict[str, str] = {}
     for key, value in header_block(text):
-        if key in ("Name", "Version"):
-            fields.setdefault(key, value)
+        fields.setdefault(key, value)
     if not fields.get("Name"):
         raise ValueError("its METADATA names no distribution")
     return fields["Name"], fields.get("Version")
 
 
-def _location(dist: Distribution) -> str:
-    """Where *dist*'s metadata lives, as messages name it."""
-    root = _metadata_path(dist)
-    return repr(dist) if root is None else str(root).rstrip("/" + os.sep)
-
-
-def _key(dist: Distribution) -> str | None:
-    """*dist*'s normalized name: its directory's, else its ``METADATA``'s; ``None`` if neither."""
+def _key(dist: Distribution) -> str | int:
+    """*dist*'s normalized name (PEP 503), as :mod:`importlib.metadata` compares them: its
+    directory's, else its ``METADATA``'s; its id if neither, so that it stands alone."""
     name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
     if name is None:
         try:
             name = _identity(dist)[0]
         except Exception:  # noqa: BLE001 - reported when its entry points are read
-            return None
+            return id(dist)
     return normalize_distribution(name)
 
 
@@ -209,16 +205,10 @@ def distributions() -> list[InstalledDistribution]:
     :attr:`~InstalledDistribution.shadowed`; one whose name cannot be read at
     all stands alone. Reads no file of a ``*.dist-info`` directory.
     """
-    found: dict[str | int, tuple[Distribution, str | None, list[Distribution]]] = {}
+    found: dict[str | int, list[Distribution]] = {}
     for dist in importlib.metadata.distributions():
-        key = _key(dist)
-        first, _, shadowed = found.setdefault(id(dist) if key is None else key, (dist, key, []))
-        if first is not dist:
-            shadowed.append(dist)
-    return [
-        InstalledDistribution(dist, key, _location(dist), tuple(shadowed))
-        for dist, key, shadowed in found.values()
-    ]
+        found.setdefault(_key(dist), []).append(dist)
+    return [InstalledDistribution(first, tuple(shadowed)) for first, *shadowed in found.values()]
 
 
 @functools.cache

@@ -4,7 +4,7 @@ Three things an operator can be told in advance, each a pure reading of
 :mod:`importlib.metadata` (nothing here imports a plugin):
 
 * a plugin distribution's ``Requires-Dist`` lines that what is installed does
-  not meet (:func:`unmet_requirements`), evaluated with :mod:`packaging` as pip
+  not meet (:func:`unmet_text`), evaluated with :mod:`packaging` as pip
   would: markers for this interpreter, requirements of extras nobody asked
   for skipped;
 * SGLang's general plugins (entry-point group ``sglang.srt.plugins``) and
@@ -58,20 +58,6 @@ OTHER_PLATFORM = "skipped: its distribution's platform is not SGLANG_PLATFORM"
 #: A general plugin's status without SGLang, which is what runs them (when no filter of
 #: SGLang's leaves it out: those say so, with or without SGLang).
 NEEDS_SGLANG = "needs SGLang, which runs it (pip install sglang)"
-
-
-def unmet_requirements(dist: Distribution) -> tuple[str, ...]:
-    """Each of *dist*'s requirements that is not met, with what is installed.
-
-    ``sglang==0.5.22 (installed: 0.5.23)``, ``torch==2.14.1 (not installed)``.
-    A requirement whose marker is false for this interpreter, or which only an
-    extra asks for (no extra is requested), is skipped; so is a line
-    :mod:`packaging` cannot parse. A pre-release installed meets a
-    specifier, as it does for pip once installed. :mod:`packaging` (some 25 ms
-    to import) is imported only for a requirement that is more than a name.
-    """
-    unmet = [_unmet(line, dist) for line in _requires(dist)]
-    return tuple(clause for clause in unmet if clause is not None)
 
 
 def _unmet(line: str, dist: Distribution) -> str | None:
@@ -148,24 +134,30 @@ _UNMET: weakref.WeakKeyDictionary[Distribution, str] = weakref.WeakKeyDictionary
 
 
 def unmet_text(plugin: PluginEntryPoint) -> str | None:
-    """*plugin*'s distribution's unmet requirements joined by "; ": empty when all are
-    met, ``None`` when its metadata could not be read (nothing is known).
+    """*plugin*'s distribution's requirements that are not met, with what is installed,
+    joined by "; ": empty when all are met, ``None`` when its metadata could not be read
+    (nothing is known).
+
+    ``sglang==0.5.22 (installed: 0.5.23)``, ``torch==2.14.1 (not installed)``.
+    A requirement whose marker is false for this interpreter, or which only an
+    extra asks for (no extra is requested), is skipped; so is a line
+    :mod:`packaging` cannot parse. A pre-release installed meets a
+    specifier, as it does for pip once installed. :mod:`packaging` (some 25 ms
+    to import) is imported only for a requirement that is more than a name.
     """
     if plugin.problem is not None or plugin.installed is None:
         return None
     dist = plugin.installed.distribution
     if dist not in _UNMET:
-        _UNMET[dist] = "; ".join(unmet_requirements(dist))
+        unmet = [_unmet(line, dist) for line in _requires(dist)]
+        _UNMET[dist] = "; ".join(clause for clause in unmet if clause is not None)
     return _UNMET[dist]
 
 
 def unmet_clause(plugin: PluginEntryPoint) -> str:
     """``unmet requirements of DIST VERSION: …``, to end a line about *plugin*; or empty."""
     text = unmet_text(plugin)
-    if not text:
-        return ""
-    version = f" {plugin.version}" if plugin.version else ""
-    return f"unmet requirements of {plugin.provider}{version}: {text}"
+    return f"unmet requirements of {plugin.release}: {text}" if text else ""
 
 
 class GeneralPlugin(NamedTuple):
@@ -186,19 +178,13 @@ def general_plugins(
     """
     installed = tuple(installed)
     found = discover(GENERAL_PLUGINS_GROUP, installed)
-    if not found:
-        return []
     allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
     # The distributions providing a platform SGLANG_PLATFORM did not pick (normalized).
     platform = os.environ.get("SGLANG_PLATFORM", "")
     platforms = discover(PLATFORM_PLUGINS_GROUP, installed) if platform else {}
-    excluded = {
-        normalize_distribution(plugin.distribution)
-        for name, providers in platforms.items()
-        if name != platform
-        for plugin in providers
-        if plugin.distribution
-    }
+    excluded = distributions_of(
+        plugin for name, providers in platforms.items() if name != platform for plugin in providers
+    )
     plugins: list[GeneralPlugin] = []
     for name in sorted(found):
         for plugin in found[name]:

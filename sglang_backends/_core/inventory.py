@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from sglang_backends._core import selection
 from sglang_backends._core.discovery import (
+    Discovered,
     InstalledDistribution,
     PluginEntryPoint,
     discover,
@@ -58,11 +59,11 @@ class Inventory(NamedTuple):
     """
 
     builtins: Mapping[str, Any]
-    enabled: frozenset[str] | None
-    disabled: frozenset[str]
+    enabled: tuple[str, ...] | None
+    disabled: tuple[str, ...]
     origins: Mapping[str, str]
     distributions: tuple[InstalledDistribution, ...]
-    discovered: Mapping[str, tuple[PluginEntryPoint, ...]]
+    discovered: Discovered
     records: tuple[PluginRecord, ...]
     available_names: tuple[str, ...]
     not_installed: Mapping[str, list[str]]
@@ -88,10 +89,8 @@ class Inventory(NamedTuple):
         :param set_in: where configuration set *name*, which the error then says.
         :raises UnknownBackendError, DisabledBackendError, BackendConflictError: as serve's.
         """
-        if name in self.builtins:
-            return None
         try:
-            return selection.choose(name, self)
+            return None if name in self.builtins else selection.choose(name, self)
         except (UnknownBackendError, DisabledBackendError) as exc:
             if set_in is None:
                 raise
@@ -124,18 +123,18 @@ def take_inventory(
     :raises ConfigurationError: a built-in is named ``auto``, or a list is a string.
     """
     selection.check_lists(builtins, settings.enabled, settings.disabled, settings.preferred)
-    allowed = None if settings.enabled is None else frozenset(settings.enabled)
-    refused = frozenset(settings.disabled)
+    enabled = settings.enabled
+    disabled = settings.disabled
     origins = settings.list_origins()
     installed = tuple(distributions() if installed is None else installed)
     discovered = discover(installed=installed)
-    records = tuple(selection.classify(discovered, builtins, enabled=allowed, disabled=refused))
+    records = tuple(selection.classify(discovered, builtins, enabled=enabled, disabled=disabled))
     not_installed = selection.warn_unknown_selection(settings, discovered.keys(), builtins, origins)
     usable = sorted({r.name for r in records if r.status.usable})
     inventory = Inventory(
         builtins,
-        allowed,
-        refused,
+        enabled,
+        disabled,
         origins,
         installed,
         discovered,

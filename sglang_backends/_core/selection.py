@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
+    Discovered,
     PluginEntryPoint,
     normalize_distribution,
     split_qualified_name,
@@ -98,21 +99,14 @@ def designates(name: str, plugin: PluginEntryPoint) -> bool:
     )
 
 
-def _designated(
-    name: str, discovered: Mapping[str, Sequence[PluginEntryPoint]]
-) -> tuple[PluginEntryPoint, ...]:
+def _designated(name: str, discovered: Discovered) -> Sequence[PluginEntryPoint]:
     """The entry points *name* designates: those named exactly *name*, else those
     ``DIST:NAME`` names (:func:`designates`), as :func:`choose` picks among them."""
-    exact = discovered.get(name)
-    if exact:
-        return tuple(exact)
     plain = split_qualified_name(name)[1]
-    return tuple(c for c in discovered.get(plain, ()) if designates(name, c))
+    return discovered.get(name) or [c for c in discovered.get(plain, ()) if designates(name, c)]
 
 
-def qualified(
-    plugin: PluginEntryPoint, discovered: Mapping[str, Sequence[PluginEntryPoint]]
-) -> str | None:
+def qualified(plugin: PluginEntryPoint, discovered: Discovered) -> str | None:
     """The ``DIST:NAME`` that picks *plugin* alone, or ``None`` when none does.
 
     Advice is given only where following it works: not for a plugin whose
@@ -126,17 +120,13 @@ def qualified(
     return name if len(found) == 1 and found[0] is plugin else None
 
 
-def _example(
-    providers: Iterable[PluginEntryPoint], discovered: Mapping[str, Sequence[PluginEntryPoint]]
-) -> str | None:
+def _example(providers: Iterable[PluginEntryPoint], discovered: Discovered) -> str | None:
     """The first ``DIST:NAME`` that picks one of *providers* (:func:`qualified`), if any."""
     return next((q for p in providers if (q := qualified(p, discovered))), None)
 
 
 def _duplicate_text(
-    name: str,
-    providers: Sequence[PluginEntryPoint],
-    discovered: Mapping[str, Sequence[PluginEntryPoint]],
+    name: str, providers: Sequence[PluginEntryPoint], discovered: Discovered
 ) -> str:
     """Why serve backend *name* has several *providers* and how to pick one: the one
     wording of a duplicate, with ``DIST:NAME`` advice only where it picks one.
@@ -151,25 +141,23 @@ def _duplicate_text(
         for group in groups.values()
         if len(group) > 1
     ]
-    if len(groups) > 1:
-        listed = ", ".join(p.provider for p in providers)
-        repeated.insert(0, f"Multiple distributions register serve backend {name!r}: {listed}.")
-    else:
-        repeated[0] = f"Distribution {repeated[0]}"
+    if len(groups) == 1:  # all from one distribution: no DIST:NAME picks one of them
+        return (
+            f"Distribution {repeated[0]} No DIST:NAME picks one entry point of a distribution: "
+            "uninstall it or choose another backend name, and ask its authors to register the "
+            "name once."
+        )
+    listed = ", ".join(p.provider for p in providers)
     example = _example(providers, discovered)
-    if example is not None:
+    if example is None:
+        advice = "Uninstall one provider or choose another backend name; no DIST:NAME picks one."
+    else:
         advice = (
             "Uninstall one provider or choose another backend name, or select one provider "
             f"as DIST:NAME (e.g. {example!r})."
         )
-    elif len(groups) > 1:
-        advice = "Uninstall one provider or choose another backend name; no DIST:NAME picks one."
-    else:
-        advice = (
-            "No DIST:NAME picks one entry point of a distribution: uninstall it or choose "
-            "another backend name, and ask its authors to register the name once."
-        )
-    return " ".join([*repeated, advice])
+    head = f"Multiple distributions register serve backend {name!r}: {listed}."
+    return " ".join([head, *repeated, advice])
 
 
 def check_lists(
@@ -190,19 +178,8 @@ def check_lists(
             raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
 
 
-def _allowed(name: str, enabled: Collection[str] | None, disabled: Collection[str]) -> bool:
-    """Whether the enabled/disabled lists let plugin *name* be used.
-
-    :param enabled: names allowed; ``None`` allows every name.
-    :param disabled: names refused, even when also enabled.
-    """
-    if name in disabled:
-        return False
-    return enabled is None or name in enabled
-
-
 def classify(
-    discovered: Mapping[str, Iterable[PluginEntryPoint]],
+    discovered: Discovered,
     builtin_names: Collection[str],
     *,
     enabled: Collection[str] | None,
@@ -217,9 +194,8 @@ def classify(
     """
     reserved = set(builtin_names) | RESERVED_SERVE_BACKEND_NAMES
     records: list[PluginRecord] = []
-    for name in sorted(discovered):
-        entries = tuple(discovered[name])
-        if not _allowed(name, enabled, disabled):
+    for name, entries in sorted(discovered.items()):
+        if name in disabled or (enabled is not None and name not in enabled):
             status = PluginStatus.DISABLED
         elif name in reserved:
             status = PluginStatus.CONFLICT
@@ -233,9 +209,8 @@ def classify(
 
 def conflict_warning(plugin: PluginEntryPoint) -> str:
     """What to tell an operator about *plugin*, which claims a built-in or reserved name."""
-    version = f" {plugin.version}" if plugin.version else ""
     return (
-        f"Plugin {plugin.name!r} from {plugin.provider}{version} claims the built-in name "
+        f"Plugin {plugin.name!r} from {plugin.release} claims the built-in name "
         f"{plugin.name!r}; every serve fails until you uninstall it (pip uninstall "
         f"{plugin.distribution or '...'}) or add {plugin.name!r} to disabled_backends"
     )
@@ -255,16 +230,18 @@ def refuse_conflicts(conflicts: Sequence[PluginEntryPoint]) -> None:
         )
 
 
-def _unavailable_because(name: str, disabled: Collection[str], origins: Mapping[str, str]) -> str:
-    """Why installed plugin *name* is left out: ``is disabled by WHERE`` (or not enabled).
+def _left_out(name: str, inventory: Inventory) -> str | None:
+    """Why *inventory*'s enabled/disabled lists leave installed plugin *name* out (``is
+    disabled by WHERE``, or not enabled), or ``None`` when they let it be used.
 
-    The one wording of it, for every message that says so. *origins* maps
-    ``"enabled"``/``"disabled"`` to where that list was set (see
-    :meth:`~sglang_backends._core.settings.Settings.list_origins`).
+    The one wording of it, for every message that says so, with where that list
+    was set (:meth:`~sglang_backends._core.settings.Settings.list_origins`).
     """
-    if name in disabled:
-        return f"is disabled by {origins.get('disabled', 'the disabled list')}"
-    return f"is not enabled by {origins.get('enabled', 'the enabled list')}"
+    if name in inventory.disabled:
+        return f"is disabled by {inventory.origins.get('disabled', 'the disabled list')}"
+    if inventory.enabled is not None and name not in inventory.enabled:
+        return f"is not enabled by {inventory.origins.get('enabled', 'the enabled list')}"
+    return None
 
 
 def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
@@ -279,18 +256,18 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
     :raises BackendConflictError: several distributions provide it.
     """
     discovered = inventory.discovered
-    disabled = inventory.disabled
-    plain = name if name in discovered else split_qualified_name(name)[1]
     candidates = _designated(name, discovered)
-    if not candidates or plain in inventory.builtins or plain in RESERVED_SERVE_BACKEND_NAMES:
+    never = {*inventory.builtins, *RESERVED_SERVE_BACKEND_NAMES}
+    if not candidates or candidates[0].name in never:
         values = ("auto", *inventory.available_names)
         raise unknown_backend(name, values, discovered, inventory.builtins, selected=inventory)
-    if not _allowed(plain, inventory.enabled, disabled):
-        remedy = "remove it from" if plain in disabled else "add it to"
+    plain = candidates[0].name
+    why = _left_out(plain, inventory)
+    if why:
+        remedy = "remove it from" if plain in inventory.disabled else "add it to"
         raise DisabledBackendError(
             f"{backend_named(plain, ', '.join(c.provider for c in candidates), start=True)} "
-            f"{_unavailable_because(plain, disabled, inventory.origins)}; "
-            f"{remedy} that list to use it.",
+            f"{why}; {remedy} that list to use it.",
             name=plain,
             distribution=candidates[0].distribution,
         )
@@ -306,7 +283,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
 def unknown_backend(
     name: str,
     values: Collection[str],
-    discovered: Mapping[str, tuple[PluginEntryPoint, ...]],
+    discovered: Discovered,
     builtin_names: Collection[str],
     *,
     selected: Inventory | None = None,
@@ -330,9 +307,7 @@ def unknown_backend(
     # Each name that may be offered, and its plugin (None for a built-in of values).
     offers: dict[str, PluginEntryPoint | None] = {}
     if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
-        for plugin in discovered.get(plain, ()):
-            if q := qualified(plugin, discovered):
-                offers[q] = plugin
+        offers = {q: p for p in discovered.get(plain, ()) if (q := qualified(p, discovered))}
     if offers:
         close: str | None = closest(name, offers) or next(iter(offers))
     else:
@@ -345,12 +320,8 @@ def unknown_backend(
         close = closest(name, offers)
     found = None if close is None else offers[close]
     suggestion = meant(close)
-    if (
-        found is not None
-        and selected is not None
-        and not _allowed(found.name, selected.enabled, selected.disabled)
-    ):
-        why = _unavailable_because(found.name, selected.disabled, selected.origins)
+    why = _left_out(found.name, selected) if found and selected else None
+    if found and why:
         suggestion = (
             f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
             "so it is not available."
@@ -381,20 +352,31 @@ def warn_unknown_selection(
     :returns: by list (``enabled``, ``disabled``, ``preferred``), the names warned about
         as not installed, sorted; a built-in's name, warned about apart, is not among them.
     """
-    unknown: dict[str, list[str]] = {}
     listed: str | None = None  # the installed names, joined once however many are unknown
     lists = {
         "enabled": frozenset(settings.enabled or ()),
         "disabled": frozenset(settings.disabled),
         "preferred": settings.preferred,  # as given: a name given twice is warned about twice
     }
+    unknown: dict[str, list[str]] = {label: [] for label in lists}
     for label, names in lists.items():
         origin = origins.get(label)
-        unknown[label] = []
         for name in sorted(names):
-            if name in installed or (label == "preferred" and name in builtin_names):
+            if name in installed:
                 continue
-            if name in builtin_names:
+            if name not in builtin_names:
+                unknown[label].append(name)
+                if listed is None:
+                    listed = ", ".join(sorted(installed)) or "none"
+                LOG.warning(
+                    "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
+                    name,
+                    label,
+                    did_you_mean(name, installed),
+                    listed,
+                    f" (check {origin})" if origin else "",
+                )
+            elif label != "preferred":  # a built-in's detector may be preferred
                 LOG.warning(
                     "Built-in %r in the %s list changes nothing: the lists apply to plugins "
                     "only and built-ins are always available; remove it%s",
@@ -402,18 +384,6 @@ def warn_unknown_selection(
                     label,
                     f" ({origin})" if origin else "",
                 )
-                continue
-            unknown[label].append(name)
-            if listed is None:
-                listed = ", ".join(sorted(installed)) or "none"
-            LOG.warning(
-                "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
-                name,
-                label,
-                did_you_mean(name, installed),
-                listed,
-                f" (check {origin})" if origin else "",
-            )
     return unknown
 
 
@@ -428,9 +398,9 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
     reasons: list[str] = []
     names: set[str] = set()
     for record in inventory.records:
-        if record.status is PluginStatus.DISABLED:
+        why = _left_out(record.name, inventory)
+        if why:
             names.add(record.name)
-            why = _unavailable_because(record.name, inventory.disabled, inventory.origins)
             reasons.append(
                 f"plugin {record.name!r} from {record.plugin.provider} {why}, so it was not asked"
             )
