@@ -21,6 +21,7 @@ from sglang_backends._operators.commands.base import OptionSpans, SafeCommand, a
 from sglang_backends._serve.argv import CONFIG_FLAGS
 from sglang_backends._serve.help import metadata_help
 
+
 class _GlobalOptions(argparse.ArgumentParser):
     """The global options, read from anywhere on the command line in linear time.
 

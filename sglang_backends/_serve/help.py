@@ -47,8 +47,7 @@ def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
         label = plugin.name
         if record.status is PluginStatus.DUPLICATE:
             label = selection.qualified(plugin, discovered) or label
-        version = f" {plugin.version}" if plugin.version else ""
-        note = f"from {plugin.provider}{version}"
+        note = f"from {plugin.release}"
         if record.status is not PluginStatus.ENABLED:
             note += f" ({record.status.value})"
         rows.append((label, note))

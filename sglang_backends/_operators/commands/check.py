@@ -224,11 +224,10 @@ def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
             log.warning(printable(f"Serve backend {plugin.name!r}: {clause}"))
         shadowed = shadowed_text(plugin)
         if shadowed:
-            version = f" {plugin.version}" if plugin.version else ""
             log.warning(
                 printable(
                     f"Distribution {plugin.provider} is on the module search path more than "
-                    f"once: {plugin.provider}{version}, found first, is the one used; later "
+                    f"once: {plugin.release}, found first, is the one used; later "
                     f"copies, never loaded: {shadowed}"
                 )
             )
