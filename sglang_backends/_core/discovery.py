@@ -231,17 +231,11 @@ def discover(
 
     :param installed: the distributions to read, :func:`distributions` by default.
     """
-    dists = distributions() if installed is None else installed
-    found = by_name(plugin for dist in dists for plugin in _plugins(dist, group))
-    return {name: tuple(sorted(found[name], key=lambda e: e.provider)) for name in found}
-
-
-def by_name(plugins: Iterable[PluginEntryPoint]) -> dict[str, tuple[PluginEntryPoint, ...]]:
-    """*plugins* by backend name, in the order given (:func:`discover` sorts each name's)."""
     found: dict[str, list[PluginEntryPoint]] = {}
-    for plugin in plugins:
-        found.setdefault(plugin.name, []).append(plugin)
-    return {name: tuple(entries) for name, entries in found.items()}
+    for dist in distributions() if installed is None else installed:
+        for plugin in _plugins(dist, group):
+            found.setdefault(plugin.name, []).append(plugin)
+    return {name: tuple(sorted(found[name], key=lambda e: e.provider)) for name in found}
 
 
 def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPoint]:

@@ -260,7 +260,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
     never = {*inventory.builtins, *RESERVED_SERVE_BACKEND_NAMES}
     if not candidates or candidates[0].name in never:
         values = ("auto", *inventory.available_names)
-        raise unknown_backend(name, values, discovered, inventory.builtins, selected=inventory)
+        raise unknown_backend(name, values, inventory, selected=True)
     plain = candidates[0].name
     why = _left_out(plain, inventory)
     if why:
@@ -281,12 +281,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
 
 
 def unknown_backend(
-    name: str,
-    values: Collection[str],
-    discovered: Discovered,
-    builtin_names: Collection[str],
-    *,
-    selected: Inventory | None = None,
+    name: str, values: Collection[str], inventory: Inventory, *, selected: bool = False
 ) -> UnknownBackendError:
     """The one wording of a name that designates nothing usable, with the closest name
     (``; did you mean 'x'?``); a left-out one is said to be.
@@ -298,15 +293,16 @@ def unknown_backend(
 
     :param values: what may be given instead (``serve``: ``auto`` and the inventory's
         available names; ``check``: every built-in and installed plugin).
-    :param discovered: every installed entry point, for the closest name.
-    :param builtin_names: names that are never plugins', for the closest name.
-    :param selected: the inventory whose enabled and disabled lists may leave the closest
-        name out, which is then said (where the lists were set too).
+    :param inventory: every installed entry point and the built-in names, for the
+        closest name.
+    :param selected: whether the inventory's enabled and disabled lists may leave the
+        closest name out, which is then said (where the lists were set too).
     """
+    discovered = inventory.discovered
     dist, plain = split_qualified_name(name)
     # Each name that may be offered, and its plugin (None for a built-in of values).
     offers: dict[str, PluginEntryPoint | None] = {}
-    if dist is not None and plain not in {*builtin_names, *RESERVED_SERVE_BACKEND_NAMES}:
+    if dist is not None and plain not in {*inventory.builtins, *RESERVED_SERVE_BACKEND_NAMES}:
         offers = {q: p for p in discovered.get(plain, ()) if (q := qualified(p, discovered))}
     if offers:
         close: str | None = closest(name, offers) or next(iter(offers))
@@ -320,7 +316,7 @@ def unknown_backend(
         close = closest(name, offers)
     found = None if close is None else offers[close]
     suggestion = meant(close)
-    why = _left_out(found.name, selected) if found and selected else None
+    why = _left_out(found.name, inventory) if found and selected else None
     if found and why:
         suggestion = (
             f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "

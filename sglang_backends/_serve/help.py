@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from collections.abc import Sequence
 
 from sglang_backends._core import selection
 from sglang_backends._core.console import printable
-from sglang_backends._core.discovery import by_name
-from sglang_backends._core.inventory import take_inventory
+from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.names import AUTO
-from sglang_backends._core.selection import PluginRecord, PluginStatus
+from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
 from sglang_backends._sglang.installed import BUILTIN_NOTES
@@ -38,15 +36,14 @@ class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
-def _backend_lines(records: Sequence[PluginRecord]) -> list[str]:
+def _backend_lines(inventory: Inventory) -> list[str]:
     """One line per backend; a duplicate's labelled with the ``DIST:NAME`` that picks it."""
     rows = list(BUILTIN_NOTES.items())
-    discovered = by_name(record.plugin for record in records)
-    for record in records:
+    for record in inventory.records:
         plugin = record.plugin
         label = plugin.name
         if record.status is PluginStatus.DUPLICATE:
-            label = selection.qualified(plugin, discovered) or label
+            label = selection.qualified(plugin, inventory.discovered) or label
         note = f"from {plugin.release}"
         if record.status is not PluginStatus.ENABLED:
             note += f" ({record.status.value})"
@@ -98,7 +95,7 @@ def metadata_help(settings: Settings) -> str:
     parser.usage = f"{PROG} {leading} [MODEL] {anywhere} [BACKEND ARGS...]".replace("%", "%%")
     epilog = [
         "backends:",
-        *_backend_lines(inventory.records),
+        *_backend_lines(inventory),
         "",
         "Each backend has its own options; show them with:",
         f"  {PROG} --model-type NAME --help",

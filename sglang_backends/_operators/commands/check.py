@@ -292,7 +292,7 @@ def _chosen(inventory: Inventory, names: Sequence[str]) -> list[tuple[PluginReco
         found = inventory.designated(name)
         if not found and name not in inventory.builtins:
             values = list(dict.fromkeys([*inventory.builtins, *sorted(inventory.installed)]))
-            raise unknown_backend(name, values, inventory.discovered, inventory.builtins)
+            raise unknown_backend(name, values, inventory)
         for record in found:  # the first DIST:NAME that designates it stays its key
             if chosen.get(id(record), (record, record.name))[1] == record.name:
                 chosen[id(record)] = (record, name)
