@@ -38,7 +38,7 @@ class Terminal:
     def foreground(self) -> int:
         """The terminal's foreground process group, or -1."""
         try:
-            return os.tcgetpgrp(self.fd) if self.fd >= 0 else -1
+            return os.tcgetpgrp(self.fd)  # -1, closed: EBADF
         except OSError:
             return -1
 

@@ -267,7 +267,7 @@ def mark(token: str) -> None:
     if not hasattr(os, "memfd_create"):
         return
     with contextlib.suppress(OSError):
-        fd = os.memfd_create(f"{MARKER}={token}", 0)
+        fd = os.memfd_create(f"{MARKER}={token}")
         try:
             os.ftruncate(fd, mmap.PAGESIZE)
             _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
