@@ -107,7 +107,7 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*take.waited, signal.SIGTTOU})
     previous: dict[int, Any] = {}
     terminal = Terminal()
-    pid = -1
+    pid: int | None = None
     try:
         with contextlib.suppress(ValueError):  # not the main thread: signals stay with the host
             for signum in relayed:
@@ -127,10 +127,9 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
             news=writer,
             terminal=terminal if terminal.foreground() == os.getpgrp() else None,
         )
-        forked = fork()
-        if forked is None:
+        pid = fork()
+        if pid is None:
             return EXIT_FAILURE
-        pid = forked
         if pid:
             with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
                 os.setpgid(pid, pid)
