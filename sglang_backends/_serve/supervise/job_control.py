@@ -36,9 +36,9 @@ class Terminal:
             self.fd = -1
 
     def foreground(self) -> int:
-        """The terminal's foreground process group, or -1."""
+        """The terminal's foreground process group, or -1 (closed too: EBADF)."""
         try:
-            return os.tcgetpgrp(self.fd)  # -1, closed: EBADF
+            return os.tcgetpgrp(self.fd)
         except OSError:
             return -1
 
