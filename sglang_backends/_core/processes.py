@@ -71,8 +71,9 @@ def send(pid: int, signum: int, *, group: bool = False) -> None:
 class StopSignals:
     """While entered, a stop signal unwinds the main thread, once (SIGINT as KeyboardInterrupt).
 
-    A signal is recorded until :meth:`arm` (then raised at once) and once
-    :attr:`armed` is reset (for the clean-up); a forked child takes the default action.
+    Armed on entry: a signal that came while entering is raised at once. Once
+    :attr:`armed` is reset (for the clean-up) a signal is only recorded, until
+    :meth:`arm`; a forked child takes the default action.
 
     :param on_signal: given the signal, just before the main thread is unwound.
     :param on_force: called, then the process exits, on a second signal or
@@ -99,7 +100,12 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             self._previous = {n: signal.signal(n, self._handle) for n in stop_signals()}
             _WATCHING.append(self)
-        return self
+        try:
+            self.arm()
+            return self
+        except BaseException:  # a signal came while entering: nothing stays installed
+            self.__exit__()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.armed = False

@@ -73,7 +73,7 @@ class Channel(ProgressWriter):
 
     def deadline(self, seconds: float, why: str) -> None:
         """Choosing a backend must be over within *seconds* (*why*), or the supervisor ends it."""
-        self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} {why}")
+        self.say("deadline", f"{time.monotonic() + seconds!r} {seconds:g} s ({why})")
 
 
 class ChannelReader:
@@ -84,7 +84,7 @@ class ChannelReader:
         os.set_blocking(fd, False)
         self.unread = b""
         self.said: dict[str, str] = {}  # "backend" and "status", once said
-        self.choosing: tuple[float, str] | None = None  # detection's deadline, and why
+        self.choosing: tuple[float, str] | None = None  # detection's deadline, and its bound
         self.detecting = False  # whether automatic detection began
         self.underway = InFlight()
 
@@ -105,22 +105,20 @@ class ChannelReader:
             if key in EVENTS:
                 self.underway(key, value)
             elif key == "deadline":
-                when, _, why = value.partition(" ")
+                when, _, bound = value.partition(" ")
                 self.detecting = True
                 with contextlib.suppress(ValueError):
-                    self.choosing = (float(when), why)
+                    self.choosing = (float(when), bound)
             else:
                 self.said[key] = value
                 self.choosing = None  # a backend was chosen, or the work ended
 
     def overrun(self) -> str:
-        """The line saying automatic detection overran its deadline, now over."""
+        """The line saying automatic detection overran its deadline."""
         assert self.choosing is not None
-        seconds, _, why = self.choosing[1].partition(" ")
         busy = self.underway.describe()
-        self.choosing = None
         return (
-            f"automatic detection did not finish within {seconds} s ({why})"
+            f"automatic detection did not finish within {self.choosing[1]}"
             f"{': ' + busy if busy else ''}. Disable the plugin that holds it up "
             "(disabled_backends) or choose a backend with --model-type; serve stopped the "
             "backend process"

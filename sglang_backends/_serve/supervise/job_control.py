@@ -27,18 +27,18 @@ class Terminal:
         except OSError:
             self.fd = -1
 
-    def close(self, *, back_from: int = -1) -> None:
+    def close(self, *, back_from: int | None = None) -> None:
         """Close it; first take it back from group *back_from* (the tree's, ended) if it has it."""
-        if back_from > 0 and self.foreground() == back_from:
+        if back_from and self.foreground() == back_from:
             self.give(os.getpgrp())
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
     def foreground(self) -> int:
-        """The terminal's foreground process group, or -1."""
+        """The terminal's foreground process group, or -1 (closed too: EBADF)."""
         try:
-            return os.tcgetpgrp(self.fd) if self.fd >= 0 else -1
+            return os.tcgetpgrp(self.fd)
         except OSError:
             return -1
 

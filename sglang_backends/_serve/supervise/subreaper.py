@@ -18,7 +18,6 @@ import mmap
 import os
 import signal
 import time
-from collections.abc import Iterable
 from typing import NoReturn
 
 import psutil
@@ -54,7 +53,8 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
             setup.terminal.give(os.getpgrp())
             setup.terminal.close()
         set_role_title("supervisor")
-        take = signals.SignalWait({*setup.relayed, signal.SIGCHLD})
+        # The signals serve takes, as serve chose them: their dispositions are inherited.
+        take = signals.SignalWait({*signals.relayed_signals(), signal.SIGCHLD})
         signal.signal(signal.SIGCONT, take.on_continue)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
         if not tree.become_subreaper():
@@ -62,7 +62,7 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
         mark(setup.token)  # inherited by every process the backend starts
         me = os.getpid()
         reader, writer = channel_pipe()
-        child = fork(reader, writer)
+        child = fork()
         if child is None:
             os._exit(status)
         if child == 0:
@@ -90,10 +90,11 @@ class _Supervision:
         self.child = child
         self.setup = setup
         self.take = take
+        self.stops = signals.stop_signals()
         self.heard = ChannelReader(channel)
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
-        self.senders: dict[object, int] = {}  # stop signals by sender
+        self.senders: set[object] = set()  # who sent a stop signal
         self.deadline: float | None = None  # for the backend process, once stopped
         self.forced = False
         self.front_gone = False
@@ -148,7 +149,7 @@ class _Supervision:
         # Every child is the backend process or one of its orphans.
         self.wait_status = tree.reap().get(self.child, self.wait_status)
         self.heard.read()
-        if info is not None and info.si_signo in self.setup.stops:
+        if info is not None and info.si_signo in self.stops:
             self._on_stop_signal(info)
         elif info is not None and info.si_signo != signal.SIGCHLD:
             self._relay(info)
@@ -177,11 +178,12 @@ class _Supervision:
 
     def _on_stop_signal(self, info: signal.struct_siginfo) -> None:
         sender = "terminal" if signals.from_kernel(info) else info.si_pid
-        self.senders[sender] = self.senders.get(sender, 0) + 1
+        again = sender in self.senders
+        self.senders.add(sender)
         if self.signum is None:
             processes.log_received(info.si_signo)
             self._stop(info.si_signo, forward=not self._delivered(info))
-        elif self.senders[sender] > 1 and not self.forced:
+        elif again and not self.forced:
             name = signals.signal_name(info.si_signo)
             LOG.warning("Received %s again; killing the serve backend and its processes", name)
             self._kill()
@@ -198,13 +200,11 @@ class _Supervision:
             return False
 
     def _stop(self, signum: int, *, forward: bool) -> None:
-        if self.signum is not None:
-            return
-        self.signum = signum
-        if self.wait_status is None:  # else the backend process has ended: the clean-up follows
+        if self.signum is None:
+            self.signum = signum
+            self.deadline = time.monotonic() + self.setup.timeout  # while the backend process runs
             if forward:
                 self._send(signum)
-            self.deadline = time.monotonic() + self.setup.timeout
 
     def _kill(self) -> None:
         """Freeze and SIGKILL every descendant; from now on nothing gets a grace period."""
@@ -229,8 +229,7 @@ def _backend_process(work: BackendWork, channel: int, supervisor: int, setup: Se
         tree.die_with_parent()
         set_role_title("backend")  # serve adds the backend's name once it is chosen
         # A stop signal unwinds run() once, whatever serve inherited; the supervisor forces.
-        with processes.StopSignals() as stops:
-            stops.arm()
+        with processes.StopSignals():
             signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
             if os.getppid() != supervisor:  # the supervisor has gone already
                 raise SystemExit(128 + signal.SIGTERM)
@@ -268,7 +267,7 @@ def mark(token: str) -> None:
     if not hasattr(os, "memfd_create"):
         return
     with contextlib.suppress(OSError):
-        fd = os.memfd_create(f"{MARKER}={token}", 0)
+        fd = os.memfd_create(f"{MARKER}={token}")
         try:
             os.ftruncate(fd, mmap.PAGESIZE)
             _MARKS.append(mmap.mmap(fd, mmap.PAGESIZE))
@@ -310,9 +309,8 @@ def read_backend_pid(fd: int) -> list[psutil.Process]:
         return []
 
 
-def sweep(roots: Iterable[psutil.Process], token: str, *, timeout: float) -> int:
+def sweep(roots: list[psutil.Process], token: str, *, timeout: float) -> int:
     """Stop *roots*, their descendants and every process marked *token*; return how many."""
-    roots = list(roots)
 
     def find() -> list[psutil.Process]:
         found: dict[int, psutil.Process] = {}

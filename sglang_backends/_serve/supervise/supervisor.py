@@ -68,17 +68,15 @@ class Setup(NamedTuple):
 
     front: int
     timeout: float  # the stop timeout
-    stops: tuple[int, ...]
-    relayed: tuple[int, ...]  # every signal passed on to the backend process
-    handlers: dict[int, Any]  # the program's handlers of those signals, for the backend process
+    handlers: dict[int, Any]  # the program's handlers of the signals taken, for the backend process
     token: str  # the tree's mark
     news: int  # where the supervisor tells the front which process is the backend's
     terminal: Terminal | None  # the controlling terminal, for the tree's group to take
 
 
-def fork(*fds: int) -> int | None:
+def fork() -> int | None:
     """``os.fork``'s pid; ``None`` when it is refused (a process limit, memory): then
-    serve's error is printed and *fds* are closed.
+    serve's error is printed.
     """
     console.flush()  # so that a buffered line is not written twice
     try:
@@ -86,8 +84,6 @@ def fork(*fds: int) -> int | None:
     except OSError as exc:
         limit = " (RLIMIT_NPROC?)" if exc.errno == errno.EAGAIN else ""
         console.error(PROG, f"fork failed: {exc.strerror}{limit}")
-    for fd in fds:
-        os.close(fd)
     return None
 
 
@@ -103,15 +99,15 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
 
     :param stop_timeout: seconds between SIGTERM and SIGKILL.
     """
-    stops = signals.stop_signals()  # before serve takes them
     relayed = signals.relayed_signals()
     take = signals.SignalWait({*relayed, signal.SIGCHLD})
     taken: list[int] = []  # signals another thread took, for the loop to relay
+    news, writer = os.pipe()
     # SIGTTOU too: serve may write to, and hand over, a terminal it is in the background of.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*take.waited, signal.SIGTTOU})
     previous: dict[int, Any] = {}
     terminal = Terminal()
-    pid = -1
+    pid: int | None = None
     try:
         with contextlib.suppress(ValueError):  # not the main thread: signals stay with the host
             for signum in relayed:
@@ -123,49 +119,39 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
         if signal.SIGCONT not in previous:
             # Without the handler serve would not see a continue: the tree keeps out of job control.
             terminal.close()
-        news, writer = os.pipe()
-        foreground = terminal.foreground() == os.getpgrp()
         setup = Setup(
             front=os.getpid(),
             timeout=stop_timeout,
-            stops=stops,
-            relayed=relayed,
             handlers={n: h for n, h in previous.items() if n != signal.SIGCHLD and h is not None},
             token=f"{os.getpid()}-{os.urandom(8).hex()}",
             news=writer,
-            terminal=terminal if foreground else None,
+            terminal=terminal if terminal.foreground() == os.getpgrp() else None,
         )
-        forked = fork(news, writer)
-        if forked is None:
+        pid = fork()
+        if pid is None:
             return EXIT_FAILURE
-        pid = forked
-        code = 0
-        try:
-            if pid:
-                os.close(writer)
-                with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
-                    os.setpgid(pid, pid)
-                code = _front(pid, take, taken, terminal)
-                if code >= 0:
-                    return code
-            # psutil: in the supervisor's process; in the front only once the supervisor was killed
-            from sglang_backends._serve.supervise import subreaper
+        if pid:
+            with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
+                os.setpgid(pid, pid)
+            code = _front(pid, take, taken, terminal)
+            if code >= 0:
+                return code
+        # psutil: in the supervisor's process; in the front only once the supervisor was killed
+        from sglang_backends._serve.supervise import subreaper
 
-            if pid == 0:
-                os.close(news)
-                subreaper.run(work, setup)
-            count = subreaper.sweep(
-                subreaper.read_backend_pid(news), setup.token, timeout=stop_timeout
-            )
-            console.error(
-                PROG,
-                f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(-code)}; "
-                f"serve stopped the backend process and the processes it left ({count} in all)",
-            )
-            return 128 - code
-        finally:
+        if pid == 0:
             os.close(news)
+            subreaper.run(work, setup)
+        count = subreaper.sweep(subreaper.read_backend_pid(news), setup.token, timeout=stop_timeout)
+        console.error(
+            PROG,
+            f"the serve supervisor (pid {pid}) was killed by {signals.signal_name(-code)}; "
+            f"serve stopped the backend process and the processes it left ({count} in all)",
+        )
+        return 128 - code
     finally:
+        os.close(news)
+        os.close(writer)
         terminal.close(back_from=pid)  # the tree's group has ended
         for number, handler in previous.items():
             if handler is not None:
