@@ -72,8 +72,8 @@ class StopSignals:
     """While entered, a stop signal unwinds the main thread, once (SIGINT as KeyboardInterrupt).
 
     Armed on entry: a signal that came while entering is raised at once. Once
-    :attr:`armed` is reset (for the clean-up) a signal is only recorded, until
-    :meth:`arm`; a forked child takes the default action.
+    :attr:`armed` is reset (for the clean-up) a signal is only recorded; a
+    forked child takes the default action.
 
     :param on_signal: given the signal, just before the main thread is unwound.
     :param on_force: called, then the process exits, on a second signal or
@@ -101,11 +101,13 @@ class StopSignals:
             self._previous = {n: signal.signal(n, self._handle) for n in stop_signals()}
             _WATCHING.append(self)
         try:
-            self.arm()
-            return self
-        except BaseException:  # a signal came while entering: nothing stays installed
+            self.armed = True
+            if self.signum is not None:  # it came while entering
+                self._unwind(self.signum)
+        except BaseException:  # nothing stays installed
             self.__exit__()
             raise
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.armed = False
@@ -115,12 +117,6 @@ class StopSignals:
             signal.signal(signum, previous)
         if self in _WATCHING:
             _WATCHING.remove(self)
-
-    def arm(self) -> None:
-        """Raise on the first signal from now on, or now if one already came."""
-        self.armed = True
-        if self.signum is not None:
-            self._unwind(self.signum)
 
     def _handle(self, signum: int, frame: object) -> None:
         if os.getpid() != self._pid:

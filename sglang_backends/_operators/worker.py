@@ -21,9 +21,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import IO, Literal, NamedTuple
 
 from sglang_backends._core.processes import StopSignals, send
@@ -133,12 +133,9 @@ _WORKERS = _Workers()
 _STOPPED = WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
 
 
-@contextmanager
-def _stop_signals_kill_workers() -> Iterator[None]:
+def _stop_signals_kill_workers() -> StopSignals:
     """While workers run, a stop signal kills them, then ends the command (main thread only)."""
-    with StopSignals(on_signal=lambda signum: _WORKERS.stop()) as stops:
-        stops.arm()
-        yield
+    return StopSignals(on_signal=lambda signum: _WORKERS.stop())
 
 
 def last_line(text: str) -> str:

@@ -97,8 +97,7 @@ def main() -> None:
     job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
     # As in serve's backend process: a stop signal unwinds the worker (it dies of it),
     # and a KeyboardInterrupt or SystemExit no signal caused is the plugin's failure.
-    with StopSignals() as stops:
-        stops.arm()
+    with StopSignals():
         try:
             result = _explain(job) if job.action == "explain" else _load(job)
         except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised

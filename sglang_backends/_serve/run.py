@@ -98,7 +98,6 @@ def _launch_here(
     with guard:
         try:
             try:
-                guard.arm()
                 status = _run(description, registered, request) or 0
             finally:
                 # From here a first signal is only recorded; a second one, or
@@ -212,8 +211,7 @@ def backend_help(host: ServeArguments, settings: Settings) -> int | None:
     """
     request = _request(host)
     # Watched, so that a plugin's own KeyboardInterrupt is told from the user's Ctrl+C.
-    with processes.StopSignals() as stops:
-        stops.arm()
+    with processes.StopSignals():
         registry = ServeBackendRegistry.from_settings(settings)
         registered = _get(registry, settings)
         # The backend prints its own help: no model path check, no cleanup.
