@@ -17,7 +17,7 @@ from cliff.help import HelpCommand
 
 from sglang_backends._core import console
 from sglang_backends._core.settings import Settings
-from sglang_backends._operators.commands.base import OptionSpans, SafeCommand, add_config_options
+from sglang_backends._operators.commands.base import SafeCommand, add_config_options, option_spans
 from sglang_backends._serve.argv import CONFIG_FLAGS
 from sglang_backends._serve.help import metadata_help
 
@@ -36,13 +36,13 @@ class _GlobalOptions(argparse.ArgumentParser):
         mine: list[str] = []
         rest: list[str] = []
         commanded = False  # whether the command name has been read
-        spans = OptionSpans(self)  # a cluster of short options too: -vv, -vx
+        span_of = option_spans(self)  # a cluster of short options too: -vv, -vx
         tokens = iter(args)
         for token in tokens:
             if token == "--":  # argparse reads no option after it
                 rest += [token, *tokens]
                 break
-            span = spans.span(token)
+            span = span_of(token)
             config = token.partition("=")[0] in CONFIG_FLAGS
             if span is not None and not (commanded and config):
                 mine += [token, *itertools.islice(tokens, span - 1)]  # --log-file FILE: both

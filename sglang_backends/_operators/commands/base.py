@@ -304,9 +304,9 @@ class _Probe(argparse.ArgumentParser):
         raise argparse.ArgumentError(None, message)
 
 
-class OptionSpans:
-    """Which arguments are *parser*'s options, and how many arguments each spans (the option
-    and its value), as argparse reads them.
+def option_spans(parser: argparse.ArgumentParser) -> Callable[[str], int | None]:
+    """How many arguments an argument spans if it is one of *parser*'s options (the option
+    and its value), as argparse reads it; ``None`` if it is not one of them.
 
     argparse keeps no public table of a parser's options, and cliff adds options of its own,
     so this asks argparse: a copy of *parser*'s options (``parents``; the copy must hold no
@@ -315,24 +315,23 @@ class OptionSpans:
     taken to want one, as every option here and in cliff does, unless the argument carries
     it (``--opt=V``, ``-fjson``).
     """
+    probe = _Probe(parents=[parser], add_help=False, allow_abbrev=False)
 
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self._probe = _Probe(parents=[parser], add_help=False, allow_abbrev=False)
-        self.span: Callable[[str], int | None] = functools.cache(self._span)
-
-    def _span(self, token: str) -> int | None:
-        """How many arguments option *token* spans from its place; ``None`` if not an option."""
+    @functools.cache
+    def span(token: str) -> int | None:
         if not token.startswith("-") or token == "-":
             return None  # argparse's positionals
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # --help and --version print
-                _, extras = self._probe.parse_known_args([token], argparse.Namespace())
+                _, extras = probe.parse_known_args([token])
         except SystemExit:  # --help or --version, which take nothing
             return 1
         except argparse.ArgumentError:  # its value is missing (or refused if joined)
             joined = "=" in token if token.startswith("--") else len(token) > 2
             return 1 if joined else 2
         return None if extras == [token] else 1
+
+    return span
 
 
 #: How a usable backend's status reads, built-in or plugin.

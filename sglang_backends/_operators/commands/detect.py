@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cliff.lister import Lister
@@ -19,9 +19,9 @@ from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
     DEFAULT_JOBS,
-    OptionSpans,
     SelectionOptions,
     needs_sglang,
+    option_spans,
     positive_seconds,
 )
 from sglang_backends._operators.worker import Job, run_isolated, run_loads
@@ -135,10 +135,10 @@ class _RequestParser(argparse.ArgumentParser):
     them (each with its values; not ``--help``, nor any after an explicit
     ``--``) and ``corrected`` is the argument list with them moved before the
     request, for the warning. Which arguments are its own options,
-    :attr:`spans` says: set once they are all added, before the request.
+    :attr:`span_of` says: set once they are all added, before the request.
     """
 
-    spans: OptionSpans
+    span_of: Callable[[str], int | None]
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         misplaced: list[list[str]] = []
@@ -149,7 +149,7 @@ class _RequestParser(argparse.ArgumentParser):
             kept: list[str] = []  # the request's own arguments
             index = 0
             while index < len(args) and args[index] != "--":  # an explicit -- ends the search
-                span = self.spans.span(args[index])
+                span = self.span_of(args[index])
                 if span is None or (start is not None and args[index] in HELP.flags):
                     if start is None:
                         start = index
@@ -256,7 +256,7 @@ class DetectBackend(SelectionOptions, Lister):
             "gives up (default: load_timeout + detect_timeout + 10, so that it never cuts "
             "short a load or a detector serve would still wait for)",
         )
-        parser.spans = OptionSpans(parser)  # its options, before the request
+        parser.span_of = option_spans(parser)  # its options, before the request
         parser.add_argument(
             "request",
             metavar="REQUEST",
