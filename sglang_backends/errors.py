@@ -131,10 +131,13 @@ def describe(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def describe_typed(exc: BaseException) -> str:
-    """``Type: message`` on one line, or the type alone when *exc* has no message."""
+def describe_typed(exc: BaseException, context: str = "") -> str:
+    """``Type: message`` on one line, or the type alone when *exc* has no message; a
+    *context* follows the type (``Type for a request with X: message``).
+    """
     text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    typed = f"{type(exc).__name__}{context}"
+    return f"{typed}: {text}" if text else typed
 
 
 def describe_raised(exc: BaseException, raiser: str) -> str:

@@ -189,9 +189,8 @@ def _produce(name: str, plugin: PluginEntryPoint | None, builtin: object) -> Reg
 def _log_still_loading(load: BackendLoad, running: float, timeout: float | None = None) -> None:
     """The one "still loading" line; *timeout* is the bound, when there is one."""
     LOG.info(
-        "Still loading serve backend %r (%s) after %.0f s%s",
-        load.name,
-        load.provider,
+        "Still loading serve backend %s after %.0f s%s",
+        load.label,
         running,
         "" if timeout is None else f"; giving up on it after {timeout:g} s (load_timeout)",
     )
@@ -217,9 +216,11 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         #: the built-in's name.
         self.key: Hashable = name if plugin is None else id(plugin)
         produce = functools.partial(_produce, plugin.name if plugin else name, plugin, builtin)
-        label = f"{name!r} ({self.provider})"
+        #: Who is loading, as progress and the "still loading" line name it: ``'x' (DIST)``.
+        self.label = f"{name!r} ({self.provider})"
         super().__init__(
-            functools.partial(with_progress, produce, progress, LOADING, label), f"load-{name}"
+            functools.partial(with_progress, produce, progress, LOADING, self.label),
+            f"load-{name}",
         )
         self.detached = False
         self.thread: threading.Thread | None = None

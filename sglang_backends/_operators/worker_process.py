@@ -26,6 +26,7 @@ from sglang_backends._core.tree import become_subreaper, descendants, stop_tree
 from sglang_backends._operators.worker import Job, Outcome, Result
 from sglang_backends._serve.argv import request_fields
 from sglang_backends.contract import ServeRequest
+from sglang_backends.errors import describe
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import (
     ContractViolation,
@@ -101,7 +102,7 @@ def main() -> None:
         try:
             result = _explain(job) if job.action == "explain" else _load(job)
         except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
-            result = Result(error=str(exc) or type(exc).__name__)
+            result = Result(error=describe(exc))
     stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(result), out)

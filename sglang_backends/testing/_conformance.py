@@ -139,21 +139,19 @@ def _check_detector(
         run = TimedRun(functools.partial(detector, request), f"detect-{name}")
         run_each([run], timeout=timeout)
         detection = accept(run.value)
+        asked = f" for a request with {label}"
         if not run.finished:
             problem = (
-                f"did not return within {timeout:g} s for a request with {label}; "
+                f"did not return within {timeout:g} s{asked}; "
                 "detectors must be cheap and return UNKNOWN when unsure"
             )
         elif run.error is not None:
             problem = (
-                f"raised {type(run.error).__name__} for a request with {label}: {run.error}; "
+                f"raised {describe_typed(run.error, asked)}; "
                 "detectors must return UNKNOWN instead of raising"
             )
         elif detection is None:
-            problem = (
-                f"returned {type(run.value).__name__} for a request with {label}; "
-                f"expected {expected}"
-            )
+            problem = f"returned {type(run.value).__name__}{asked}; expected {expected}"
         else:
             results[label] = str(detection.value)
             continue
@@ -176,8 +174,7 @@ def _produce(factory: Callable[[], object], name: str, when: str = "") -> object
     try:
         return factory()
     except Exception as exc:
-        problem = f"raised {type(exc).__name__}{when}: {exc}"
-        raise ContractViolation(f"Factory {name!r} {problem}") from exc
+        raise ContractViolation(f"Factory {name!r} raised {describe_typed(exc, when)}") from exc
 
 
 def assert_backend_contract(
