@@ -96,9 +96,8 @@ class ServeBackendRegistry:
         self.detect_timeout = _timeout("detect_timeout", detect_timeout)
         self.load_timeout = _timeout("load_timeout", load_timeout)
         if inventory is None:
-            if builtins is None:
-                builtins = default_builtins()
-            # Before tuple() splits a string into letters.
+            builtins = default_builtins() if builtins is None else builtins
+            # Before tuple() splits a string into letters; take_inventory trusts its Settings.
             selection.check_lists(builtins, enabled, disabled, preferred)
             preferred = tuple(preferred)  # read once: it may be an iterator
             selected = Settings(
@@ -137,11 +136,13 @@ class ServeBackendRegistry:
         :param builtins: SGLang's by default, as for the constructor.
         :param inventory: the command's own, taken under *settings* (then its built-ins
             are the registry's): package metadata is read, and the operator warned, once.
+        :raises ConfigurationError, BackendConflictError: as the constructor's; without
+            *inventory*, the lists of *settings* are checked as the constructor's are.
         """
         if inventory is None:
-            inventory = take_inventory(
-                settings, default_builtins() if builtins is None else builtins
-            )
+            builtins = default_builtins() if builtins is None else builtins
+            selection.check_lists(builtins, settings.enabled, settings.disabled, settings.preferred)
+            inventory = take_inventory(settings, builtins)
         elif builtins is not None:
             raise TypeError("an inventory brings its own builtins")
         return cls(

@@ -27,6 +27,7 @@ from sglang_backends import (
     UnknownBackendError,
 )
 from sglang_backends._core.selection import PluginStatus
+from sglang_backends._core.settings import Settings
 from sglang_backends._sglang import builtins as host
 from sglang_backends._sglang.builtins import default_builtins
 
@@ -173,6 +174,10 @@ def test_builtin_named_auto_is_a_value_error():
     with pytest.raises(ValueError, match="auto") as info:
         ServeBackendRegistry({"auto": ServeBackend(api_version=1, run=print)})
     assert isinstance(info.value, ConfigurationError)
+    with pytest.raises(ConfigurationError, match="auto"):  # Settings given directly too
+        ServeBackendRegistry.from_settings(
+            Settings(), {"auto": ServeBackend(api_version=1, run=print)}
+        )
 
 
 @pytest.mark.parametrize("same_target", [False, True], ids=["own-targets", "same-target"])
@@ -423,6 +428,8 @@ def test_invalid_timeout_is_refused(option, value):
 def test_a_single_string_selection_is_refused(selection):
     with pytest.raises(TypeError, match="collection of backend names, not a string"):
         ServeBackendRegistry(default_builtins(), **selection)
+    with pytest.raises(ConfigurationError, match="collection of backend names, not a string"):
+        ServeBackendRegistry.from_settings(Settings(**selection))
 
 
 def test_lazy_builtin_is_built_on_first_use_only_once():

@@ -118,11 +118,12 @@ def take_inventory(
     - with *warn_model_type*, a configured ``model_type`` that ``serve`` would refuse, in
       serve's words: for the operator commands (``serve`` refuses it itself).
 
+    The lists and built-ins are taken as checked: by their typed options, or by the
+    registry (:func:`~sglang_backends._core.selection.check_lists`) when given directly.
+
     :param installed: the distributions to read (a command's, read for its formatters
         too), :func:`~sglang_backends._core.discovery.distributions` by default.
-    :raises ConfigurationError: a built-in is named ``auto``, or a list is a string.
     """
-    selection.check_lists(builtins, settings.enabled, settings.disabled, settings.preferred)
     enabled = settings.enabled
     disabled = settings.disabled
     origins = settings.list_origins()

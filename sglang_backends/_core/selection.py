@@ -163,7 +163,8 @@ def _duplicate_text(
 def check_lists(
     builtin_names: Collection[str], enabled: object, disabled: object, preferred: object
 ) -> None:
-    """Refuse a reserved built-in name and a list given as a string.
+    """Refuse a reserved built-in name and a list given as a string: the registry's check
+    of what it is given (configuration's typed options give lists, and SGLang's built-ins).
 
     :raises ConfigurationError: a built-in is named ``auto``, or *enabled*, *disabled* or
         *preferred* is a string, not a collection (a ``TypeError`` too).

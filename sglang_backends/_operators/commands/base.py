@@ -214,36 +214,18 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         warn_conflicts: bool = False,
         warn_model_type: bool = True,
     ) -> tuple[Settings, Inventory]:
-        """The settings, and the command's one inventory under their selection (imports no
-        plugin), which warns of their slips (:func:`take_inventory`): a listed name nothing
-        provides, with *warn_model_type* a ``model_type`` serve would refuse, and with
-        *warn_conflicts* a plugin claiming a built-in name (which a registry refuses, and
-        check reports as an error).
-        """
-        settings = self.settings(parsed_args)
-        inventory = take_inventory(
-            settings,
-            default_builtins(),
-            installed=self.installed_distributions,
-            warn_conflicts=warn_conflicts,
-            warn_model_type=warn_model_type,
-        )
-        return settings, inventory
-
-    def settings(self, parsed_args: argparse.Namespace) -> Settings:
-        """Read configuration and apply the command-line overrides.
+        """The settings (configuration, then the command-line overrides), and the command's
+        one inventory under their selection (imports no plugin), which warns of their slips
+        (:func:`take_inventory`): a listed name nothing provides, with *warn_model_type* a
+        ``model_type`` serve would refuse, and with *warn_conflicts* a plugin claiming a
+        built-in name (which a registry refuses, and check reports as an error).
 
         :raises ConfigurationError: a file is missing or unreadable, or a value is invalid:
             every such problem, with the ``model_type`` serve would refuse, a line each.
         """
         # The global options (read before the command name), then the command's.
         args = [*self.app.options.config_args, *parsed_args.config_args]
-        settings = Settings()
-        problems: list[str] = []
-        if configured(args):  # else the defaults, without importing oslo.config
-            from sglang_backends.config import read_settings
-
-            settings, problems = read_settings(args)
+        settings, problems = configured(args)
         enable = _names(parsed_args.enable, "--enable", problems)
         disable = _names(parsed_args.disable, "--disable", problems)
         flagged = settings.flag_origins
@@ -254,13 +236,17 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             flagged += (("disabled", "--disable on the command line"),)
             settings = settings._replace(disabled=disable)
         settings = settings._replace(flag_origins=flagged)
+        inventory = take_inventory(
+            settings,
+            default_builtins(),
+            installed=self.installed_distributions,
+            warn_conflicts=warn_conflicts and not problems,
+            warn_model_type=warn_model_type and not problems,
+        )
         if problems:  # and the model_type serve would refuse next: every problem at once
-            inventory = take_inventory(
-                settings, default_builtins(), installed=self.installed_distributions
-            )
             problems += model_type_problems(settings, inventory)
             raise ConfigurationError("\n".join(problems))
-        return settings
+        return settings, inventory
 
 
 def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
