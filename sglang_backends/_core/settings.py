@@ -1,8 +1,8 @@
 """The selection settings every entry point shares, as plain values.
 
-Without configuration, ``serve`` and the operator commands use these defaults without
-importing oslo.config; otherwise :mod:`sglang_backends.config` reads every source (both
-through :func:`configured`). No :mod:`dataclasses`, no contract: the general help reads this.
+Without configuration (:func:`configured`), ``serve`` and the operator commands use
+these defaults without importing oslo.config; otherwise :mod:`sglang_backends.config`
+reads every source. No :mod:`dataclasses`, no contract: the general help reads this.
 """
 
 from __future__ import annotations
@@ -68,17 +68,11 @@ class Settings(NamedTuple):
         return {**{x: self.describe(f"{x}_backends") for x in lists}, **dict(self.flag_origins)}
 
 
-def configured(config_args: Sequence[str]) -> tuple[Settings, list[str]]:
-    """The settings and every problem, a line each (:func:`sglang_backends.config.read_settings`)
-    when configuration is in use: ``--config-file``/``--config-dir`` *config_args*, an
-    :func:`environment_variables` one (a near miss too, to warn) or :data:`STOP_TIMEOUT_ENV`;
-    else the defaults, without importing oslo.config.
+def configured(config_args: Sequence[str]) -> bool:
+    """Whether configuration is in use: ``--config-file``/``--config-dir`` *config_args*,
+    an :func:`environment_variables` one (a near miss too, to warn) or :data:`STOP_TIMEOUT_ENV`.
     """
-    if not (config_args or environment_variables() or STOP_TIMEOUT_ENV in os.environ):
-        return Settings(), []
-    from sglang_backends.config import read_settings  # oslo.config: only for configuration
-
-    return read_settings(config_args)
+    return bool(config_args or environment_variables()) or STOP_TIMEOUT_ENV in os.environ
 
 
 def environment_variables() -> list[str]:

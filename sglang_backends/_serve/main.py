@@ -54,9 +54,11 @@ def _settings(host: ServeArguments) -> Settings:
     """Defaults, or configuration (importing oslo.config) when any is in use; a
     ``--model-type`` replaces configuration's, which then set none (:meth:`~Settings.set_in`).
     """
-    settings, problems = configured(host.config_args)
-    if settings.located is None and not problems:  # no configuration: the defaults
-        return settings._replace(model_type=host.model_type or AUTO)
+    if not configured(host.config_args):
+        return Settings(model_type=host.model_type or AUTO)
+    from sglang_backends.config import read_settings
+
+    settings, problems = read_settings(host.config_args)
     if problems and host.model_type is None and settings.model_type != AUTO:
         # and the model_type it would refuse next (unknown, disabled): every problem at once
         found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: none built

@@ -225,7 +225,12 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         """
         # The global options (read before the command name), then the command's.
         args = [*self.app.options.config_args, *parsed_args.config_args]
-        settings, problems = configured(args)
+        settings = Settings()
+        problems: list[str] = []
+        if configured(args):  # else the defaults, without importing oslo.config
+            from sglang_backends.config import read_settings
+
+            settings, problems = read_settings(args)
         enable = _names(parsed_args.enable, "--enable", problems)
         disable = _names(parsed_args.disable, "--disable", problems)
         flagged = settings.flag_origins
