@@ -374,6 +374,9 @@ def select_backend(
 ) -> RegisteredServeBackend:
     """The configured backend for *request*, as an OpenStack service selects a driver:
     ``auto`` runs detection (in *registry*, by default built from *conf*), else by name."""
-    model_type = settings_from_conf(conf).model_type
-    registry = registry_from_conf(conf) if registry is None else registry
-    return registry.auto_detect(request) if model_type == "auto" else registry.get(model_type)
+    settings = settings_from_conf(conf)  # the files read once
+    if registry is None:
+        registry = sglang_backends.ServeBackendRegistry.from_settings(settings)
+    if settings.model_type == "auto":
+        return registry.auto_detect(request)
+    return registry.get(settings.model_type)
