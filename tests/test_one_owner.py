@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,8 +27,6 @@ from sglang_backends._serve.argv import (
     wants_help,
 )
 from sglang_backends.errors import ConfigurationError
-
-STRUCTURE = Path("/work/shared/tools/structure.py")
 
 
 def _words(text: str) -> str:
@@ -113,14 +108,35 @@ def test_no_private_name_of_argparse_is_read_anywhere():
             if isinstance(node, ast.Attribute) and node.attr in privates:
                 found.append(f"{path.relative_to(package)}:{node.lineno}: {node.attr}")
     assert found == []
-    if STRUCTURE.is_file():  # the project's structure report, when it is at hand
-        report = subprocess.run(
-            [sys.executable, str(STRUCTURE), str(package), "--json"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert json.loads(report.stdout)["argparse privates"] == []
+
+
+#: What the inner layer may import of the package: itself, the contract and the errors.
+INNER = ("sglang_backends._core", "sglang_backends.contract", "sglang_backends.errors")
+
+
+def test_the_core_imports_no_outer_layer():
+    """``_core`` imports inward only, in functions too: configuration, serve, the
+    commands, the registry and the kit import it, never the other way round."""
+    package = Path(sglang_backends.__file__).parent
+    found = []
+    for path in sorted((package / "_core").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = (
+                    [node.module]
+                    if node.module != "sglang_backends"
+                    else [f"sglang_backends.{alias.name}" for alias in node.names]
+                )
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [
+                f"{path.name}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] == "sglang_backends" and not name.startswith(INNER)
+            ]
+    assert found == []
 
 
 RULE = "must be a number of seconds from 0.001 to 1e+09"
