@@ -13,7 +13,7 @@ import psutil
 import pytest
 from clitools import clean_environ
 
-from sglang_backends import ServeBackendDetection
+from sglang_backends import ServeBackend, ServeBackendDetection
 from sglang_backends.testing import (
     ContractViolation,
     SGLangNotCheckedWarning,
@@ -173,8 +173,21 @@ def test_factory_returning_wrong_type_is_reported():
     def factory():
         return {"api_version": 1}
 
-    with pytest.raises(ContractViolation, match="returned dict; expected ServeBackend"):
+    expected = r"^Serve backend '.*factory' factory returned dict; expected sglang_backends\."
+    expected += r"ServeBackend\.$"  # worded as the registry words it
+    with pytest.raises(ContractViolation, match=expected):
         assert_backend_contract(factory)
+
+
+def test_factory_declaring_another_api_version_is_reported_as_the_registry_words_it():
+    def factory():
+        return ServeBackend(api_version=2, run=print)
+
+    with pytest.raises(ContractViolation) as raised:
+        assert_backend_contract(factory)
+    assert str(raised.value).endswith(
+        "factory' uses API version 2; this sglang-backends release requires version 1."
+    )
 
 
 def test_fixture_registry_takes_the_settings_options(serve_backends):

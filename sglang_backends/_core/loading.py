@@ -49,6 +49,7 @@ from sglang_backends._core.progress import LOADING, Progress, with_progress
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     RegisteredServeBackend,
+    ServeBackend,
     coerce_backend,
 )
 from sglang_backends.errors import (
@@ -166,11 +167,25 @@ def _produce(name: str, plugin: PluginEntryPoint | None, builtin: object) -> Reg
         obj = call_plugin_code(lambda: manager(plugin.entry_point).extensions[0].obj, failure)
     else:
         obj = call_plugin_code(builtin, failure) if callable(builtin) else builtin
+    backend = validated(name, obj, plugin, builtin=plugin is None)
+    return RegisteredServeBackend(name=name, backend=backend, distribution=dist)
+
+
+def validated(
+    name: str, obj: object, plugin: PluginEntryPoint | None = None, *, builtin: bool = False
+) -> ServeBackend:
+    """What *name*'s factory returned, as a ``ServeBackend`` of this contract version: the
+    one check of a factory's result, for the registry and the kit.
+
+    :raises BackendTypeError: *obj* is not a ``ServeBackend``.
+    :raises BackendLoadError: it declares another contract version.
+    """
+    dist = plugin.distribution if plugin else None
     backend = coerce_backend(obj)
     if backend is None:
         by = f" (provided by {plugin.provider})" if plugin else ""
         raise BackendTypeError(
-            f"{backend_named(name, builtin=plugin is None, start=True)} factory "
+            f"{backend_named(name, builtin=builtin, start=True)} factory "
             f"returned {type(obj).__name__}; expected sglang_backends.ServeBackend{by}.",
             name=name,
             distribution=dist,
@@ -183,7 +198,7 @@ def _produce(name: str, plugin: PluginEntryPoint | None, builtin: object) -> Reg
             name=name,
             distribution=dist,
         )
-    return RegisteredServeBackend(name=name, backend=backend, distribution=dist)
+    return backend
 
 
 def _log_still_loading(load: BackendLoad, running: float, timeout: float | None = None) -> None:

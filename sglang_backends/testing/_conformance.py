@@ -25,6 +25,7 @@ from typing import Any, cast
 import sglang_backends
 from sglang_backends._core import tree
 from sglang_backends._core.detection import TimedRun, run_each
+from sglang_backends._core.loading import validated
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import load_sglang
 from sglang_backends.contract import (
@@ -32,7 +33,6 @@ from sglang_backends.contract import (
     SGLANG_CONTRACT_MODULE,
     ServeBackend,
     ServeRequest,
-    coerce_backend,
     coerce_detection,
 )
 from sglang_backends.errors import ServeBackendError, describe_typed
@@ -218,16 +218,10 @@ def assert_backend_contract(
         if not callable(factory):
             raise ContractViolation(f"{name!r} is not callable; a factory takes no arguments")
         produced = _produce(factory, name)
-        backend = coerce_backend(produced)
-        if backend is None:
-            raise ContractViolation(
-                f"Factory {name!r} returned {type(produced).__name__}; expected ServeBackend"
-            )
-        if backend.api_version != SERVE_BACKEND_API_VERSION:
-            raise ContractViolation(
-                f"Factory {name!r} declares API version {backend.api_version!r}; "
-                f"this release requires version {SERVE_BACKEND_API_VERSION}"
-            )
+        try:  # the registry's own check of what a factory returned
+            backend = validated(name, produced)
+        except ServeBackendError as exc:
+            raise ContractViolation(str(exc)) from exc
     for value in declared_api_versions(factory):  # none for a built-in (no factory)
         if not isinstance(value, ast.Constant):
             raise _breach(
