@@ -59,8 +59,8 @@ class Inventory(NamedTuple):
     """
 
     builtins: Mapping[str, Any]
-    enabled: tuple[str, ...] | None
-    disabled: tuple[str, ...]
+    enabled: frozenset[str] | None
+    disabled: frozenset[str]
     origins: Mapping[str, str]
     distributions: tuple[InstalledDistribution, ...]
     discovered: Discovered
@@ -124,8 +124,9 @@ def take_inventory(
     :param installed: the distributions to read (a command's, read for its formatters
         too), :func:`~sglang_backends._core.discovery.distributions` by default.
     """
-    enabled = settings.enabled
-    disabled = settings.disabled
+    # Sets: each of thousands of entry points is looked up in them.
+    enabled = None if settings.enabled is None else frozenset(settings.enabled)
+    disabled = frozenset(settings.disabled)
     origins = settings.list_origins()
     installed = tuple(distributions() if installed is None else installed)
     discovered = discover(installed=installed)
