@@ -18,8 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
-from sglang_backends._core.console import EXIT_FAILURE as EXIT_FAILURE  # supervise's import
-from sglang_backends._core.console import EXIT_USAGE
+from sglang_backends._core.console import EXIT_FAILURE, EXIT_USAGE
 from sglang_backends._core.inventory import model_type_problems, take_inventory
 from sglang_backends._core.names import AUTO
 from sglang_backends._core.settings import Settings, configured
