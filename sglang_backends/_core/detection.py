@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
-from sglang_backends._core.progress import DETECTING, Progress, with_progress
+from sglang_backends._core.progress import DETECTING, Progress, label, with_progress
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
@@ -130,13 +130,13 @@ _HAPPENED = {
 
 def what_happened(outcome: DetectionOutcome) -> str:
     """*outcome*'s plugin and what happened to it, for why detection fell back."""
-    label = f"plugin {outcome.name!r} from {outcome.distribution or 'an unknown distribution'}"
+    who = f"plugin {outcome.name!r} from {outcome.distribution or 'an unknown distribution'}"
     detail = outcome.detail or ""
     if outcome.verdict in _HAPPENED:
-        return f"{label} {_HAPPENED[outcome.verdict].format(detail)}"
+        return f"{who} {_HAPPENED[outcome.verdict].format(detail)}"
     if detail.startswith("detector"):  # it loaded: its detector raised or answered wrong
-        return f"{label} was asked, but its {detail}"
-    return f"{label} failed to load: {detail}"
+        return f"{who} was asked, but its {detail}"
+    return f"{who} failed to load: {detail}"
 
 
 def preferred_note(selected: str, matches: Sequence[str]) -> str:
@@ -361,8 +361,8 @@ def _detect(
     # Each detector gets its own copy: one that mutates its request (with
     # object.__setattr__, say) changes neither the others' nor the backend's.
     own = replace(request, argv=tuple(request.argv))
-    label = f"{registered.name!r} ({registered.distribution or 'built-in'})"
-    return with_progress(detect, progress, DETECTING, label, own)
+    named = label(registered.name, registered.distribution or "built-in")
+    return with_progress(detect, progress, DETECTING, named, own)
 
 
 def _outcome(

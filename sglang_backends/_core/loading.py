@@ -45,7 +45,7 @@ from sglang_backends._core.detection import (
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
 from sglang_backends._core.processes import from_signal
-from sglang_backends._core.progress import LOADING, Progress, with_progress
+from sglang_backends._core.progress import LOADING, Progress, label, with_progress
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     RegisteredServeBackend,
@@ -232,7 +232,7 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         self.key: Hashable = name if plugin is None else id(plugin)
         produce = functools.partial(_produce, plugin.name if plugin else name, plugin, builtin)
         #: Who is loading, as progress and the "still loading" line name it: ``'x' (DIST)``.
-        self.label = f"{name!r} ({self.provider})"
+        self.label = label(name, self.provider)
         super().__init__(
             functools.partial(with_progress, produce, progress, LOADING, self.label),
             f"load-{name}",

@@ -29,6 +29,11 @@ _STARTED_BY = {LOADING[1]: LOADING[0], DETECTING[1]: DETECTING[0]}
 _T = TypeVar("_T")
 
 
+def label(name: str, provider: str) -> str:
+    """How progress, and the lines naming what held it up, name a backend: ``'x' (provider)``."""
+    return f"{name!r} ({provider})"
+
+
 def with_progress(
     function: Callable[..., _T],
     progress: Progress | None,

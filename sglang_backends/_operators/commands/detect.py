@@ -14,7 +14,7 @@ from sglang_backends._core.console import printable
 from sglang_backends._core.detection import AMBIGUITY_WAY_OUT, preferred_note
 from sglang_backends._core.inventory import Inventory
 from sglang_backends._core.names import AUTO
-from sglang_backends._core.progress import InFlight
+from sglang_backends._core.progress import InFlight, label
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
@@ -74,7 +74,7 @@ def _culprits(inventory: Inventory, settings: Settings, timeout: float) -> str:
     names = sorted(plugin.name for plugin in enabled)
     job = Job(action="load", settings=settings)
     loads = run_loads(job, names, timeout=bound, concurrency=DEFAULT_JOBS)
-    labels = {plugin.name: f"{plugin.name!r} ({plugin.provider})" for plugin in enabled}
+    labels = {plugin.name: label(plugin.name, plugin.provider) for plugin in enabled}
     broken = []
     slow = []
     for name, result in loads.items():
