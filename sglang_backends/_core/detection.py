@@ -136,7 +136,7 @@ def what_happened(outcome: DetectionOutcome) -> str:
         return f"{who} {_HAPPENED[outcome.verdict].format(detail)}"
     if detail.startswith("detector"):  # it loaded: its detector raised or answered wrong
         return f"{who} was asked, but its {detail}"
-    return f"{who} failed to load: {detail}"
+    return detail[:1].lower() + detail[1:]  # a failed load's message names the plugin itself
 
 
 def preferred_note(selected: str, matches: Sequence[str]) -> str:
