@@ -383,6 +383,34 @@ def test_two_egg_directories_are_two_distributions(tmp_path, monkeypatch):
     assert registry.get("second").distribution == "second-runtime"
 
 
+def test_a_plugin_without_a_distribution_name_is_named_by_its_target_in_progress(
+    tmp_path, monkeypatch, caplog
+):
+    """An egg whose PKG-INFO is gone has no name: progress names the plugin by its target
+    while it loads and while it detects, never as a built-in.
+    """
+    from sglang_backends import ServeRequest
+
+    from conftest import backend_module
+
+    egg = _egg(tmp_path, "nameless-runtime", "nameless")
+    (egg / "EGG-INFO" / "PKG-INFO").unlink()
+    detector = backend_module(detect="return ServeBackendDetection.NO_MATCH")
+    (egg / "nameless_runtime_plugin.py").write_text(detector)
+    monkeypatch.syspath_prepend(str(egg))
+    (plugin,) = discover()["nameless"]
+    assert plugin.distribution is None
+    assert f"Using the entry points of the distribution at {egg / 'EGG-INFO'} without a name: " in (
+        caplog.text
+    )
+    events: list[tuple[str, str]] = []
+    registry = ServeBackendRegistry(default_builtins(), enabled=["nameless"])
+    registry.explain(ServeRequest("m", ()), progress=lambda *event: events.append(event))
+    told = [event for event in events if "nameless" in event[1]]
+    target = "'nameless' (nameless_runtime_plugin:factory)"
+    assert told == [(e, target) for e in ("loading", "loaded", "detecting", "detected")], events
+
+
 def test_an_egg_info_directory_is_a_distribution(site):
     """As ``setup.py develop`` leaves it: PKG-INFO, not METADATA."""
     info = site.path / "legacy_runtime.egg-info"

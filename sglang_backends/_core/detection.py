@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
-from sglang_backends._core.progress import DETECTING, Progress, label, with_progress
+from sglang_backends._core.progress import DETECTING, Progress, with_progress
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
@@ -50,6 +50,19 @@ class Verdict(str, enum.Enum):
     NO_DETECTOR = "no detector"
     ERROR = "error"
     TIMEOUT = "timeout"
+
+
+class Loaded(NamedTuple):
+    """A backend loaded for automatic detection.
+
+    :param registered: the backend.
+    :param seconds: its load's time (``0`` when another caller loaded it).
+    :param label: how progress names it (:func:`.progress.label`), as its load did.
+    """
+
+    registered: RegisteredServeBackend
+    seconds: float
+    label: str
 
 
 @dataclass(frozen=True)
@@ -310,7 +323,7 @@ def skip_with_warning(
 
 
 def report(
-    candidates: Sequence[tuple[RegisteredServeBackend, float] | DetectionOutcome],
+    candidates: Sequence[Loaded | DetectionOutcome],
     request: ServeRequest,
     *,
     timeout: float,
@@ -330,15 +343,18 @@ def report(
     """
     # Each loaded backend's detector runs concurrently; a backend without one is not asked.
     runs = {
-        c[0].name: TimedRun(
-            partial(_detect, c[0], c[0].backend.detect, request, progress), f"detect-{c[0].name}"
+        c.registered.name: TimedRun(
+            partial(_detect, c.registered.backend.detect, c.label, request, progress),
+            f"detect-{c.registered.name}",
         )
         for c in candidates
-        if isinstance(c, tuple) and c[0].backend.detect is not None
+        if isinstance(c, Loaded) and c.registered.backend.detect is not None
     }
     run_each(runs.values(), timeout=timeout)
     outcomes = tuple(
-        _outcome(*c, runs.get(c[0].name), timeout) if isinstance(c, tuple) else c
+        _outcome(c.registered, c.seconds, runs.get(c.registered.name), timeout)
+        if isinstance(c, Loaded)
+        else c
         for c in candidates
     )
     matches = tuple(o.name for o in outcomes if o.verdict is Verdict.MATCH)
@@ -352,16 +368,12 @@ def report(
 
 
 def _detect(
-    registered: RegisteredServeBackend,
-    detect: ServeBackendDetector,
-    request: ServeRequest,
-    progress: Progress | None,
+    detect: ServeBackendDetector, named: str, request: ServeRequest, progress: Progress | None
 ) -> ServeBackendDetection:
-    """*registered*'s detector *detect*'s answer to *request*, told to *progress*."""
+    """The detector *detect*'s answer to *request*, told to *progress* as *named*."""
     # Each detector gets its own copy: one that mutates its request (with
     # object.__setattr__, say) changes neither the others' nor the backend's.
     own = replace(request, argv=tuple(request.argv))
-    named = label(registered.name, registered.distribution or "built-in")
     return with_progress(detect, progress, DETECTING, named, own)
 
 

@@ -261,10 +261,9 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
         version = None
         problem = f"metadata unreadable: {installed.location}"
         _warn_once(
-            "Using the entry points of the distribution at %s under the name %r: "
-            "its METADATA is unreadable (%s)",
+            "Using the entry points of the distribution at %s %s: its METADATA is unreadable (%s)",
             installed.location,
-            name,
+            f"under the name {name!r}" if name else "without a name",
             describe_typed(exc),
         )
     return [

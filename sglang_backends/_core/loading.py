@@ -37,6 +37,7 @@ from typing import Any, TypeVar, cast
 
 from sglang_backends._core.detection import (
     DetectionOutcome,
+    Loaded,
     TimedRun,
     Verdict,
     run_each,
@@ -319,22 +320,20 @@ def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.E
                 _log_still_loading(load, running, timeout)
 
 
-def _within(
-    name: str, load: BackendLoad, mine: bool, timeout: float
-) -> tuple[RegisteredServeBackend, float] | DetectionOutcome:
-    """*load*'s backend and seconds (none if another caller ran it) if it finished within
-    *timeout* s, else the outcome (logged) for *name*."""
+def _within(name: str, load: BackendLoad, mine: bool, timeout: float) -> Loaded | DetectionOutcome:
+    """*load*'s backend, seconds (none if another caller ran it) and label if it finished
+    within *timeout* s, else the outcome (logged) for *name*."""
     if not load.within(timeout):
         cause = f"loading from {load.provider} did not finish within {timeout:g} s (load_timeout)"
         return skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
     if isinstance(load.error, Exception):  # a plugin's failure is its outcome
         return skip_with_warning(name, load.distribution, load.seconds, str(load.error))
-    return load.result(), load.seconds if mine else 0.0
+    return Loaded(load.result(), load.seconds if mine else 0.0, load.label)
 
 
 def load_each_within(
     loads: Loads, names: Sequence[str], fresh: Callable[[str], BackendLoad], *, timeout: float
-) -> list[tuple[RegisteredServeBackend, float] | DetectionOutcome]:
+) -> list[Loaded | DetectionOutcome]:
     """Load the backends *names* concurrently, each bounded by *timeout* from its own start.
 
     Loads run on a pool of daemon workers sized to the work
@@ -343,8 +342,7 @@ def load_each_within(
 
     :param fresh: a name's load, not yet run; a :class:`ServeBackendError`
         it raises is that name's outcome.
-    :returns: in order, each backend with its load's seconds, or the outcome
-        (logged) that replaced it.
+    :returns: in order, each backend loaded, or the outcome (logged) that replaced it.
     """
     claimed: list[tuple[str, BackendLoad, bool] | DetectionOutcome] = []
     for name in names:
