@@ -6,7 +6,6 @@ under this package's ``serve`` and, where SGLang is installed, under SGLang's.
 
 from __future__ import annotations
 
-import functools
 import signal
 import subprocess
 import sys
@@ -140,7 +139,7 @@ def assert_stops_cleanly(
         reader.join(5)
         stdout.close()
         left = tree.running(seen)
-        tree.stop_tree(functools.partial(tree.running, left), 0)  # SIGKILL, and wait for them
+        tree.kill_trees(*(process.pid for process in left))
         if "Traceback (most recent call last)" in "".join(lines):
             problem = f"printed a traceback (status {status})"
         elif status not in (0, 128 + signum, -signum):
