@@ -52,11 +52,10 @@ def write_distribution(
         is dedented, so triple-quoted blocks can be indented in tests.
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[-_.]+", "_", name)
     _uninstall(root, name)
     info = root / f"{safe}-{version}.dist-info"
-    info.mkdir()
+    info.mkdir(parents=True)
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     files = {info / "METADATA": metadata + "".join(f"Requires-Dist: {r}\n" for r in requires)}
     if entry_points:
