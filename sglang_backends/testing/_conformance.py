@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
 import sglang_backends
 from sglang_backends._core import tree
@@ -124,19 +124,19 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
 def _check_detector(
     backend: ServeBackend,
     name: str,
-    requests: Iterable[tuple[str, object]],
+    requests: Iterable[tuple[str, ServeRequest]],
     timeout: float,
     accept: Callable[[object], enum.Enum | None] = coerce_detection,
     expected: str = "a ServeBackendDetection",
 ) -> dict[str, str]:
-    """Call the detector on each request in a thread; *accept* gives the answer or ``None``."""
+    """Call the detector on each request (this contract's or SGLang's) in a thread; *accept*
+    gives the answer or ``None``."""
     __tracebackhide__ = True
-    detector = cast("Callable[[object], object] | None", backend.detect)
-    if detector is None:
+    if backend.detect is None:
         return {}
     results: dict[str, str] = {}
     for label, request in requests:
-        run = TimedRun(functools.partial(detector, request), f"detect-{name}")
+        run = TimedRun(functools.partial(backend.detect, request), f"detect-{name}")
         run_each([run], timeout=timeout)
         detection = accept(run.value)
         asked = f" for a request with {label}"
