@@ -120,8 +120,8 @@ class _Workers:
         with self.lock:
             self.running.discard(pid)
 
-    def stop(self) -> None:
-        """Start no further worker and kill every running one."""
+    def stop(self, signum: int) -> None:
+        """On stop signal *signum*: start no further worker and kill every running one."""
         with self.lock:
             self.stopped = True
             pids = list(self.running)
@@ -131,11 +131,6 @@ class _Workers:
 _WORKERS = _Workers()
 #: What a job comes to once a stop signal has ended the command.
 _STOPPED = WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
-
-
-def _stop_signals_kill_workers() -> StopSignals:
-    """While workers run, a stop signal kills them, then ends the command (main thread only)."""
-    return StopSignals(on_signal=lambda signum: _WORKERS.stop())
 
 
 def last_line(text: str) -> str:
@@ -199,7 +194,7 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     """
     started = time.perf_counter()
     with (
-        _stop_signals_kill_workers(),
+        StopSignals(on_signal=_WORKERS.stop),  # a stop signal kills them all (main thread only)
         tempfile.TemporaryFile() as given,  # the job, on the worker's stdin
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
@@ -248,6 +243,6 @@ def run_loads(
 ) -> dict[str, WorkerResult]:
     """Run *job* once for each of *names*, at most *concurrency* workers at once."""
     jobs = [dataclasses.replace(job, name=name) for name in names]
-    with _stop_signals_kill_workers(), ThreadPoolExecutor(max_workers=concurrency) as pool:
+    with StopSignals(on_signal=_WORKERS.stop), ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
         return dict(zip(names, results, strict=True))

@@ -204,8 +204,8 @@ def _checked(
     result = worker.result
     if result is None:
         detail = f"{record.name!r} from {record.plugin.provider}: {worker.detail}"
-        if worker.failure == "crashed" and last_line(worker.stderr):
-            detail += f" (last output: {last_line(worker.stderr)})"
+        if worker.failure == "crashed" and (last := last_line(worker.stderr)):
+            detail += f" (last output: {last})"
         return worker.failure, seconds, detail, _NOT_LOADED
     if result.error is not None:
         return "error", seconds, result.error, _NOT_LOADED
