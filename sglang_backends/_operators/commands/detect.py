@@ -39,6 +39,9 @@ WORKER_MARGIN = 10.0
 #: finish, so that a plugin merely slower than a short --timeout is not blamed.
 CULPRIT_TIMEOUT = 10.0
 
+#: How every explanation of an unfinished detection ends, after "Disable it" or the like.
+_WAY_OUT = "to detect without it, and report it to its authors."
+
 
 def _stalled(underway: InFlight, *, crashed: bool) -> str | None:
     """Why detection did not finish, if what was under way tells: the plugin under way when
@@ -47,15 +50,12 @@ def _stalled(underway: InFlight, *, crashed: bool) -> str | None:
     loading = underway.busy["loading"]
     # At most one load among what was under way: name it all, as serve does.
     if crashed and (ended := underway.ended()) and len(loading) <= 1:
-        return (
-            f"It ended {ended}. Disable the plugin at fault to detect without it, "
-            "and report it to its authors."
-        )
+        return f"It ended {ended}. Disable the plugin at fault {_WAY_OUT}"
     busy = underway.describe()
     if busy and not loading:
         return (
             f"It was {busy}: a detector that does not return (one holding the GIL defeats "
-            "detect_timeout). Disable it to detect without it, and report it to its authors."
+            f"detect_timeout). Disable it {_WAY_OUT}"
         )
     return None
 
@@ -85,10 +85,7 @@ def _culprits(inventory: Inventory, settings: Settings, timeout: float) -> str:
         elif result.seconds > timeout / 2:
             slow.append(f"{name!r} {result.seconds:.1f} s")
     if broken:
-        return (
-            f"Loaded one by one: {'; '.join(broken)}. Disable it to detect without it, "
-            "and report it to its authors."
-        )
+        return f"Loaded one by one: {'; '.join(broken)}. Disable it {_WAY_OUT}"
     if slow:
         return (
             f"No plugin hangs or crashes; loaded one by one, these are slow: {', '.join(slow)}. "
