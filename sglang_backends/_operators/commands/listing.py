@@ -73,12 +73,13 @@ class ListBackends(SelectionOptions, Lister):
         # A conflict is a status here, not an error: the inventory warns of it.
         _, inventory = self.inventory(parsed_args, warn_conflicts=True)
         general = general_plugins(inventory.distributions, sglang=sglang_installed())
-        shown = [(record.plugin, record.status.value, "plugin") for record in inventory.records]
-        shown += [(g.plugin, g.status, "general") for g in general]
         rows = [(*builtin_row(name, b), None) for name, b in inventory.builtins.items()]
         rows += [
-            (*plugin_row(plugin, status, origin), _requirements(plugin))
-            for plugin, status, origin in shown
+            (*plugin_row(r.plugin, r.status.value), _requirements(r.plugin))
+            for r in inventory.records
+        ]
+        rows += [
+            (*plugin_row(g.plugin, g.status, "general"), _requirements(g.plugin)) for g in general
         ]
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
