@@ -389,9 +389,9 @@ def test_a_plugin_without_a_distribution_name_is_named_by_its_target_in_progress
     """An egg whose PKG-INFO is gone has no name: progress names the plugin by its target
     while it loads and while it detects, never as a built-in.
     """
-    from sglang_backends import ServeRequest
-
     from conftest import backend_module
+
+    from sglang_backends import ServeRequest
 
     egg = _egg(tmp_path, "nameless-runtime", "nameless")
     (egg / "EGG-INFO" / "PKG-INFO").unlink()
