@@ -179,6 +179,26 @@ def test_factory_returning_wrong_type_is_reported():
         assert_backend_contract(factory)
 
 
+@pytest.mark.parametrize(
+    ("raised", "cause"),
+    [
+        ("SystemExit(3)", "SystemExit: 3"),
+        ("GeneratorExit('closed')", "GeneratorExit: closed"),
+        ("asyncio.CancelledError()", "CancelledError"),
+    ],
+)
+def test_a_base_exception_from_the_factory_is_a_breach_not_the_end_of_the_run(raised, cause):
+    """As the registry takes it: a failed load, not an exit of the test session."""
+    import asyncio
+
+    def factory():
+        raise eval(raised, {"asyncio": asyncio})
+
+    with pytest.raises(ContractViolation) as caught:
+        assert_backend_contract(factory, sglang=False)
+    assert str(caught.value).endswith(f"factory' raised {cause}"), caught.value
+
+
 def test_factory_declaring_another_api_version_is_reported_as_the_registry_words_it():
     def factory():
         return ServeBackend(api_version=2, run=print)

@@ -25,7 +25,7 @@ from typing import Any
 import sglang_backends
 from sglang_backends._core import tree
 from sglang_backends._core.detection import TimedRun, run_each
-from sglang_backends._core.loading import validated
+from sglang_backends._core.loading import call_plugin_code, validated
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import load_sglang
 from sglang_backends.contract import (
@@ -169,12 +169,15 @@ def _spread(
 
 
 def _produce(factory: Callable[[], object], name: str, when: str = "") -> object:
-    """What *factory* returns; a ContractViolation if it raises (*when* says under what)."""
+    """What *factory* returns; a ContractViolation if it raises anything, ``SystemExit`` too,
+    but a stop signal's unwinding, as the registry takes a load (*when* says under what).
+    """
     __tracebackhide__ = True
-    try:
-        return factory()
-    except Exception as exc:
-        raise ContractViolation(f"Factory {name!r} raised {describe_typed(exc, when)}") from exc
+
+    def breach(exc: BaseException) -> ContractViolation:
+        return ContractViolation(f"Factory {name!r} raised {describe_typed(exc, when)}")
+
+    return call_plugin_code(factory, breach)
 
 
 def assert_backend_contract(
