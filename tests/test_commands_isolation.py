@@ -273,6 +273,50 @@ def test_a_stop_signal_stops_the_command_and_its_workers_promptly(site, tmp_path
             os.kill(pid, signal.SIGKILL)
 
 
+def test_ctrl_c_while_show_loads_a_plugin_ends_it_as_an_interrupt(site, tmp_path):
+    """SIGINT to show's process group while the factory runs: 130 and no traceback, the
+    user's stop, not the plugin's failure."""
+    site.install(
+        "stuck-runtime",
+        entry_points={"stuck": "stuck_plugin:factory"},
+        modules={"stuck_plugin.py": STUCK_IN_FACTORY},
+    )
+    started = tmp_path / "started"
+    environ = clean_environ(site.environ())
+    environ.update(STARTED=str(started), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc = subprocess.Popen(
+        [CLI, "show", "stuck"],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert started.exists(), "the factory never ran"
+        os.killpg(proc.pid, signal.SIGINT)
+        err = proc.communicate(timeout=30)[1]
+        assert proc.returncode == 130, err
+        assert "Failed to load" not in err and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+#: A plugin whose factory notes that it started ($STARTED), then hangs.
+STUCK_IN_FACTORY = """
+import os, time
+
+def factory():
+    open(os.environ["STARTED"], "w").close()
+    time.sleep(600)
+"""
+
+
 GIL_HOLDING_DETECTOR = """
 import ctypes
 from sglang_backends import ServeBackend

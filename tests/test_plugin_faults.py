@@ -137,6 +137,25 @@ def test_check_reports_a_base_exception_as_the_plugins_error_not_a_signal(culpri
     assert "SIGINT" not in row["Detail"]
 
 
+@pytest.mark.parametrize(
+    ("what", "cause"),
+    [
+        ("import:interrupt", "plugin code raised KeyboardInterrupt"),
+        ("factory:interrupt", "plugin code raised KeyboardInterrupt"),
+        ("factory:cancel", "plugin code raised CancelledError"),
+    ],
+)
+def test_show_reports_a_base_exception_as_the_plugins_failed_load_not_a_signal(
+    culprit, what, cause
+):
+    """show loads in its own process, as serve does, and tells the two apart as serve does."""
+    result = run_cli(culprit, "show", "culprit", env={"WHAT": what})
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Failed to load serve backend 'culprit' from culprit-rt: {cause}"
+    ]
+
+
 # -- exit statuses ------------------------------------------------------------------
 
 

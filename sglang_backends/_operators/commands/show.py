@@ -16,6 +16,7 @@ from cliff.show import ShowOne
 import sglang_backends
 from sglang_backends._core import console
 from sglang_backends._core.findings import shadowed_text, unmet_text
+from sglang_backends._core.processes import StopSignals
 from sglang_backends._operators.commands.base import (
     ENABLED,
     SelectionOptions,
@@ -99,7 +100,8 @@ class ShowBackend(SelectionOptions, ShowOne):
         settings, inventory = self.inventory(parsed_args)  # read and warned of once
         registry = sglang_backends.ServeBackendRegistry.from_settings(settings, inventory=inventory)
         started = time.perf_counter()
-        with _output_to_stderr():
+        # Stop signals watched, a plugin's own KeyboardInterrupt is its failed load, as in serve.
+        with _output_to_stderr(), StopSignals():
             registered = registry.get(parsed_args.name)
             seconds = round(time.perf_counter() - started, 4)
             backend = registered.backend
