@@ -206,18 +206,33 @@ def test_check_dist_name_loads_that_provider_of_a_duplicate(plugins):
     assert (row["Distribution"], row["Result"]) == ("good-fork", "ok")
 
 
-#: A plugin whose import starts a child, notes both pids in $STUCK_PIDS, then hangs.
+#: A plugin whose import starts a child, notes both pids in $MARKER, then hangs.
 STUCK_AT_IMPORT = """
 import json, os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-with open(os.environ["STUCK_PIDS"] + ".tmp", "w") as stream:
+with open(os.environ["MARKER"] + ".tmp", "w") as stream:
     json.dump([os.getpid(), child.pid], stream)
-os.replace(os.environ["STUCK_PIDS"] + ".tmp", os.environ["STUCK_PIDS"])
+os.replace(os.environ["MARKER"] + ".tmp", os.environ["MARKER"])
 time.sleep(600)
 
 def factory():
     pass
 """
+
+
+def _on_a_stuck_plugin(site, tmp_path, source: str, args: list[str], **streams):
+    """The CLI run with *args* in a session of its own, beside ``stuck``, a plugin of
+    *source*, which notes in the file ``$MARKER`` (returned) how far it got."""
+    site.install(
+        "stuck-runtime",
+        entry_points={"stuck": "stuck_plugin:factory"},
+        modules={"stuck_plugin.py": source},
+    )
+    marker = tmp_path / "marker"
+    environ = clean_environ(site.environ())
+    environ.update(MARKER=str(marker), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc = subprocess.Popen([CLI, *args], env=environ, start_new_session=True, **streams)
+    return proc, marker
 
 
 def _stuck_pids(path):
@@ -237,21 +252,9 @@ def _stuck_pids(path):
 )
 def test_a_stop_signal_stops_the_command_and_its_workers_promptly(site, tmp_path, command, signum):
     """SIGINT as the terminal sends it: to the command's process group, not the workers'."""
-    site.install(
-        "stuck-runtime",
-        entry_points={"stuck": "stuck_plugin:factory"},
-        modules={"stuck_plugin.py": STUCK_AT_IMPORT},
-    )
-    pids_file = tmp_path / "pids.json"
-    environ = clean_environ(site.environ())
-    environ.update(STUCK_PIDS=str(pids_file), XDG_CACHE_HOME=str(tmp_path / "cache"))
-    proc = subprocess.Popen(
-        [CLI, command[0], "--timeout", "60", *command[1:]],
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    args = [command[0], "--timeout", "60", *command[1:]]
+    silent = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    proc, pids_file = _on_a_stuck_plugin(site, tmp_path, STUCK_AT_IMPORT, args, **silent)
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 60
@@ -276,22 +279,8 @@ def test_a_stop_signal_stops_the_command_and_its_workers_promptly(site, tmp_path
 def test_ctrl_c_while_show_loads_a_plugin_ends_it_as_an_interrupt(site, tmp_path):
     """SIGINT to show's process group while the factory runs: 130 and no traceback, the
     user's stop, not the plugin's failure."""
-    site.install(
-        "stuck-runtime",
-        entry_points={"stuck": "stuck_plugin:factory"},
-        modules={"stuck_plugin.py": STUCK_IN_FACTORY},
-    )
-    started = tmp_path / "started"
-    environ = clean_environ(site.environ())
-    environ.update(STARTED=str(started), XDG_CACHE_HOME=str(tmp_path / "cache"))
-    proc = subprocess.Popen(
-        [CLI, "show", "stuck"],
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    piped = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc, started = _on_a_stuck_plugin(site, tmp_path, STUCK_IN_FACTORY, ["show", "stuck"], **piped)
     try:
         deadline = time.monotonic() + 60
         while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -307,12 +296,12 @@ def test_ctrl_c_while_show_loads_a_plugin_ends_it_as_an_interrupt(site, tmp_path
             proc.wait()
 
 
-#: A plugin whose factory notes that it started ($STARTED), then hangs.
+#: A plugin whose factory notes that it started ($MARKER), then hangs.
 STUCK_IN_FACTORY = """
 import os, time
 
 def factory():
-    open(os.environ["STARTED"], "w").close()
+    open(os.environ["MARKER"], "w").close()
     time.sleep(600)
 """
 
