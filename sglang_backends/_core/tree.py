@@ -78,6 +78,11 @@ def descendants(pid: int | None = None, *, itself: bool = False) -> list[psutil.
     return running([root, *found] if itself else found)
 
 
+def trees(pids: Iterable[int]) -> list[psutil.Process]:
+    """The running processes *pids* and their descendants, each once."""
+    return list(dict.fromkeys(p for pid in pids for p in descendants(pid, itself=True)))
+
+
 def _wait(done: Callable[[], bool], timeout: float, pause: Callable[[float], object]) -> None:
     """Wait until *done*, checked every :data:`_POLL` s, at most *timeout* s."""
     deadline = time.monotonic() + timeout
@@ -94,7 +99,7 @@ def _reaped(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def freeze_and_kill(
-    find: Callable[[], Iterable[psutil.Process]], *, adopted: bool = False
+    find: Callable[[], list[psutil.Process]], *, adopted: bool = False
 ) -> list[psutil.Process]:
     """SIGSTOP what *find* returns until nothing is new (none forks), SIGKILL all; return it.
 
@@ -105,11 +110,11 @@ def freeze_and_kill(
     reaped by this process when *adopted* (a subreaper whose every child is
     the tree's).
     """
-    frozen: dict[psutil.Process, None] = {}  # a Process is its pid and start time
+    frozen: set[psutil.Process] = set()  # a Process is its pid and start time
     groups: set[int] = set()
     deadline = time.monotonic() + _FREEZE_BOUND
     while time.monotonic() < deadline:
-        found = list(find())  # running processes only: add our children, exited ones too
+        found = find()  # running processes only: add our children, exited ones too
         children = psutil.Process().children() if adopted else []
         new_groups = _session_groups([*found, *children]) - groups
         for group in new_groups:
@@ -118,7 +123,7 @@ def freeze_and_kill(
         new = [process for process in running(found) if process not in frozen]
         if not new and not new_groups:
             break
-        frozen.update(dict.fromkeys(new))
+        frozen.update(new)
         _send_all(new, signal.SIGSTOP)
     _send_all(frozen, signal.SIGKILL)
     for group in groups:
@@ -222,6 +227,6 @@ def kill_trees(*pids: int, groups: bool = False) -> None:
     """
     for pid in pids if groups else ():
         send(pid, signal.SIGSTOP, group=True)  # nothing in the group forks from now on
-    stop_tree(lambda: [p for pid in pids for p in descendants(pid, itself=True)], 0)
+    stop_tree(lambda: trees(pids), 0)
     for pid in pids if groups else ():
         send(pid, signal.SIGKILL, group=True)

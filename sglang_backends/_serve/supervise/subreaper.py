@@ -90,7 +90,6 @@ class _Supervision:
         self.child = child
         self.setup = setup
         self.take = take
-        self.stops = signals.stop_signals()
         self.heard = ChannelReader(channel)
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
@@ -149,7 +148,7 @@ class _Supervision:
         # Every child is the backend process or one of its orphans.
         self.wait_status = tree.reap().get(self.child, self.wait_status)
         self.heard.read()
-        if info is not None and info.si_signo in self.stops:
+        if info is not None and info.si_signo in signals.stop_signals():
             self._on_stop_signal(info)
         elif info is not None and info.si_signo != signal.SIGCHLD:
             self._relay(info)
@@ -313,9 +312,6 @@ def sweep(roots: list[psutil.Process], token: str, *, timeout: float) -> int:
     """Stop *roots*, their descendants and every process marked *token*; return how many."""
 
     def find() -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        for top in [*tree.running(roots), *marked(token)]:
-            found.update((p.pid, p) for p in tree.descendants(top.pid, itself=True))
-        return list(found.values())
+        return tree.trees(top.pid for top in [*tree.running(roots), *marked(token)])
 
     return tree.stop_tree(find, timeout)
