@@ -120,10 +120,10 @@ def freeze_and_kill(
         for group in new_groups:
             send(group, signal.SIGSTOP, group=True)
         groups |= new_groups
-        new = [process for process in running(found) if process not in frozen]
+        new = set(running(found)) - frozen
         if not new and not new_groups:
             break
-        frozen.update(new)
+        frozen |= new
         _send_all(new, signal.SIGSTOP)
     _send_all(frozen, signal.SIGKILL)
     for group in groups:

@@ -263,9 +263,8 @@ def mark(token: str) -> None:
     ``exec``) and names a mapped memory file (kept through ``fork``, in ``/proc/PID/maps``).
     """
     os.environ[MARKER] = " ".join([*os.environ.get(MARKER, "").split(), token])
-    if not hasattr(os, "memfd_create"):
-        return
-    with contextlib.suppress(OSError):
+    # A memory file only where Python has memfd_create (AttributeError) and Linux makes one.
+    with contextlib.suppress(OSError, AttributeError):
         fd = os.memfd_create(f"{MARKER}={token}")
         try:
             os.ftruncate(fd, mmap.PAGESIZE)
