@@ -203,7 +203,7 @@ def stop_tree(
                 )
         killed = freeze_and_kill(find, adopted=adopted)
         _wait(lambda: not _reaped(killed), _KILL_WAIT, pause)
-        return len({p.pid for p in [*found, *killed]})
+        return len({*found, *killed})
     finally:
         if adopted:
             reap()
