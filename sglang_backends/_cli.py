@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from sglang_backends._core.console import run_command
-from sglang_backends._serve.argv import CONFIG_FLAGS, DEBUG, PROG
+from sglang_backends._core.names import PROG
+from sglang_backends._serve.argv import CONFIG_FLAGS, DEBUG
 
 #: Options before a command name that take a value: serve's (kept for it), then cliff's.
 _VALUED = (*CONFIG_FLAGS, "--log-file")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_backends._core.names import wants_help
 from sglang_backends._serve.argv import (
     model_path_from,
     parse_host_options,
-    wants_help,
 )
 from sglang_backends.contract import ServeRequest
 from sglang_backends.errors import ConfigurationError

@@ -16,6 +16,7 @@ from clitools import run_cli
 
 import sglang_backends
 from sglang_backends import ServeBackendRegistry
+from sglang_backends._core.names import wants_help
 from sglang_backends._operators.commands.detect import DetectBackend
 from sglang_backends._serve.argv import (
     CONFIG_DIR,
@@ -24,7 +25,6 @@ from sglang_backends._serve.argv import (
     MODEL_TYPE,
     SERVE_OPTIONS,
     parse_host_options,
-    wants_help,
 )
 from sglang_backends.errors import ConfigurationError
 
@@ -114,12 +114,15 @@ def test_no_private_name_of_argparse_is_read_anywhere():
 INNER = ("sglang_backends._core", "sglang_backends.contract", "sglang_backends.errors")
 
 
-def test_the_core_imports_no_outer_layer():
-    """``_core`` imports inward only, in functions too: configuration, serve, the
-    commands, the registry and the kit import it, never the other way round."""
+@pytest.mark.parametrize(
+    ("layer", "inner"), [("_core", INNER), ("_sglang", (*INNER, "sglang_backends._sglang"))]
+)
+def test_a_layer_imports_no_outer_layer(layer, inner):
+    """``_core``, then SGLang as host, import inward only, in functions too: configuration,
+    serve, the commands, the registry and the kit import them, never the other way round."""
     package = Path(sglang_backends.__file__).parent
     found = []
-    for path in sorted((package / "_core").glob("*.py")):
+    for path in sorted((package / layer).glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = (
@@ -134,7 +137,7 @@ def test_the_core_imports_no_outer_layer():
             found += [
                 f"{path.name}:{node.lineno}: {name}"
                 for name in names
-                if name.split(".")[0] == "sglang_backends" and not name.startswith(INNER)
+                if name.split(".")[0] == "sglang_backends" and not name.startswith(inner)
             ]
     assert found == []
 

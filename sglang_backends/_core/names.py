@@ -1,4 +1,5 @@
-"""The backend names and the entry-point group that every layer shares.
+"""The backend names, the entry-point groups and serve's command name and help flags, which
+every layer shares.
 
 It imports nothing, so the general help and listing, which need these but
 not the contract's classes, never import :mod:`dataclasses` (tens of
@@ -7,6 +8,10 @@ group and the reserved names for plugins.
 """
 
 from __future__ import annotations
+
+TYPE_CHECKING = False  # typing itself costs milliseconds the general help need not pay
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: Entry-point group in which plugins register their zero-argument factory.
 SERVE_BACKENDS_GROUP = "sglang.serve_backends"
@@ -18,6 +23,15 @@ AUTO = "auto"
 RESERVED_SERVE_BACKEND_NAMES = frozenset({AUTO})
 #: The backend chosen when no detector claims a request.
 FALLBACK_BACKEND = "llm"
+#: The command, as its usage, errors and the built-ins' help name it.
+PROG = "sglang-backends serve"
+#: The options asking for help, wherever they stand: serve's, a backend's and SGLang's.
+HELP_FLAGS = ("-h", "--help")
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    """Whether ``-h`` or ``--help`` appears anywhere in *argv*."""
+    return any(arg in HELP_FLAGS for arg in argv)
 
 
 def general_plugins_allowed(value: str) -> frozenset[str] | None:

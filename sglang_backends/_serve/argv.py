@@ -14,11 +14,8 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
+from sglang_backends._core.names import AUTO, FALLBACK_BACKEND, HELP_FLAGS
 from sglang_backends.errors import ConfigurationError
-
-#: The command, as its usage, errors and the built-ins' help name it.
-PROG = "sglang-backends serve"
 
 _MODEL_PATH_OPTIONS = ("--model-path", "--model")
 # Never in a backend name (an entry point's, optionally as DIST:NAME): an option's leading
@@ -42,7 +39,7 @@ class ServeOption(NamedTuple):
     anywhere: bool = False
 
 
-HELP = ServeOption(("-h", "--help"), None, "show this help and exit", anywhere=True)
+HELP = ServeOption(HELP_FLAGS, None, "show this help and exit", anywhere=True)
 MODEL_TYPE = ServeOption(
     ("--model-type",),
     "NAME",
@@ -203,8 +200,3 @@ def request_fields(argv: Sequence[str]) -> tuple[tuple[str, ...], str | None, bo
     if argv and not argv[0].startswith("-"):
         return ("--model-path", argv[0], *argv[1:]), argv[0], True
     return tuple(argv), model_path_from(argv), False
-
-
-def wants_help(argv: Sequence[str]) -> bool:
-    """Whether ``-h`` or ``--help`` appears anywhere in *argv*."""
-    return any(arg in HELP.flags for arg in argv)

@@ -13,10 +13,10 @@ import textwrap
 from sglang_backends._core import selection
 from sglang_backends._core.console import printable
 from sglang_backends._core.inventory import Inventory, take_inventory
-from sglang_backends._core.names import AUTO
+from sglang_backends._core.names import AUTO, PROG
 from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
-from sglang_backends._serve.argv import HELP, MODEL_TYPE, PROG, SERVE_OPTIONS
+from sglang_backends._serve.argv import HELP, MODEL_TYPE, SERVE_OPTIONS
 from sglang_backends._sglang.installed import BUILTIN_NOTES
 
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from sglang_backends._core import console
 from sglang_backends._core.console import EXIT_FAILURE, EXIT_USAGE
 from sglang_backends._core.inventory import model_type_problems, take_inventory
-from sglang_backends._core.names import AUTO
+from sglang_backends._core.names import AUTO, PROG, wants_help
 from sglang_backends._core.settings import Settings, configured
-from sglang_backends._serve.argv import PROG, ServeArguments, parse_host_options, wants_help
+from sglang_backends._serve.argv import ServeArguments, parse_host_options
 from sglang_backends._serve.help import metadata_help
 from sglang_backends._sglang.installed import BUILTIN_NOTES
 from sglang_backends._sglang.note import help_note

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from sglang_backends import errors
 from sglang_backends._core import console, processes
 from sglang_backends._core.detection import DetectionReport, preferred_note, what_happened
-from sglang_backends._core.names import AUTO, FALLBACK_BACKEND
+from sglang_backends._core.names import AUTO, FALLBACK_BACKEND, PROG
 from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings
-from sglang_backends._serve.argv import PROG, ServeArguments, hoisted, request_fields
+from sglang_backends._serve.argv import ServeArguments, hoisted, request_fields
 from sglang_backends._serve.main import guarded
 from sglang_backends._sglang.general_plugins import run_general_plugins
 from sglang_backends._sglang.installed import sglang_installed

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from sglang_backends._serve.argv import PROG, wants_help
+from sglang_backends._core.names import PROG, wants_help
 from sglang_backends._sglang import fork
 from sglang_backends._sglang.installed import (
     DIFFUSION_INSTALL_HINT,

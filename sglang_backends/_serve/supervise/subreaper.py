@@ -24,7 +24,7 @@ import psutil
 
 from sglang_backends._core import console, processes, signals, tree
 from sglang_backends._core.console import EXIT_FAILURE
-from sglang_backends._serve.argv import PROG
+from sglang_backends._core.names import PROG
 from sglang_backends._serve.supervise.backend import (
     BackendWork,
     Channel,

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_backends._core import console, processes, signals
 from sglang_backends._core.console import EXIT_FAILURE
-from sglang_backends._serve.argv import PROG
+from sglang_backends._core.names import PROG
 from sglang_backends._serve.supervise import job_control
 from sglang_backends._serve.supervise.job_control import Terminal
 
