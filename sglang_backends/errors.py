@@ -126,17 +126,32 @@ def backend_named(
     return f"{named} from {provider}" if provider else named
 
 
+def _message(exc: BaseException) -> str | None:
+    """*exc*'s message on one line; ``None`` when its ``__str__`` raised (plugin code's may)."""
+    try:
+        return " ".join(str(exc).split())
+    except Exception:  # noqa: BLE001 - the failure being worded matters, not this one
+        return None
+
+
 def describe(exc: BaseException) -> str:
-    """*exc*'s message on one line, or its type name when it has none."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """*exc*'s message on one line, or its type name when it has none; typed
+    (:func:`describe_typed`) when its message cannot be had."""
+    text = _message(exc)
+    if text is None:
+        return describe_typed(exc)
+    return text or type(exc).__name__
 
 
 def describe_typed(exc: BaseException, context: str = "") -> str:
     """``Type: message`` on one line, or the type alone when *exc* has no message; a
-    *context* follows the type (``Type for a request with X: message``).
+    *context* follows the type (``Type for a request with X: message``). A message that
+    cannot be had is ``<exception str() failed>``, as Python's tracebacks say it.
     """
-    text = " ".join(str(exc).split())
+    text = _message(exc)
     typed = f"{type(exc).__name__}{context}"
+    if text is None:
+        text = "<exception str() failed>"
     return f"{typed}: {text}" if text else typed
 
 

@@ -125,6 +125,39 @@ def test_a_base_exception_in_a_factory_is_a_load_error(install_backend):
         ServeBackendRegistry(default_builtins()).get("odd")
 
 
+UNPRINTABLE = """\
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no words")
+"""
+
+
+def test_an_exception_whose_message_cannot_be_had_is_still_the_plugins_load_error(
+    install_backend,
+):
+    """Its ``__str__`` raising must not turn the failed load into that RuntimeError."""
+    source = UNPRINTABLE + "def factory():\n    raise Unprintable()\n"
+    install_backend("mute-runtime", "mute", source=source)
+    expected = (
+        "Failed to load serve backend 'mute' from mute-runtime: "
+        "Unprintable: <exception str() failed>"
+    )
+    with pytest.raises(BackendLoadError) as raised:
+        ServeBackendRegistry(default_builtins()).get("mute")
+    assert (str(raised.value), raised.value.distribution) == (expected, "mute-runtime")
+
+
+def test_a_detector_raising_an_unprintable_exception_is_its_error_outcome(
+    install_backend, registry_warnings
+):
+    source = UNPRINTABLE + backend_module(detect="raise Unprintable()")
+    install_backend("mute-runtime", "mute", source=source)
+    report = ServeBackendRegistry(default_builtins()).explain(REQUEST)
+    mute = outcome(report, "mute")
+    assert mute.verdict.value == "error"
+    assert mute.detail == "detector raised Unprintable: <exception str() failed>"
+
+
 REENTRANT = """\
 import hub
 from sglang_backends import ServeBackend, ServeBackendDetection

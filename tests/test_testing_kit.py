@@ -199,6 +199,37 @@ def test_a_base_exception_from_the_factory_is_a_breach_not_the_end_of_the_run(ra
     assert str(caught.value).endswith(f"factory' raised {cause}"), caught.value
 
 
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no words")
+
+
+def raise_unprintable(*args):
+    raise Unprintable()
+
+
+@pytest.mark.parametrize(
+    ("factory", "breach"),
+    [
+        (raise_unprintable, "'raise_unprintable' raised Unprintable: <exception str() failed>"),
+        (
+            lambda: ServeBackend(api_version=1, run=raise_unprintable),
+            "run(['--help']) raised Unprintable: <exception str() failed>",
+        ),
+        (
+            lambda: ServeBackend(api_version=1, run=print, detect=raise_unprintable),
+            "detect() raised Unprintable for a request with no model path: "
+            "<exception str() failed>; detectors must return UNKNOWN instead of raising",
+        ),
+    ],
+    ids=["factory", "run", "detect"],
+)
+def test_an_exception_whose_message_cannot_be_had_is_still_a_breach(factory, breach):
+    with pytest.raises(ContractViolation) as caught:
+        assert_backend_contract(factory, sglang=False)
+    assert str(caught.value).endswith(breach), caught.value
+
+
 def test_factory_declaring_another_api_version_is_reported_as_the_registry_words_it():
     def factory():
         return ServeBackend(api_version=2, run=print)
