@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -467,3 +469,76 @@ def test_a_failing_check_is_a_short_failure_without_the_kits_source(tmp_path):
         assert "sglang_backends/" not in failure, failure  # no frame of the kit: no path,
         assert "def assert_" not in failure and "def _" not in failure, failure  # no source
         assert "ContractViolation: " in failure
+
+
+INTERRUPTING_PLUGIN_TESTS = """
+import pytest
+from sglang_backends.testing import ContractViolation, assert_backend_contract
+
+def interrupting():
+    raise KeyboardInterrupt
+
+def test_a_factory():
+    with pytest.raises(ContractViolation, match="'interrupting' raised KeyboardInterrupt$"):
+        assert_backend_contract(interrupting, sglang=False)
+
+def test_an_installed_backend(serve_backends):
+    source = "def interrupting():\\n    raise KeyboardInterrupt\\n"
+    serve_backends.install("ki-dist", entry_points={"ki": "ki_mod:interrupting"},
+                           modules={"ki_mod.py": source})
+    with pytest.raises(ContractViolation, match="'ki' from ki-dist: plugin code raised Keyb"):
+        assert_backend_contract("ki", registry=serve_backends.registry(), sglang=False)
+
+def test_the_session_goes_on():
+    pass
+"""
+
+
+def run_pytest(directory) -> subprocess.Popen[str]:
+    """pytest started in *directory*, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"],
+        cwd=directory,
+        env=clean_environ(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_a_keyboard_interrupt_from_the_factory_is_a_breach_not_the_end_of_the_session(tmp_path):
+    """Raised by the plugin, not by a Ctrl+C: the registry's failed load, the kit's breach."""
+    (tmp_path / "test_plugin.py").write_text(INTERRUPTING_PLUGIN_TESTS, encoding="utf-8")
+    with run_pytest(tmp_path) as pytest_run:
+        output, _ = pytest_run.communicate(timeout=120)
+    assert pytest_run.returncode == 0, output
+    assert "3 passed" in output, output
+
+
+SLOW_FACTORY_TESTS = """
+import pathlib, time
+from sglang_backends.testing import assert_backend_contract
+
+def slow():
+    pathlib.Path("loading").touch()
+    time.sleep(60)
+
+def test_slow():
+    assert_backend_contract(slow, sglang=False)
+
+def test_never_run():
+    pathlib.Path("ran-on").touch()
+"""
+
+
+def test_ctrl_c_while_the_kit_loads_a_factory_still_ends_the_session(tmp_path):
+    (tmp_path / "test_plugin.py").write_text(SLOW_FACTORY_TESTS, encoding="utf-8")
+    with run_pytest(tmp_path) as pytest_run:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "loading").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pytest_run.send_signal(signal.SIGINT)
+        output, _ = pytest_run.communicate(timeout=30)
+    assert pytest_run.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "KeyboardInterrupt" in output, output
+    assert not (tmp_path / "ran-on").exists(), output

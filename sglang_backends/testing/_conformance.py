@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import sglang_backends
 from sglang_backends._core import tree
@@ -37,6 +37,8 @@ from sglang_backends.contract import (
 )
 from sglang_backends.errors import ServeBackendError, describe_typed
 from sglang_backends.testing._sources import declared_api_versions
+
+_T = TypeVar("_T")
 
 
 class ContractViolation(ServeBackendError, AssertionError):
@@ -168,16 +170,30 @@ def _spread(
         yield list(awkward_requests(directory).items() if requests is None else requests)
 
 
+def _loaded(load: Callable[[], _T], name: str) -> _T:
+    """What *load* returns, called in a worker thread, as automatic detection loads, and awaited
+    here: whatever the plugin raises there, ``KeyboardInterrupt`` too, is its failure (no
+    signal unwinds a worker), while the user's Ctrl+C still interrupts the wait.
+    """
+    __tracebackhide__ = True
+    run = TimedRun(load, f"load-{name}")
+    threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
+    run.wait()
+    if run.error is not None:
+        raise run.error
+    return cast(_T, run.value)
+
+
 def _produce(factory: Callable[[], object], name: str, when: str = "") -> object:
-    """What *factory* returns; a ContractViolation if it raises anything, ``SystemExit`` too,
-    but a stop signal's unwinding, as the registry takes a load (*when* says under what).
+    """What *factory* returns; a ContractViolation if it raises anything, ``SystemExit`` and
+    ``KeyboardInterrupt`` too, as the registry takes a load (*when* says under what).
     """
     __tracebackhide__ = True
 
     def breach(exc: BaseException) -> ContractViolation:
         return ContractViolation(f"Factory {name!r} raised {describe_typed(exc, when)}")
 
-    return call_plugin_code(factory, breach)
+    return _loaded(functools.partial(call_plugin_code, factory, breach), name)
 
 
 def assert_backend_contract(
@@ -207,7 +223,7 @@ def assert_backend_contract(
         name = factory_or_name
         found: Any = sglang_backends.ServeBackendRegistry() if registry is None else registry
         try:
-            registered = found.get(name)
+            registered = _loaded(functools.partial(found.get, name), name)
         except Exception as exc:
             raise ContractViolation(str(exc)) from exc
         backend = registered.backend
