@@ -179,8 +179,11 @@ def meant(close: str | None) -> str:
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
-    """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers."""
+    """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers.
+    Never *name* itself: it was refused (``auto`` asked of the registry).
+    """
     import difflib  # with heapq, about a millisecond the contract and the help need not pay
 
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    others = [known_name for known_name in known if known_name != name]
+    close = difflib.get_close_matches(name, others, n=1, cutoff=0.6)
     return close[0] if close else None

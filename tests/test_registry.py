@@ -145,6 +145,18 @@ def test_reserved_and_unprovided_qualified_names_are_unknown(install_backend, na
         ServeBackendRegistry(default_builtins()).get(name)
 
 
+def test_auto_asked_of_get_is_unknown_as_upstream_words_it_without_offering_itself(
+    preinstalled,
+):
+    """``auto`` is among the values listed, as upstream lists it; it is not a closest name."""
+    with pytest.raises(UnknownBackendError) as info:
+        ServeBackendRegistry(default_builtins()).get("auto")
+    plugins = "".join(f", {name}" for name in sorted(preinstalled))
+    assert str(info.value) == (
+        f"Unknown serve backend 'auto'. Available values: auto, llm, diffusion{plugins}."
+    )
+
+
 # -- reserved names and duplicates ---------------------------------------------
 
 
