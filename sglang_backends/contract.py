@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
 from sglang_backends._core.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
+from sglang_backends.errors import ConfigurationError
 
 __all__ = [
     "RESERVED_SERVE_BACKEND_NAMES",
@@ -88,7 +89,11 @@ class ServeRequest:
 
         :raises ValueError: a ``--model-type`` or a leading option of
             ``serve``'s without its value.
+        :raises ConfigurationError: *argv* is a string, not a sequence of
+            arguments (a ``TypeError`` too).
         """
+        if isinstance(argv, str):  # else each letter would be an argument
+            raise ConfigurationError("argv must be a sequence of arguments, not a string")
         from sglang_backends._serve import argv as dispatch  # not on a plugin's import path
 
         return cls(*dispatch.request_fields(dispatch.parse_host_options(argv).argv))

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from sglang_backends import (
+    ConfigurationError,
     ServeBackend,
     ServeBackendRegistry,
     ServeRequest,
@@ -81,6 +82,15 @@ def test_a_request_is_built_from_a_command_line_as_serve_builds_it(argv, expecte
 def test_a_dangling_model_type_is_a_value_error():
     with pytest.raises(ValueError, match="--model-type"):
         ServeRequest.from_argv(["org/model", "--model-type"])
+
+
+def test_a_command_line_given_as_one_string_is_refused_not_split_into_letters():
+    """As the registry refuses a string for a list of names: ``"org/model --tp 2"`` is not a
+    model ``o`` followed by the arguments ``r``, ``g``, ..."""
+    with pytest.raises(ConfigurationError) as raised:
+        ServeRequest.from_argv("org/model --tp 2")
+    assert str(raised.value) == "argv must be a sequence of arguments, not a string"
+    assert isinstance(raised.value, TypeError) and isinstance(raised.value, ValueError)
 
 
 def test_every_list_argument_may_be_an_iterator_read_once():
