@@ -94,6 +94,21 @@ def test_model_type_is_removed_from_anywhere_and_keeps_the_leading_run():
 
 
 @pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model-type=", "m", "--model-type=y"],
+        ["--model-type", "", "--model-type", "y", "m"],
+        ["--model-type=org/model", "m", "--model-type=y"],
+    ],
+)
+def test_only_the_model_type_that_wins_must_be_a_name_as_upstream_reads_it(argv):
+    """Upstream keeps the last value and checks it alone; an earlier slip, corrected by a
+    later ``--model-type``, is not an error."""
+    host = parse_host_options(argv)
+    assert (host.model_type, host.argv) == ("y", ("m",))
+
+
+@pytest.mark.parametrize(
     ("argv", "phrase"),
     [
         (["--model-type"], "--model-type expects a value"),

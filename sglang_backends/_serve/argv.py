@@ -130,10 +130,11 @@ def parse_host_options(argv: Sequence[str]) -> ServeArguments:
 
     ``--model-type`` may be given anywhere, as ``--model-type NAME`` or
     ``--model-type=NAME``; when repeated, the last one wins, as with
-    argparse. ``--config-file`` (repeatable), ``--config-dir`` (repeatable)
-    and ``--debug`` are ``serve``'s only while they lead the command line:
-    from the model or the first other argument on, they are the backend's
-    and are left in place (see :data:`SERVE_OPTIONS`).
+    argparse, and only its value must be a backend name, as upstream checks
+    it. ``--config-file`` (repeatable), ``--config-dir`` (repeatable) and
+    ``--debug`` are ``serve``'s only while they lead the command line: from
+    the model or the first other argument on, they are the backend's and
+    are left in place (see :data:`SERVE_OPTIONS`).
 
     :raises ConfigurationError: a dangling or empty option value, or a
         ``--model-type`` value that cannot be a backend name.
@@ -150,11 +151,13 @@ def parse_host_options(argv: Sequence[str]) -> ServeArguments:
         elif option is DEBUG:
             debug = True
         elif option is MODEL_TYPE and value is not None:
-            model_type = _check_model_type(value)
+            model_type = value  # checked once it has won
         elif not value:
             raise ConfigurationError(f"{option.flags[0]} expects a value")
         else:
             config += [option.flags[0], value]
+    if model_type is not None:
+        model_type = _check_model_type(model_type)
     return ServeArguments(model_type, tuple(config), debug, tuple(rest))
 
 
