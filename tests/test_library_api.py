@@ -105,3 +105,20 @@ def test_every_list_argument_may_be_an_iterator_read_once():
     assert registry.preferred == ("other", "mine")
     assert set(registry.inventory.enabled or ()) == {"x"}
     assert set(registry.inventory.disabled) == {"y"}
+
+
+def test_a_failing_progress_callback_is_logged_never_a_plugins_failure(install_backend, caplog):
+    """The host's callback raising must not fail, or blame, the plugin it was told about."""
+    install_backend("acme-rt", "acme", detect="return ServeBackendDetection.MATCH")
+
+    def progress(event, label):
+        raise ValueError("the host's own bug")
+
+    registry = ServeBackendRegistry()
+    report = registry.explain(ServeRequest.from_argv(["m"]), progress=progress)
+    assert [o.verdict.value for o in report.outcomes if o.name == "acme"] == ["match"]
+    assert report.selected == "acme"
+    fresh = ServeBackendRegistry()
+    assert fresh.get("acme", progress=progress).distribution == "acme-rt"
+    assert fresh.get("acme").distribution == "acme-rt"
+    assert "the host's own bug" in caplog.text

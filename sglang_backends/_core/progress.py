@@ -10,9 +10,14 @@ ended or overran, so that the plugin at fault is named.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable
 from typing import TypeVar
+
+from sglang_backends.errors import describe_typed
+
+LOG = logging.getLogger(__name__)
 
 #: Told, from worker threads, as automatic detection's loads and detectors start
 #: and end: ``(event, label)``, the event one of :data:`EVENTS`, the label
@@ -44,11 +49,20 @@ def with_progress(
     """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after."""
     if progress is None:
         return function(*args)
-    progress(events[0], label)
+    _tell(progress, events[0], label)
     try:
         return function(*args)
     finally:
-        progress(events[1], label)
+        _tell(progress, events[1], label)
+
+
+def _tell(progress: Progress, event: str, label: str) -> None:
+    """Tell *progress* of *event*; its own failure, the host's, is logged, and changes
+    nothing of the load or detector it was told about."""
+    try:
+        progress(event, label)
+    except Exception as exc:  # noqa: BLE001 - a report failing never fails what it reports
+        LOG.warning("The progress callback failed on %s %s: %s", event, label, describe_typed(exc))
 
 
 class ProgressWriter:
