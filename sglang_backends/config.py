@@ -44,6 +44,8 @@ LOG = logging.getLogger(__name__)
 
 #: The configuration group every option lives in.
 _GROUP = "serve_backends"
+#: The options naming a source, each followed by its path in *args*.
+_SOURCE_FLAGS = ("--config-file", "--config-dir")
 
 
 class _Seconds(types.Float):
@@ -143,8 +145,13 @@ def load_settings(
     command-line order), *config_files*, *config_dirs* (a later one winning) and the environment.
 
     :raises ConfigurationError: a source is missing, unreadable or malformed, or a value is
-        invalid: every such problem, a line each, naming the file (or variable) and option.
+        invalid: every such problem, a line each, naming the file (or variable) and option;
+        or the sources are given in another shape (a string for a list of paths, say).
     """
+    _check_pairs(args)
+    for label, paths in (("config_files", config_files), ("config_dirs", config_dirs)):
+        if isinstance(paths, str):  # else each letter would be a path
+            raise ConfigurationError(f"{label} must be a sequence of paths, not a string")
     settings, problems = read_settings([*args, *_args(config_files, config_dirs)])
     if problems:
         raise ConfigurationError("\n".join(problems))
@@ -154,7 +161,11 @@ def load_settings(
 def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
     """:func:`load_settings` of *args*, and every problem instead of the first: a line each,
     the settings then reading a source in trouble as absent and a refused value as its default.
+
+    :raises ConfigurationError: *args* are not ``--config-file PATH`` and ``--config-dir DIR``
+        pairs: the caller's mistake, not a source's problem.
     """
+    _check_pairs(args)
     problems: list[str] = []
     parsed = _read(args, problems)
     checked = _args([path for path, _ in parsed], ())  # exactly the files checked
@@ -192,6 +203,15 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     if problems:
         raise ConfigurationError("\n".join(problems))
     return settings
+
+
+def _check_pairs(args: Sequence[str]) -> None:
+    """Refuse *args* that are not ``--config-file PATH`` and ``--config-dir DIR`` pairs."""
+    flags = args[::2]
+    if isinstance(args, str) or len(args) % 2 or any(f not in _SOURCE_FLAGS for f in flags):
+        raise ConfigurationError(
+            f"args must be --config-file PATH and --config-dir DIR pairs, got {args!r}"
+        )
 
 
 def _args(files: Sequence[str], dirs: Sequence[str]) -> list[str]:

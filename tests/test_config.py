@@ -215,6 +215,38 @@ def test_missing_or_unreadable_sources_are_configuration_errors(tmp_path, make, 
     assert str(tmp_path) in str(info.value) or "/dev/zero" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"config_files": "a.conf"}, "config_files must be a sequence of paths, not a string"),
+        ({"config_dirs": "conf.d"}, "config_dirs must be a sequence of paths, not a string"),
+        (
+            {"args": "--config-file a.conf"},
+            "args must be --config-file PATH and --config-dir DIR pairs, "
+            "got '--config-file a.conf'",
+        ),
+        (
+            {"args": ["--config-file"]},
+            "args must be --config-file PATH and --config-dir DIR pairs, got ['--config-file']",
+        ),
+        (
+            {"args": ["--config-file=a.conf"]},
+            "args must be --config-file PATH and --config-dir DIR pairs, "
+            "got ['--config-file=a.conf']",
+        ),
+        (
+            {"args": ["--bogus", "a.conf"]},
+            "args must be --config-file PATH and --config-dir DIR pairs, got ['--bogus', 'a.conf']",
+        ),
+    ],
+)
+def test_sources_given_in_the_wrong_shape_are_one_configuration_error(given, expected):
+    """Not a problem per letter of a string, nor a bare ValueError from zip()."""
+    with pytest.raises(ConfigurationError) as info:
+        config.load_settings(**given)
+    assert str(info.value) == expected
+
+
 def test_loading_is_reentrant_and_leaves_the_global_conf_alone(tmp_path):
     one = write(tmp_path / "1.conf", "[serve_backends]\nmodel_type = one\n")
     two = write(tmp_path / "2.conf", "[serve_backends]\nmodel_type = two\n")
