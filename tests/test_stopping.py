@@ -20,6 +20,7 @@ import pytest
 from clitools import clean_environ
 from sglang_standin import install_sglang
 
+from sglang_backends import ConfigurationError
 from sglang_backends.testing import (
     ContractViolation,
     SGLangNotCheckedWarning,
@@ -187,3 +188,30 @@ def test_the_echo_example_logs_a_reset_connection_in_one_line(hosts_env, tmp_pat
     assert "Traceback" not in rest
     assert len([line for line in rest.splitlines() if "connection" in line.lower()]) <= 1, rest
     assert proc.returncode == 130
+
+
+@pytest.mark.parametrize(
+    ("hosts", "expected"),
+    [
+        (
+            ["sglang-backends-serve"],
+            "Unknown host 'sglang-backends-serve'; did you mean 'sglang-backends serve'? "
+            "Known hosts: sglang-backends serve, sglang serve.",
+        ),
+        (
+            "sglang serve",
+            "hosts must be a collection of host names, not a string",
+        ),
+    ],
+)
+def test_a_host_the_kit_does_not_know_is_refused_naming_the_known_ones(hosts, expected):
+    """Before anything is started: not a bare KeyError, nor one host per letter."""
+    with pytest.raises(ConfigurationError) as raised:
+        assert_stops_cleanly("plain", [], hosts=hosts)
+    assert str(raised.value) == expected
+
+
+def test_arguments_given_as_one_string_are_refused_not_split_into_letters():
+    with pytest.raises(ConfigurationError) as raised:
+        assert_stops_cleanly("plain", "--port 0", hosts=["sglang-backends serve"])
+    assert str(raised.value) == "argv must be a sequence of arguments, not a string"

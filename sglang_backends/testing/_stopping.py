@@ -21,6 +21,7 @@ from sglang_backends._core import processes, tree
 from sglang_backends._core.signals import signal_name
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import sglang_installed
+from sglang_backends.errors import ConfigurationError, did_you_mean
 from sglang_backends.testing._conformance import ContractViolation, SGLangNotCheckedWarning
 
 #: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
@@ -68,11 +69,23 @@ def assert_stops_cleanly(
 
     :param argv: the backend's arguments (a model path, a free port: ``--port 0``).
     :param env: the environment of the hosts; default ``os.environ``.
+    :param hosts: some of :data:`HOSTS`' names.
     :raises ContractViolation: the backend did not start, or did not stop cleanly.
+    :raises ConfigurationError: *argv* or *hosts* is a string, or a host is not one of
+        :data:`HOSTS`; nothing is started.
     :returns: each host's exit status.
     """
     __tracebackhide__ = True
+    if isinstance(argv, str):  # else each letter would be an argument
+        raise ConfigurationError("argv must be a sequence of arguments, not a string")
+    if isinstance(hosts, str):
+        raise ConfigurationError("hosts must be a collection of host names, not a string")
     chosen = tuple(installed_hosts() if hosts is None else hosts)
+    for host in chosen:
+        if host not in HOSTS:
+            raise ConfigurationError(
+                f"Unknown host {host!r}{did_you_mean(host, HOSTS)} Known hosts: {', '.join(HOSTS)}."
+            )
     if hosts is None and "sglang serve" not in chosen:
         warnings.warn(
             f"Serve backend {name!r}: stopping under 'sglang serve' was not checked: "
