@@ -217,6 +217,27 @@ def test_a_factory_asking_for_itself_fails_instead_of_hanging(site, install_back
         registry.get("selfish")  # the failure is the plugin's one load: not retried
 
 
+@pytest.mark.parametrize("wanted", ["selfish", "selfish-runtime:selfish"])
+def test_a_factory_asking_for_itself_fails_in_the_words_of_the_plugin_guide(
+    site, install_backend, wanted
+):
+    """Once: the load's failure is not worded again around the same failure."""
+    site.install("hub", modules={"hub.py": "REGISTRY = None\n"})
+    source = REENTRANT.format(wanted=wanted, verdict="ServeBackendDetection.MATCH")
+    install_backend("selfish-runtime", "selfish", module="selfish_plugin", source=source)
+    import hub
+
+    registry = ServeBackendRegistry(default_builtins())
+    hub.REGISTRY = registry
+    with pytest.raises(BackendLoadError) as raised:
+        registry.get("selfish")
+    assert str(raised.value) == (
+        "Failed to load serve backend 'selfish' from selfish-runtime: its factory asked the "
+        "registry for it while it was loading"
+    )
+    assert (raised.value.name, raised.value.distribution) == ("selfish", "selfish-runtime")
+
+
 def test_concurrent_gets_run_a_factory_once(install_backend):
     """However many threads ask, automatic detection among them: one object, one call."""
     import threading

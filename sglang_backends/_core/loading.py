@@ -138,6 +138,10 @@ def load_failure(
     name: str, plugin: PluginEntryPoint | None, exc: BaseException
 ) -> BackendLoadError:
     """The one wording of a failed load of *name* (*plugin*'s, or a built-in's)."""
+    dist = plugin.distribution if plugin else None
+    if isinstance(exc, BackendLoadError) and (exc.name, exc.distribution) == (name, dist):
+        # Its factory asked the registry for this very backend: that refusal says it all.
+        return BackendLoadError(str(exc), name=name, distribution=dist)
     named = backend_named(name, plugin.provider if plugin else None, builtin=plugin is None)
     unmet = ""
     if plugin is not None:  # a mismatched requirement is the commonest cause: say so
@@ -145,9 +149,7 @@ def load_failure(
 
         unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
     return BackendLoadError(
-        f"Failed to load {named}: {_cause(exc)}{unmet}",
-        name=name,
-        distribution=plugin.distribution if plugin else None,
+        f"Failed to load {named}: {_cause(exc)}{unmet}", name=name, distribution=dist
     )
 
 
@@ -226,12 +228,14 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         progress: Progress | None,
     ) -> None:
         self.name = name
+        #: The backend's own name (a plugin's entry point's), whatever it was asked for as.
+        self.backend = plugin.name if plugin else name
         self.provider = plugin.provider if plugin else "built-in"
         self.distribution = plugin.distribution if plugin else None
         #: The backend's, in :data:`Loads`: its entry point (which outlives every load), or
         #: the built-in's name.
         self.key: Hashable = name if plugin is None else id(plugin)
-        produce = functools.partial(_produce, plugin.name if plugin else name, plugin, builtin)
+        produce = functools.partial(_produce, self.backend, plugin, builtin)
         #: Who is loading, as progress and the "still loading" line name it: ``'x' (DIST)``.
         self.label = label(name, self.provider)
         super().__init__(
@@ -294,9 +298,10 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
             timer.cancel()
     elif not load.finished and load.thread is threading.current_thread():
         raise BackendLoadError(
-            f"Failed to load {backend_named(fresh.name, load.provider)}: its factory asked the "
+            f"Failed to load {backend_named(load.backend, load.provider)}: its factory asked the "
             "registry for it while it was loading",
-            name=fresh.name,
+            name=load.backend,
+            distribution=load.distribution,
         )
     load.wait()
     return load.result()
