@@ -434,6 +434,12 @@ def test_raising():
         lambda: ServeBackend(api_version=1, run=run, detect=detect_raising), sglang=False
     )
 
+def failing_factory():
+    raise ValueError("boom")
+
+def test_factory_raising():
+    assert_backend_contract(failing_factory, sglang=False)
+
 ENDING = (
     "from sglang_backends import ServeBackend\\n"
     "def factory():\\n"
@@ -462,7 +468,7 @@ def test_a_failing_check_is_a_short_failure_without_the_kits_source(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     report = result.stdout.split(" FAILURES ")[1].split(" short test summary info ")[0]
     failures = report.split("_____ test_")[1:]
-    assert len(failures) == 3, report
+    assert len(failures) == 4, report
     for failure in failures:
         lines = failure.strip().splitlines()
         assert len(lines) <= 20, failure  # it was 50-60: the kit's frames with their source

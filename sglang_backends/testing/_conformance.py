@@ -179,8 +179,8 @@ def _loaded(load: Callable[[], _T], name: str) -> _T:
     run = TimedRun(load, f"load-{name}")
     threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
     run.wait()
-    if run.error is not None:
-        raise run.error
+    if run.error is not None:  # without the worker's frames (the kit's); its cause has the plugin's
+        raise run.error.with_traceback(None)
     return cast(_T, run.value)
 
 
