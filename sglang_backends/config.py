@@ -24,7 +24,13 @@ from sglang_backends._core.settings import (
     environment_variables,
     seconds,
 )
-from sglang_backends.errors import ConfigurationError, did_you_mean
+from sglang_backends.errors import (
+    ConfigurationError,
+    DisabledBackendError,
+    UnknownBackendError,
+    did_you_mean,
+    set_in_configuration,
+)
 
 if TYPE_CHECKING:
     from sglang_backends.contract import RegisteredServeBackend, ServeBackend, ServeRequest
@@ -393,10 +399,20 @@ def select_backend(
     registry: ServeBackendRegistry | None = None,
 ) -> RegisteredServeBackend:
     """The configured backend for *request*, as an OpenStack service selects a driver:
-    ``auto`` runs detection (in *registry*, by default built from *conf*), else by name."""
+    ``auto`` runs detection (in *registry*, by default built from *conf*), else by name.
+
+    :raises UnknownBackendError, DisabledBackendError: as the registry's, saying which file
+        set ``model_type``.
+    """
     settings = settings_from_conf(conf)  # the files read once
     if registry is None:
         registry = sglang_backends.ServeBackendRegistry.from_settings(settings)
     if settings.model_type == "auto":
         return registry.auto_detect(request)
-    return registry.get(settings.model_type)
+    try:
+        return registry.get(settings.model_type)
+    except (UnknownBackendError, DisabledBackendError) as exc:
+        origin = settings.set_in("model_type")
+        if origin is None:
+            raise
+        raise set_in_configuration(exc, origin, flag=False) from None

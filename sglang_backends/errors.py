@@ -101,14 +101,15 @@ class ConfigurationError(ServeBackendError, ValueError, TypeError):
 
 
 def set_in_configuration(
-    exc: UnknownBackendError | DisabledBackendError, origin: str
+    exc: UnknownBackendError | DisabledBackendError, origin: str, *, flag: bool = True
 ) -> UnknownBackendError | DisabledBackendError:
     """*exc*, about a ``model_type`` configuration set in *origin*, saying so: the one wording
-    of it, for ``serve`` and for ``detect``, which answers what serve would do.
+    of it, for ``serve`` and for ``detect``, which answers what serve would do, and (without
+    *flag*, ``--model-type``, to offer instead) for a service's ``select_backend``.
     """
+    instead = ", or give --model-type" if flag else ""
     return type(exc)(
-        f"{exc} It was set by [serve_backends] model_type in {origin}; correct it "
-        "there, or give --model-type.",
+        f"{exc} It was set by [serve_backends] model_type in {origin}; correct it there{instead}.",
         name=exc.name,
         distribution=exc.distribution,
     )

@@ -18,7 +18,11 @@ from sglang_backends import config
 from sglang_backends._core.settings import Settings
 from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends.contract import ServeRequest
-from sglang_backends.errors import ConfigurationError, DisabledBackendError
+from sglang_backends.errors import (
+    ConfigurationError,
+    DisabledBackendError,
+    UnknownBackendError,
+)
 
 PLUGIN = """
 from sglang_backends import ServeBackend, ServeBackendDetection
@@ -302,6 +306,26 @@ def test_select_backend_honours_model_type(omni, tmp_path):
     conf = service_conf(tmp_path, "[serve_backends]\nmodel_type = omni\n")
     selected = config.select_backend(conf, ServeRequest(argv=(), model_path="/m"))
     assert (selected.name, selected.distribution) == ("omni", "omni-runtime")
+
+
+@pytest.mark.parametrize(
+    ("conf_text", "refusal"),
+    [
+        ("model_type = omnni\n", UnknownBackendError),
+        ("model_type = omni\ndisabled_backends = omni\n", DisabledBackendError),
+    ],
+)
+def test_select_backend_says_which_file_set_a_model_type_it_refuses(
+    omni, tmp_path, conf_text, refusal
+):
+    """As serve says it: the operator of a service must know which file to correct."""
+    conf = service_conf(tmp_path, "[serve_backends]\n" + conf_text)
+    with pytest.raises(refusal) as info:
+        config.select_backend(conf, ServeRequest(argv=(), model_path="/m"))
+    path = tmp_path / "service.conf"
+    assert str(info.value).endswith(
+        f"It was set by [serve_backends] model_type in {path}; correct it there."
+    ), info.value  # a service has no --model-type to give instead
 
 
 def test_select_backend_auto_runs_detection(omni, tmp_path):
