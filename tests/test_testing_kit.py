@@ -20,6 +20,7 @@ from sglang_backends.testing import (
     ContractViolation,
     SGLangNotCheckedWarning,
     assert_backend_contract,
+    awkward_requests,
 )
 
 GOOD = """
@@ -548,3 +549,19 @@ def test_ctrl_c_while_the_kit_loads_a_factory_still_ends_the_session(tmp_path):
     assert pytest_run.returncode == pytest.ExitCode.INTERRUPTED, output
     assert "KeyboardInterrupt" in output, output
     assert not (tmp_path / "ran-on").exists(), output
+
+
+def test_requests_may_be_given_as_awkward_requests_gives_them(tmp_path):
+    """A mapping of label to request, as the kit's own awkward_requests returns, is taken by
+    label, not read as a sequence of labels."""
+
+    def detect(request):
+        return ServeBackendDetection.UNKNOWN
+
+    requests = awkward_requests(str(tmp_path))
+    report = assert_backend_contract(
+        lambda: ServeBackend(api_version=1, run=lambda request: None, detect=detect),
+        requests=requests,
+        sglang=False,
+    )
+    assert report.detections == dict.fromkeys(requests, "unknown")

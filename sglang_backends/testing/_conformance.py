@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
@@ -163,11 +163,13 @@ def _check_detector(
 
 @contextmanager
 def _spread(
-    requests: Iterable[tuple[str, ServeRequest]] | None,
+    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None,
 ) -> Iterator[list[tuple[str, ServeRequest]]]:
-    """*requests* as a list; by default :func:`awkward_requests` in a temporary directory."""
+    """*requests* as a list of pairs (a mapping's items); by default :func:`awkward_requests`
+    in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="sglang-backends-contract-") as directory:
-        yield list(awkward_requests(directory).items() if requests is None else requests)
+        given = awkward_requests(directory) if requests is None else requests
+        yield list(given.items() if isinstance(given, Mapping) else given)
 
 
 def _loaded(load: Callable[[], _T], name: str) -> _T:
@@ -200,7 +202,7 @@ def assert_backend_contract(
     factory_or_name: Callable[[], object] | str,
     *,
     registry: object | None = None,
-    requests: Iterable[tuple[str, ServeRequest]] | None = None,
+    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None = None,
     timeout: float = 10.0,
     sglang: bool | None = None,
 ) -> ContractReport:
@@ -209,8 +211,8 @@ def assert_backend_contract(
     :param factory_or_name: the plugin's zero-argument factory, or the name of
         an installed backend (loaded through *registry*, or a new
         :class:`~sglang_backends.ServeBackendRegistry` with the built-ins).
-    :param requests: ``(label, request)`` pairs for the detector; by default
-        :func:`awkward_requests` (no model path, a hub id, garbage, ...).
+    :param requests: ``(label, request)`` pairs for the detector, or a mapping of label to
+        request; by default :func:`awkward_requests` (no model path, a hub id, garbage, ...).
     :param timeout: seconds ``run(--help)`` and each ``detect()`` may take.
     :param sglang: also check that SGLang's own host accepts the backend
         (see :func:`assert_sglang_accepts`): ``None`` (the default) does so
@@ -280,7 +282,7 @@ _PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that bo
 def assert_sglang_accepts(
     factory_or_name: Callable[[], object] | str,
     *,
-    requests: Iterable[tuple[str, ServeRequest]] | None = None,
+    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None = None,
     timeout: float = 10.0,
 ) -> None:
     """Check that SGLang's own ``sglang serve`` host accepts the backend; SGLang must be installed.
