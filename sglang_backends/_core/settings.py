@@ -94,7 +94,7 @@ def seconds(value: str | float, *, least: float = MIN_TIMEOUT) -> float:
     """
     try:
         number = float(value)
-    except (TypeError, ValueError):  # None from an empty configuration value, say
+    except (TypeError, ValueError, OverflowError):  # None from an empty value; an int past floats
         number = math.nan
     if not least <= number <= MAX_TIMEOUT:  # NaN compares false
         raise ValueError(f"must be a number of seconds from {least:g} to {MAX_TIMEOUT:g}")
