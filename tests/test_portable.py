@@ -190,3 +190,25 @@ def test_the_echo_example_is_portable(sglang_site, preinstalled):
     if "echo" not in preinstalled:
         pytest.skip("the echo example is not installed in this environment")
     assert assert_backend_contract("echo").sglang_checked
+
+
+INTERRUPTING = """
+def factory():
+    raise KeyboardInterrupt
+"""
+
+
+def test_a_keyboard_interrupt_under_sglangs_registry_is_a_breach_not_the_end_of_the_run(
+    sglang_site,
+):
+    """SGLang's registry lets it through (it catches Exception); the kit takes it as the
+    plugin's, as it does under this package's registry."""
+    _install(sglang_site, INTERRUPTING)
+    try:
+        with pytest.raises(ContractViolation) as caught:
+            assert_sglang_accepts("portable")
+    except KeyboardInterrupt:
+        pytest.fail("the plugin's KeyboardInterrupt escaped the kit: it would end the session")
+    assert str(caught.value) == (
+        "SGLang's registry refuses serve backend 'portable': KeyboardInterrupt"
+    )

@@ -35,7 +35,7 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_detection,
 )
-from sglang_backends.errors import ServeBackendError, describe_typed
+from sglang_backends.errors import ServeBackendError, describe, describe_typed
 from sglang_backends.testing._sources import declared_api_versions
 
 _T = TypeVar("_T")
@@ -300,13 +300,18 @@ def assert_sglang_accepts(
     assert isinstance(upstream, ModuleType)
     if isinstance(factory_or_name, str):
         name = factory_or_name
-        try:
-            backend = upstream.ServeBackendRegistry({}).get(name).backend
-        except Exception as exc:
-            raise ContractViolation(
-                f"SGLang's registry refuses serve backend {name!r}: {exc}"
-                + (f"; {_PORTABLE_HINT}" if isinstance(exc, TypeError) else "")
-            ) from exc
+
+        def refused(exc: BaseException) -> ContractViolation:
+            hint = f"; {_PORTABLE_HINT}" if isinstance(exc, TypeError) else ""
+            return ContractViolation(
+                f"SGLang's registry refuses serve backend {name!r}: {describe(exc)}{hint}"
+            )
+
+        def load() -> Any:
+            return upstream.ServeBackendRegistry({}).get(name).backend
+
+        # Whatever it lets through (it catches Exception only) is the plugin's, as in ours.
+        backend = _loaded(functools.partial(call_plugin_code, load, refused), name)
     else:
         name = _factory_name(factory_or_name)
         backend = _produce(factory_or_name, name, " when called with SGLang's contract loaded")
