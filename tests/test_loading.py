@@ -125,6 +125,17 @@ def test_a_base_exception_in_a_factory_is_a_load_error(install_backend):
         ServeBackendRegistry(default_builtins()).get("odd")
 
 
+def test_get_in_the_main_thread_lets_a_keyboard_interrupt_through_as_the_api_reference_says(
+    install_backend,
+):
+    """Nothing watches stop signals here, so it may be the user's Ctrl+C: it propagates."""
+    source = "def factory():\n    raise KeyboardInterrupt\n"
+    install_backend("odd-runtime", "odd", source=source)
+    registry = ServeBackendRegistry(default_builtins())
+    with pytest.raises(KeyboardInterrupt):
+        registry.get("odd")
+
+
 UNPRINTABLE = """\
 class Unprintable(Exception):
     def __str__(self):
