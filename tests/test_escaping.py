@@ -8,6 +8,7 @@ them escaped. Which characters are bidi controls is read from :mod:`unicodedata`
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import unicodedata
 
@@ -216,3 +217,41 @@ def test_the_package_writes_to_the_terminal_through_one_writer():
     outside = {(name, call) for name, call in found if not name.endswith("console.py")}
     assert outside == {("_sglang/builtins.py", "print")} or outside == {("host.py", "print")}
     assert any(name.endswith("console.py") for name, _ in found)
+
+
+#: A docstring that would run commands if a shell evaluated it unquoted, and escape sequences.
+SHELLISH = """
+from sglang_backends import ServeBackend
+
+
+def factory():
+    '''Serves "$(touch {marker})", `touch {marker}`, ${{HOME}} and \\\\ \x1b[2J \u202e.'''
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def test_show_shell_output_is_escaped_and_safe_to_evaluate(site, tmp_path):
+    """``show -f shell`` is written to a terminal and meant for ``eval``: the same escaped
+    text as ``-f value``, quoted so that evaluating it runs nothing."""
+    marker = tmp_path / "evaluated"
+    site.install(
+        RINGING,
+        version="6.6\x1b[0m",
+        entry_points={"shellish": "shellish_plugin:factory"},
+        modules={"shellish_plugin.py": SHELLISH.format(marker=marker)},
+    )
+    shell = run_cli(site, "show", "shellish", "-f", "shell")
+    value = run_cli(site, "show", "shellish", "-f", "value")
+    assert shell.returncode == value.returncode == 0, shell.stderr + value.stderr
+    assert not [c for c in ("\x1b", "\x07", "\u202e") if c in shell.stdout], shell.stdout
+    script = 'eval "$1"; printf "%s\\n" "$distribution" "$version" "$summary"'
+    evaluated = subprocess.run(
+        ["sh", "-c", script, "sh", shell.stdout], capture_output=True, text=True, check=True
+    )
+    assert not marker.exists()
+    distribution, version, summary = evaluated.stdout.splitlines()
+    shown = value.stdout.splitlines()
+    assert [distribution, version, summary] == [shown[2], shown[3], shown[9]]
+    assert distribution == RINGING_ESCAPED
+    tail = "${HOME} and \\ \\x1b[2J \\u202e."
+    assert summary == f'Serves "$(touch {marker})", `touch {marker}`, {tail}'

@@ -72,7 +72,7 @@ def add_config_options(parser: Any, *, documented: bool = True) -> None:
 
 
 #: cliff formatters whose output goes to a terminal as it is (JSON and YAML escape).
-_HUMAN_FORMATS = frozenset({"table", "value", "csv"})
+_HUMAN_FORMATS = frozenset({"table", "value", "csv", "shell"})
 #: The formats read on a terminal, row by row: a long cell is shortened (JSON, YAML
 #: and CSV, read by programs, keep every character).
 _TERMINAL_FORMATS = frozenset({"table", "value"})
@@ -157,20 +157,24 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     ) -> list[tuple[Any, ...]]:
         """*rows* as the formatter should print them: unchanged for JSON and YAML (``null``
         stays); for a human one, with control characters escaped and no value blank (not
-        ``None``); for table and value, each cell longer than :data:`MAX_CELL` shortened.
+        ``None``); for table and value, each cell longer than :data:`MAX_CELL` shortened;
+        for shell, quoted for its double quotes.
         """
         if parsed_args.formatter not in _HUMAN_FORMATS:
             return [tuple(row) for row in rows]
         pointer = f"see {self.command_name} -f json"
         short = self.command_name and parsed_args.formatter in _TERMINAL_FORMATS
         width = MAX_CELL if short else sys.maxsize
-        return [
+        cells = [
             tuple(
                 "" if value is None else shortened(printable(value), pointer, width)
                 for value in row
             )
             for row in rows
         ]
+        if parsed_args.formatter == "shell":
+            return [tuple(map(_shell_quoted, row)) for row in cells]
+        return cells
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -252,6 +256,16 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             problems += model_type_problems(settings, inventory)
             raise ConfigurationError("\n".join(problems))
         return settings, inventory
+
+
+def _shell_quoted(value: Any) -> Any:
+    """*value* ready for cliff's shell format, which puts it between double quotes and
+    escapes only ``"``: its other characters special there (``\\``, ``$``, a backquote)
+    escaped too, so that evaluating the output assigns the text and runs nothing.
+    """
+    if not isinstance(value, str):
+        return value
+    return value.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`")
 
 
 def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
