@@ -122,6 +122,12 @@ def test_show_picks_one_provider_of_a_duplicate(omni):
             1,
         ),
         (["broken"], "Failed to load serve backend 'broken' from broken-runtime: boom", 1),
+        # Not a backend but serve's request for detection; never offered as its own fix.
+        (
+            ["auto"],
+            "Unknown serve backend 'auto'. Available values: auto, llm, diffusion, {plugins}.",
+            2,
+        ),
     ],
 )
 def test_show_errors_are_one_line(omni, args, phrase, status, preinstalled):
