@@ -120,6 +120,21 @@ def test_empty_name_among_others_is_refused_like_the_option(omni, flag):
     assert f"{flag} 'omni,,vlm' on the command line holds an empty backend name" in line
 
 
+@pytest.mark.parametrize("flag", ["--enable", "--disable"])
+@pytest.mark.parametrize("value", ["omni,", "omni, other ,", ",", " ", ",omni"])
+def test_the_flags_read_a_value_as_the_option_reads_it(omni, tmp_path, flag, value):
+    """A trailing comma or a blank value is what enabled_backends makes of it, not a slip."""
+    option = "enabled_backends" if flag == "--enable" else "disabled_backends"
+    path = conf(tmp_path, f"[serve_backends]\n{option} = {value}\n")
+    configured = run_cli(omni, "list", "-f", "json", "--config-file", str(path))
+    flagged = run_cli(omni, "list", "-f", "json", flag, value)
+    assert flagged.returncode == configured.returncode, flagged.stderr + configured.stderr
+    if configured.returncode == 0:
+        assert json.loads(flagged.stdout) == json.loads(configured.stdout)
+    else:
+        assert "holds an empty backend name" in flagged.stderr
+
+
 def test_empty_value_alone_is_an_empty_list(omni, tmp_path, preinstalled):
     path = conf(tmp_path, "[serve_backends]\nenabled_backends = nothing\n")
     result = run_cli(omni, "list", "-f", "json", "--config-file", str(path), "--enable", "")

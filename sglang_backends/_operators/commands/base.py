@@ -110,15 +110,15 @@ class SafeCommand(Command):
 
 
 def _names(values: list[str] | None, flag: str, problems: list[str]) -> tuple[str, ...] | None:
-    """Flatten repeated and comma-separated ``--enable``/``--disable`` values, by
-    ``enabled_backends``' rule: one empty value alone is an empty list. An empty name among
-    others is a problem, added to *problems* (then ``None``: no override).
+    """Flatten repeated and comma-separated ``--enable``/``--disable`` values, each read as
+    oslo.config reads ``enabled_backends``: white space and trailing commas dropped, so that
+    an empty value alone is an empty list. An empty name among others is a problem, added to
+    *problems* (then ``None``: no override).
     """
     if values is None:
         return None
-    if values == [""]:
-        return ()
-    names = tuple(name.strip() for value in values for name in value.split(","))
+    parts = [value.strip().rstrip(",") for value in values]
+    names = tuple(name.strip() for part in parts if part for name in part.split(","))
     if all(names):
         return names
     given = " ".join(f"{flag} {value!r}" for value in values)
