@@ -29,6 +29,11 @@ from sglang_backends import ServeBackend, ServeBackendDetection
 WHAT = os.environ.get("WHAT", "")
 
 
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
 def misbehave(place):
     if not WHAT.startswith(place + ":"):
         return
@@ -39,6 +44,8 @@ def misbehave(place):
         raise KeyboardInterrupt()
     if kind == "generator-exit":
         raise GeneratorExit("closed")
+    if kind == "unprintable":
+        raise Unprintable()
     if kind == "exit":
         sys.exit(eval(os.environ["CODE"]))
     if kind == "os-exit":
@@ -154,6 +161,35 @@ def test_show_reports_a_base_exception_as_the_plugins_failed_load_not_a_signal(
     assert result.stderr.splitlines() == [
         f"Failed to load serve backend 'culprit' from culprit-rt: {cause}"
     ]
+
+
+# An exception whose __str__ raises is named by its type, its message as Python's tracebacks say.
+UNPRINTABLE = "Unprintable: <exception str() failed>"
+UNPRINTABLE_LOAD = f"Failed to load serve backend 'culprit' from culprit-rt: {UNPRINTABLE}"
+
+
+@pytest.mark.parametrize("place", ["import", "factory"])
+def test_an_exception_whose_message_cannot_be_read_is_one_line_naming_its_type(culprit, place):
+    env = environ(culprit, f"{place}:unprintable")
+    served = run_serve(["m", "--model-type", "culprit"], env)
+    assert single_error(served, 1).endswith(UNPRINTABLE_LOAD), served.stderr
+    assert "Traceback" not in served.stderr
+    shown = run_cli(culprit, "show", "culprit", env={"WHAT": f"{place}:unprintable"})
+    assert shown.returncode == 1, shown.stderr
+    assert shown.stderr.splitlines() == [UNPRINTABLE_LOAD]
+    checked = run_cli(culprit, "check", "-f", "json", env={"WHAT": f"{place}:unprintable"})
+    [row] = [row for row in json.loads(checked.stdout) if row["Name"] == "culprit"]
+    assert (row["Result"], row["Detail"]) == ("error", UNPRINTABLE_LOAD)
+
+
+def test_a_detector_or_run_raising_an_exception_without_a_readable_message(culprit):
+    detected = run_cli(culprit, "detect", "-f", "json", "m", env={"WHAT": "detect:unprintable"})
+    assert detected.returncode == 0, detected.stderr
+    [row] = [row for row in json.loads(detected.stdout) if row["Backend"] == "culprit"]
+    assert (row["Verdict"], row["Detail"]) == ("error", f"detector raised {UNPRINTABLE}")
+    served = run_serve(["m", "--model-type", "culprit"], environ(culprit, "run:unprintable"))
+    line = single_error(served, 1)
+    assert line.endswith(f"serve backend 'culprit' (from culprit-rt) failed: {UNPRINTABLE}"), line
 
 
 # -- exit statuses ------------------------------------------------------------------
