@@ -197,3 +197,38 @@ def test_detect_refuses_a_timeout_past_the_bound(site):
     result = run_cli(site, "detect", "--detect-timeout", "1e10", "m", timeout=60)
     assert result.returncode == 2, result.stderr
     assert "from 0.001 to 1e+09" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--config-dir", "--config-file"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "FLAG", "", "m", "--model-type", "recorder"],
+        ["list", "FLAG", ""],
+        ["FLAG", "", "list"],
+        ["detect", "FLAG", "", "m"],
+    ],
+    ids=["serve", "list", "global", "detect"],
+)
+def test_an_empty_path_is_refused_never_the_working_directory(recorder, tmp_path, flag, args):
+    """``--config-dir "$UNSET"`` is a slip every command refuses, as serve does: the working
+    directory's own ``*.conf`` files are not read in its stead."""
+    env, record = recorder
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "stray.conf").write_text("[serve_backends]\nmodel_type = nowhere\n")
+    result = subprocess.run(
+        [CLI, *(flag if arg == "FLAG" else arg for arg in args)],
+        env=clean_environ(env),
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"{flag} expects a value" in result.stderr or f"argument {flag}: expects a value" in (
+        result.stderr
+    )
+    assert "nowhere" not in result.stderr and "Traceback" not in result.stderr
+    assert not record.exists() and result.stdout == ""

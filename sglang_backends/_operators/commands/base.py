@@ -45,10 +45,13 @@ configuration:
 
 class _ConfigArgument(argparse.Action):
     """Appends ``FLAG VALUE`` to ``config_args``: oslo.config reads files and directories
-    in their command-line order, which separate lists would lose.
+    in their command-line order, which separate lists would lose. An empty value is refused,
+    as serve refuses it, never read as the working directory (``--config-dir "$UNSET"``).
     """
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        if not values:
+            raise argparse.ArgumentError(self, "expects a value")
         given = [self.option_strings[0], values]
         setattr(namespace, self.dest, [*getattr(namespace, self.dest), *given])
 
