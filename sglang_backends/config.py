@@ -305,6 +305,9 @@ def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
     parsed: _Parsed = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
         what = "directory" if flag == "--config-dir" else "file"
+        if not given:  # as oslo.config finds none: never the working directory
+            problems.append(f"Configuration {what} not found: ''")
+            continue
         try:  # an unreadable directory is an error, never an empty one
             path = os.path.abspath(os.path.expanduser(given))
             names = sorted(os.listdir(path)) if what == "directory" else []

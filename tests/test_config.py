@@ -477,3 +477,15 @@ def test_a_service_override_naming_nothing_is_refused_with_the_option(tmp_path):
         "Invalid value for option [serve_backends] model_type in configuration: "
     )
     assert "nope" in message
+
+
+@pytest.mark.parametrize(
+    ("given", "what"), [("config_dirs", "directory"), ("config_files", "file")]
+)
+def test_an_empty_path_is_not_found_as_oslo_config_finds_none(tmp_path, monkeypatch, given, what):
+    """Never the working directory, whose own ``*.conf`` files would then be read."""
+    write(tmp_path / "stray.conf", "[serve_backends]\nmodel_type = stray\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError) as info:
+        config.load_settings(**{given: [""]})
+    assert str(info.value) == f"Configuration {what} not found: ''"
