@@ -37,11 +37,13 @@ def accented(site):
     return site
 
 
-def _run(site, args, **streams) -> subprocess.CompletedProcess[bytes]:
+def _run(site, args, *, argv0=True, **streams) -> subprocess.CompletedProcess[bytes]:
+    """Run ``sglang-backends ARGS`` (*args* alone without *argv0*) seeing *site*."""
     env = clean_environ(site.environ())
     env.update(streams.pop("env", {}))
+    command = [CLI, *args] if argv0 else list(args)
     return subprocess.run(
-        [CLI, *args], env=env, stderr=subprocess.PIPE, timeout=120, check=False, **streams
+        command, env=env, stderr=subprocess.PIPE, timeout=120, check=False, **streams
     )
 
 
@@ -84,3 +86,21 @@ def test_every_command_escapes_what_an_ascii_stream_cannot_carry(accented, args)
     assert b"Traceback" not in result.stderr
     result.stdout.decode("ascii")  # nothing but ASCII reached the stream
     assert b"\\xe" in result.stdout  # caf\xe9, mod\xe8le: escaped, not lost
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list"],
+        ["show", "café"],
+        ["detect", "m"],
+        ["serve", "--help"],
+        ["serve", "m", "--model-type", "café"],
+    ],
+)
+def test_a_closed_standard_output_is_the_null_device_not_a_traceback(accented, args):
+    """Started with descriptor 1 closed (``>&-``), as Python lets ``print`` write nowhere, the
+    command writes nowhere and ends as it would; a backend printing there is no failure."""
+    result = _run(accented, ["sh", "-c", 'exec "$@" >&-', "sh", CLI, *args], argv0=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"Traceback" not in result.stderr and b"Error" not in result.stderr

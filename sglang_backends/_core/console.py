@@ -111,7 +111,9 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
     :data:`EXIT_BROKEN_PIPE`, silently; any other failure to write (a full
     disk) is one ``prog: error:`` line and status 1. Either way the output left in the
     buffer is dropped, so that the interpreter's own flush at exit cannot fail again.
+    A standard stream the caller closed (``>&-``) is the null device (:func:`_null_streams`).
     """
+    _null_streams()
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
@@ -130,6 +132,22 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
         error(prog, exc)
         return EXIT_FAILURE
     return status
+
+
+def _null_streams() -> None:
+    """Open the null device on each standard stream the caller closed, which Python leaves
+    ``None``: what is written there goes nowhere, as Python's ``print`` lets it, and no file
+    the command or a plugin opens later takes that descriptor (nor do their children write
+    into it).
+    """
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is not None:
+            continue
+        null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one, or lower
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
 
 
 def terminal_log(handler: logging.Handler) -> logging.Handler:
