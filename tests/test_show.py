@@ -196,3 +196,57 @@ def test_control_characters_in_metadata_are_escaped_in_human_output(site):
     shown = json.loads(run_cli(site, "show", "-f", "json", "evil").stdout)
     assert shown["Version"] == "1.0\x1b[2J"  # JSON escapes it itself: the value stays exact
     assert shown["Summary"] == "Evil \x1b[31mred\u202e: serves any-to-any models."
+
+
+#: A factory that starts a child and a daemon (two forks, a session of its own), each
+#: holding show's stderr, and writes their pids to $PIDS.
+FORKING = """
+import os
+import time
+
+from sglang_backends import ServeBackend
+
+
+def _linger():
+    time.sleep(300)
+    os._exit(0)
+
+
+def factory():
+    child = os.fork()
+    if child == 0:
+        _linger()
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        daemon = os.fork()
+        if daemon == 0:
+            _linger()
+        os.write(write, str(daemon).encode())
+        os._exit(0)
+    os.close(write)
+    daemon = int(os.read(read, 64))
+    with open(os.environ["PIDS"], "w") as pids:
+        pids.write(f"{child} {daemon}")
+    return ServeBackend(api_version=1, run=lambda request: None)
+"""
+
+
+def test_show_leaves_nothing_the_plugin_started_running(site, tmp_path):
+    """As check's workers do, show stops what the plugin started while loading: its own
+    output, which those processes hold, then ends when show does."""
+    psutil = pytest.importorskip("psutil")
+    site.install(
+        "forking-runtime",
+        entry_points={"forking": "forking_plugin:factory"},
+        modules={"forking_plugin.py": FORKING},
+    )
+    pids = tmp_path / "pids"
+    result = run_cli(site, "show", "-f", "json", "forking", env={"PIDS": str(pids)}, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["Name"] == "forking"
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) == 2
+    alive = [p for p in map(int, started) if psutil.pid_exists(p)]
+    alive = [p for p in alive if psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []

@@ -45,7 +45,8 @@ class ShowBackend(SelectionOptions, ShowOne):
     The plugin is imported and its factory called in this process, exactly as
     "serve --model-type NAME" would; use "check" to load plugins in isolation.
     Whatever the plugin prints while loading goes to stderr, so "-f json"
-    output stays clean.
+    output stays clean; whatever processes it starts are killed before show
+    answers, as check kills them.
 
     Fields:
       Status
@@ -101,7 +102,7 @@ class ShowBackend(SelectionOptions, ShowOne):
         registry = sglang_backends.ServeBackendRegistry.from_settings(settings, inventory=inventory)
         started = time.perf_counter()
         # Stop signals watched, a plugin's own KeyboardInterrupt is its failed load, as in serve.
-        with _output_to_stderr(), StopSignals():
+        with _output_to_stderr(), _stopping_what_it_starts(), StopSignals():
             registered = registry.get(parsed_args.name)
             seconds = round(time.perf_counter() - started, 4)
             backend = registered.backend
@@ -127,6 +128,22 @@ class ShowBackend(SelectionOptions, ShowOne):
         )
         [safe] = self.safe_rows(parsed_args, [values])
         return FIELDS, safe
+
+
+@contextlib.contextmanager
+def _stopping_what_it_starts() -> Iterator[None]:
+    """Kill, as check's workers do, every process the plugin starts while it loads, a
+    daemonised one too (this process adopts orphans from now on), so that none outlives
+    show holding its output; processes this one had started before are left alone.
+    """
+    from sglang_backends._core import tree  # psutil: only once a plugin is to be loaded
+
+    tree.become_subreaper()
+    before = set(tree.descendants())
+    try:
+        yield
+    finally:
+        tree.stop_tree(lambda: [p for p in tree.descendants() if p not in before], 0)
 
 
 @contextlib.contextmanager
