@@ -239,7 +239,7 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
             problems.append(_refused(opt.dest, exc, parsed))
             values[opt.dest] = opt.default
             continue
-        where = _where(conf.get_location(opt.dest, _GROUP))
+        where = _where(conf.get_location(opt.dest, _GROUP), opt.dest, parsed)
         if where:
             located.append((opt.dest, where))
     variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
@@ -257,14 +257,19 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
     )
 
 
-def _where(location: cfg.LocationInfo | None) -> str | None:
-    """A file, ``environment variable NAME``, or ``None`` for a default."""
+def _where(location: cfg.LocationInfo | None, name: str, parsed: _Parsed) -> str | None:
+    """Where option *name* was set: a file, ``environment variable NAME``, or ``None`` for a
+    default. oslo.config names, for a file, the last one holding the group (or none when the
+    group is spelt otherwise), whichever set the option: the file is looked up in *parsed*.
+    """
     if location is None or location.location is cfg.Locations.opt_default:
         return None
     if location.location is cfg.Locations.environment:
         return f"environment variable {location.detail}"
     if location.location is cfg.Locations.set_override and STOP_TIMEOUT_ENV in os.environ:
         return f"environment variable {STOP_TIMEOUT_ENV}"  # see read_settings
+    if location.location is cfg.Locations.user and (setter := _set_by(name, parsed)[1]):
+        return setter
     return str(location.detail)
 
 
@@ -274,12 +279,19 @@ def _invalid(name: str, text: str, where: str, cause: object) -> str:
 
 
 def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
-    """The error for option *name*, refused with *exc*, and where it was set, as oslo.config
-    looks: its environment variable, else the last file (or a pipe, which may have) setting it."""
+    """The error for option *name*, refused with *exc*, and where it was set."""
     # oslo.config raises its source error while handling the type's ValueError: the cause.
     cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
+    value, where = _set_by(name, parsed)
+    return _invalid(name, value, where or "configuration", cause)  # a service's override, say
+
+
+def _set_by(name: str, parsed: _Parsed) -> tuple[str, str]:
+    """The value option *name* was given and where, as oslo.config looks: its environment
+    variable, else the last file of *parsed* (or a pipe, which may have) setting it;
+    ``("", "")`` when none does."""
     variable = ENVIRONMENT_PREFIX + name.upper()
-    found = [("", "configuration")]  # a service's own override, say
+    found = [("", "")]
     for path, sections in parsed:
         if sections is None:  # a pipe, which may have
             found.append(("", path))
@@ -288,7 +300,7 @@ def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
                 found.append((options[name][-1], path))
     if variable in os.environ:
         found.append((os.environ[variable], f"environment variable {variable}"))
-    return _invalid(name, *found[-1], cause)
+    return found[-1]
 
 
 def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:

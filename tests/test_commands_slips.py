@@ -101,6 +101,20 @@ def test_unknown_model_type_in_a_file_names_file_and_option(omni, tmp_path):
     assert "Available values: auto, llm, diffusion" in line
 
 
+def test_a_misspelt_model_type_names_the_file_that_sets_it_not_a_later_one(omni, tmp_path):
+    conf_d = tmp_path / "conf.d"
+    conf_d.mkdir()
+    (conf_d / "10-model.conf").write_text("[serve_backends]\nmodel_type = ehco\n")
+    (conf_d / "20-timeouts.conf").write_text("[serve_backends]\ndetect_timeout = 5\n")
+    served = run_serve(["--config-dir", str(conf_d), "m"], omni.environ())
+    assert served.returncode == 2
+    [line] = served.error_lines
+    assert f"[serve_backends] model_type in {conf_d / '10-model.conf'}; correct it" in line
+    listed = run_cli(omni, "list", "--config-dir", str(conf_d))
+    [line] = [line for line in listed.stderr.splitlines() if "'ehco'" in line]
+    assert f"[serve_backends] model_type, set in {conf_d / '10-model.conf'})" in line
+
+
 def test_command_line_model_type_errors_stay_as_sglang_words_them(omni, tmp_path):
     path = conf(tmp_path, "[serve_backends]\nmodel_type = ehco\n")
     for args in (["m"], ["--config-file", str(path), "m"]):

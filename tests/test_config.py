@@ -489,3 +489,19 @@ def test_an_empty_path_is_not_found_as_oslo_config_finds_none(tmp_path, monkeypa
     with pytest.raises(ConfigurationError) as info:
         config.load_settings(**{given: [""]})
     assert str(info.value) == f"Configuration {what} not found: ''"
+
+
+def test_each_option_is_said_to_be_set_in_the_file_that_sets_it(tmp_path):
+    """Not in the last file holding the group (oslo.config's location), nor at its default
+    when the group is spelt in capitals (which oslo.config reads)."""
+    conf_d = tmp_path / "conf.d"
+    model = write(conf_d / "10-model.conf", "[serve_backends]\nmodel_type = omni\n")
+    timeouts = write(conf_d / "20-timeouts.conf", "[serve_backends]\ndetect_timeout = 5\n")
+    shouted = write(tmp_path / "shouted.conf", "[SERVE_BACKENDS]\nload_timeout = 7\n")
+    settings = config.load_settings(config_dirs=[str(conf_d)], config_files=[str(shouted)])
+    assert (settings.model_type, settings.detect_timeout, settings.load_timeout) == ("omni", 5, 7)
+    assert {name: settings.set_in(name) for name in ("model_type", "detect_timeout")} == {
+        "model_type": str(model),
+        "detect_timeout": str(timeouts),
+    }
+    assert settings.describe("load_timeout") == f"[serve_backends] load_timeout, set in {shouted}"
