@@ -62,6 +62,8 @@ def test_global_options_may_come_before_the_command(omni, tmp_path):
     [
         ("[serve_backends]\nmodel_typ = omni\n", "did you mean 'model_type'?"),
         ("[serve_backend]\nmodel_type = omni\n", "did you mean 'serve_backends'?"),
+        # oslo.config reads option names as written: capitals are a misspelling too.
+        ("[serve_backends]\nMODEL_TYPE = omni\n", "did you mean 'model_type'?"),
     ],
 )
 def test_misspelt_file_names_warn_in_commands_and_serve(omni, tmp_path, body, phrase):
