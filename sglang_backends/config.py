@@ -235,7 +235,8 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
     for opt in _OPTS:
         try:
             values[opt.dest] = conf[_GROUP][opt.dest]
-        except cfg.Error as exc:  # a value its type refuses, a $substitution naming nothing
+        # A value its type refuses, a $substitution naming nothing or referring back to it.
+        except (cfg.Error, RecursionError) as exc:
             problems.append(_refused(opt.dest, exc, parsed))
             values[opt.dest] = opt.default
             continue
@@ -281,7 +282,9 @@ def _invalid(name: str, text: str, where: str, cause: object) -> str:
 def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
     """The error for option *name*, refused with *exc*, and where it was set."""
     # oslo.config raises its source error while handling the type's ValueError: the cause.
-    cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
+    cause: object = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
+    if isinstance(exc, RecursionError):  # oslo.config substitutes until the stack runs out
+        cause = "its $ substitutions refer back to it; write $$ for a literal $"
     value, where = _set_by(name, parsed)
     return _invalid(name, value, where or "configuration", cause)  # a service's override, say
 

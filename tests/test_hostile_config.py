@@ -232,3 +232,34 @@ def test_an_empty_path_is_refused_never_the_working_directory(recorder, tmp_path
     )
     assert "nowhere" not in result.stderr and "Traceback" not in result.stderr
     assert not record.exists() and result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["serve", "list"])
+def test_a_substitution_referring_back_to_its_option_is_one_line_each(recorder, tmp_path, command):
+    env, record = recorder
+    path = tmp_path / "loop.conf"
+    path.write_text(
+        "[serve_backends]\nmodel_type = $model_type\n"
+        "enabled_backends = $disabled_backends\ndisabled_backends = $enabled_backends\n"
+    )
+    args = ["m", "--model-type", "recorder"] if command == "serve" else []
+    result = subprocess.run(
+        [CLI, command, "--config-file", str(path), *args],
+        env=clean_environ(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "recursion" not in result.stderr
+    lines = result.stderr.splitlines()
+    for option, value in [
+        ("model_type", "$model_type"),
+        ("enabled_backends", "$disabled_backends"),
+        ("disabled_backends", "$enabled_backends"),
+    ]:
+        [line] = [line for line in lines if f"[serve_backends] {option} in" in line]
+        assert f"Invalid value '{value}' for option [serve_backends] {option} in {path}" in line
+        assert line.endswith("its $ substitutions refer back to it; write $$ for a literal $")
+    assert not record.exists()
