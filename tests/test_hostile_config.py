@@ -132,9 +132,15 @@ def _unprivileged() -> tuple[str, ...]:
 
 
 def run_unprivileged(env, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_in(None, env, *args, prefix=_unprivileged())
+
+
+def run_in(cwd, env, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run ``sglang-backends ARGS`` in directory *cwd* (``None``: this one), after *prefix*."""
     return subprocess.run(
-        [*_unprivileged(), CLI, *args],
+        [*prefix, CLI, *args],
         env=clean_environ(env),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -217,15 +223,7 @@ def test_an_empty_path_is_refused_never_the_working_directory(recorder, tmp_path
     work = tmp_path / "work"
     work.mkdir()
     (work / "stray.conf").write_text("[serve_backends]\nmodel_type = nowhere\n")
-    result = subprocess.run(
-        [CLI, *(flag if arg == "FLAG" else arg for arg in args)],
-        env=clean_environ(env),
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_in(work, env, *(flag if arg == "FLAG" else arg for arg in args))
     assert result.returncode == 2, result.stderr
     assert f"{flag} expects a value" in result.stderr or f"argument {flag}: expects a value" in (
         result.stderr
@@ -243,14 +241,7 @@ def test_a_substitution_referring_back_to_its_option_is_one_line_each(recorder, 
         "enabled_backends = $disabled_backends\ndisabled_backends = $enabled_backends\n"
     )
     args = ["m", "--model-type", "recorder"] if command == "serve" else []
-    result = subprocess.run(
-        [CLI, command, "--config-file", str(path), *args],
-        env=clean_environ(env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_in(tmp_path, env, command, "--config-file", str(path), *args)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "recursion" not in result.stderr
     lines = result.stderr.splitlines()
