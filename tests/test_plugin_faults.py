@@ -34,6 +34,13 @@ class Unprintable(Exception):
         raise RuntimeError("no message for you")
 
 
+class Unshowable:
+    def __repr__(self):
+        raise RuntimeError("no text for you")
+
+    __str__ = __repr__
+
+
 def misbehave(place):
     if not WHAT.startswith(place + ":"):
         return
@@ -219,6 +226,23 @@ def test_sys_exit_with_a_message_from_run_prints_it_and_ends_with_1(culprit):
     )
     assert result.returncode == python_exit_status("'out of memory'") == 1
     assert "out of memory" in result.stderr.splitlines()
+
+
+def test_sys_exit_with_an_object_that_cannot_be_shown(culprit):
+    """From run(), as Python ends with it: nothing printed, status 1; while loading, the
+    failed load names the object's type."""
+    served = run_serve(
+        ["m", "--model-type", "culprit"], environ(culprit, "run:exit", "Unshowable()")
+    )
+    assert served.returncode == 1, served.stderr
+    assert "Traceback" not in served.stderr and "no text for you" not in served.stderr
+    env = {"WHAT": "factory:exit", "CODE": "Unshowable()"}
+    shown = run_cli(culprit, "show", "culprit", env=env)
+    assert shown.returncode == 1, shown.stderr
+    assert shown.stderr.splitlines() == [
+        "Failed to load serve backend 'culprit' from culprit-rt: "
+        "plugin called sys.exit(<Unshowable>) while loading"
+    ]
 
 
 # -- the culprit --------------------------------------------------------------------

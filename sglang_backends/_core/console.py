@@ -72,8 +72,14 @@ def note(prog: str, text: object) -> None:
 
 def say(text: object) -> None:
     """Write *text* to stderr as it is but escaped, a line per line (``sys.exit``'s message,
-    a ``--debug`` traceback)."""
-    _write_lines(printable(line) for line in str(text).splitlines())
+    a ``--debug`` traceback); nothing when it cannot be made text, as Python prints nothing
+    for a ``sys.exit`` object whose ``__str__`` raises.
+    """
+    try:
+        lines = str(text).splitlines()
+    except Exception:  # noqa: BLE001 - plugin code's object
+        return
+    _write_lines(printable(line) for line in lines)
 
 
 def show(text: str) -> None:

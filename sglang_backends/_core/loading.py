@@ -95,10 +95,18 @@ def _cause(exc: BaseException) -> str:
     another ``BaseException`` by its type, an exception by its message.
     """
     if isinstance(exc, SystemExit):
-        return f"plugin called sys.exit({exc.code!r}) while loading"
+        return f"plugin called sys.exit({_shown(exc.code)}) while loading"
     if isinstance(exc, AssertionError):
         return describe_typed(exc)
     return describe_raised(exc, "plugin code")
+
+
+def _shown(code: object) -> str:
+    """``repr(code)``, or ``<Type>`` when plugin code gave it a ``__repr__`` that raises."""
+    try:
+        return repr(code)
+    except Exception:  # noqa: BLE001 - plugin code's object
+        return f"<{type(code).__name__}>"
 
 
 class _GuardedEntryPoint(EntryPoint):
