@@ -378,7 +378,7 @@ def _unknown(parsed: _Parsed) -> Iterator[str]:
             if section.lower() == _GROUP:  # oslo.config folds group names to lower case
                 yield from (
                     f"Ignoring unknown option {option!r} in [{_GROUP}] of {path}"
-                    f"{did_you_mean(option.lower(), known)} Known options: {', '.join(known)}."
+                    f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
                     for option in options
                     if option not in known
                 )

@@ -181,10 +181,14 @@ def meant(close: str | None) -> str:
 
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers.
-    Never *name* itself: it was refused (``auto`` asked of the registry).
+    Case is ignored (``ECHO`` is offered ``echo``), but never *name* itself is offered: it
+    was refused (``auto`` asked of the registry).
     """
     import difflib  # with heapq, about a millisecond the contract and the help need not pay
 
-    others = [known_name for known_name in known if known_name != name]
-    close = difflib.get_close_matches(name, others, n=1, cutoff=0.6)
-    return close[0] if close else None
+    others: dict[str, str] = {}  # each lower-cased name, and the first name it comes from
+    for known_name in known:
+        if known_name != name:
+            others.setdefault(known_name.lower(), known_name)
+    close = difflib.get_close_matches(name.lower(), list(others), n=1, cutoff=0.6)
+    return others[close[0]] if close else None

@@ -416,6 +416,16 @@ def test_a_name_close_to_none_gets_no_suggestion():
     assert did_you_mean("zzzzzz", ["auto", "llm", "diffusion"]) == "."
 
 
+def test_a_name_in_other_case_is_offered_the_name_but_a_name_never_itself(site, install_backend):
+    from sglang_backends.errors import did_you_mean
+
+    assert did_you_mean("ECHO", ["auto", "echo"]) == "; did you mean 'echo'?"
+    assert did_you_mean("auto", ["auto", "llm"]) == "."  # refused as it is: no fix to offer
+    install_backend("omni-runtime", "omni")
+    served = run_serve(["m", "--model-type", "OMNI"], site.environ())
+    assert "Unknown serve backend 'OMNI'; did you mean 'omni'?" in served.stderr, served.stderr
+
+
 ARGV_RECORDER = """
 import argparse
 from sglang_backends import ServeBackend
