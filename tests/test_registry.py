@@ -398,6 +398,18 @@ def test_plugin_outside_enabled_list_is_never_imported(install_backend):
     assert off not in sys.modules
 
 
+def test_a_dist_name_in_a_list_is_offered_its_backend_name(install_backend, registry_warnings):
+    """The lists take backend names: ``on-runtime:on`` there selects nothing, and says which
+    name was meant."""
+    install_backend("on-runtime", "on")
+    registry = ServeBackendRegistry(default_builtins(), enabled=["on-runtime:on"])
+    assert registry.available_names == ("llm", "diffusion")
+    [message] = [
+        r.getMessage() for r in registry_warnings.records if r.name.startswith("sglang_backends")
+    ]
+    assert "'on-runtime:on' in the enabled list is not installed; did you mean 'on'?" in message
+
+
 def test_empty_enabled_list_allows_no_plugin(install_backend):
     install_backend("on-runtime", "on")
     registry = ServeBackendRegistry(default_builtins(), enabled=[])

@@ -365,11 +365,12 @@ def warn_unknown_selection(
                 unknown[label].append(name)
                 if listed is None:
                     listed = ", ".join(sorted(installed)) or "none"
+                dist, plain = split_qualified_name(name)  # the lists take no DIST:NAME
                 LOG.warning(
                     "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
                     name,
                     label,
-                    did_you_mean(name, installed),
+                    meant(plain) if dist and plain in installed else did_you_mean(name, installed),
                     listed,
                     f" (check {origin})" if origin else "",
                 )
