@@ -29,6 +29,7 @@ from sglang_backends.errors import (
     DisabledBackendError,
     UnknownBackendError,
     did_you_mean,
+    refuse_string,
     set_in_configuration,
 )
 
@@ -156,8 +157,7 @@ def load_settings(
     """
     _check_pairs(args)
     for label, paths in (("config_files", config_files), ("config_dirs", config_dirs)):
-        if isinstance(paths, str):  # else each letter would be a path
-            raise ConfigurationError(f"{label} must be a sequence of paths, not a string")
+        refuse_string(paths, f"{label} must be a sequence of paths")
     settings, problems = read_settings([*args, *_args(config_files, config_dirs)])
     if problems:
         raise ConfigurationError("\n".join(problems))

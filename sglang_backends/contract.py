@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
 from sglang_backends._core.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
-from sglang_backends.errors import ConfigurationError
+from sglang_backends.errors import refuse_string
 
 __all__ = [
     "RESERVED_SERVE_BACKEND_NAMES",
@@ -92,8 +92,7 @@ class ServeRequest:
         :raises ConfigurationError: *argv* is a string, not a sequence of
             arguments (a ``TypeError`` too).
         """
-        if isinstance(argv, str):  # else each letter would be an argument
-            raise ConfigurationError("argv must be a sequence of arguments, not a string")
+        refuse_string(argv, "argv must be a sequence of arguments")
         from sglang_backends._serve import argv as dispatch  # not on a plugin's import path
 
         return cls(*dispatch.request_fields(dispatch.parse_host_options(argv).argv))

@@ -7,7 +7,8 @@ against SGLang keeps catching it. Errors carry the backend ``name`` and
 a default) to cross processes. ``__all__`` is the exceptions, which the
 package exports as they are; :func:`describe`, :func:`describe_typed`,
 :func:`describe_raised`, :func:`did_you_mean`, :func:`meant` and :func:`closest`,
-the one wording of a cause, :func:`set_in_configuration`, of a configured name, and
+the one wording of a cause, :func:`set_in_configuration`, of a configured name,
+:func:`refuse_string`, of a string given for a collection, and
 :func:`backend_named`, of the backend concerned, are internal.
 """
 
@@ -98,6 +99,16 @@ class ConfigurationError(ServeBackendError, ValueError, TypeError):
     disabled list given as a string: a ``TypeError`` too); or ``serve``'s command line is
     (exit status 2).
     """
+
+
+def refuse_string(value: object, wanted: str) -> None:
+    """Refuse *value* if it is a string where *wanted* says a collection is (``argv must be a
+    sequence of arguments``): iterated, each of its letters would be taken as an item.
+
+    :raises ConfigurationError: ``WANTED, not a string`` (a ``TypeError`` too).
+    """
+    if isinstance(value, str):
+        raise ConfigurationError(f"{wanted}, not a string")
 
 
 def set_in_configuration(

@@ -29,6 +29,7 @@ from sglang_backends.errors import (
     closest,
     did_you_mean,
     meant,
+    refuse_string,
 )
 
 if TYPE_CHECKING:
@@ -175,8 +176,7 @@ def check_lists(
             f"Reserved serve backend names cannot be used: {', '.join(reserved)}"
         )
     for label, names in (("enabled", enabled), ("disabled", disabled), ("preferred", preferred)):
-        if isinstance(names, str):
-            raise ConfigurationError(f"{label} must be a collection of backend names, not a string")
+        refuse_string(names, f"{label} must be a collection of backend names")
 
 
 def classify(

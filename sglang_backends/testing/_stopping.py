@@ -21,7 +21,7 @@ from sglang_backends._core import processes, tree
 from sglang_backends._core.signals import signal_name
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import sglang_installed
-from sglang_backends.errors import ConfigurationError, did_you_mean
+from sglang_backends.errors import ConfigurationError, did_you_mean, refuse_string
 from sglang_backends.testing._conformance import ContractViolation, SGLangNotCheckedWarning
 
 #: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
@@ -76,10 +76,8 @@ def assert_stops_cleanly(
     :returns: each host's exit status.
     """
     __tracebackhide__ = True
-    if isinstance(argv, str):  # else each letter would be an argument
-        raise ConfigurationError("argv must be a sequence of arguments, not a string")
-    if isinstance(hosts, str):
-        raise ConfigurationError("hosts must be a collection of host names, not a string")
+    refuse_string(argv, "argv must be a sequence of arguments")
+    refuse_string(hosts, "hosts must be a collection of host names")
     chosen = tuple(installed_hosts() if hosts is None else hosts)
     for host in chosen:
         if host not in HOSTS:
