@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import enum
 import functools
+import math
 import os
 import tempfile
 import threading
@@ -173,14 +174,13 @@ def _spread(
 
 
 def _loaded(load: Callable[[], _T], name: str) -> _T:
-    """What *load* returns, called in a worker thread, as automatic detection loads, and awaited
-    here: whatever the plugin raises there, ``KeyboardInterrupt`` too, is its failure (no
-    signal unwinds a worker), while the user's Ctrl+C still interrupts the wait.
+    """What *load* returns, called on a worker thread as automatic detection loads (without its
+    bound), and awaited here: whatever the plugin raises there, ``KeyboardInterrupt`` too, is
+    its failure (no signal unwinds a worker), while the user's Ctrl+C still interrupts the wait.
     """
     __tracebackhide__ = True
     run = TimedRun(load, f"load-{name}")
-    threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
-    run.wait()
+    run_each([run], timeout=math.inf)
     if run.error is not None:  # without the worker's frames (the kit's); its cause has the plugin's
         raise run.error.with_traceback(None)
     return cast(_T, run.value)
