@@ -17,6 +17,7 @@ import sglang_backends
 from sglang_backends._core import console
 from sglang_backends._core.findings import shadowed_text, unmet_text
 from sglang_backends._core.processes import StopSignals
+from sglang_backends._core.selection import unknown_backend
 from sglang_backends._operators.commands.base import (
     ENABLED,
     SelectionOptions,
@@ -24,6 +25,7 @@ from sglang_backends._operators.commands.base import (
     plugin_row,
 )
 from sglang_backends._operators.commands.listing import BACKEND_COLUMNS
+from sglang_backends.errors import UnknownBackendError
 
 #: list's columns (the rows are the same), then what loading the backend tells, then
 #: what the metadata foretells.
@@ -103,7 +105,12 @@ class ShowBackend(SelectionOptions, ShowOne):
         started = time.perf_counter()
         # Stop signals watched, a plugin's own KeyboardInterrupt is its failed load, as in serve.
         with _output_to_stderr(), _stopping_what_it_starts(), StopSignals():
-            registered = registry.get(parsed_args.name)
+            try:
+                registered = registry.get(parsed_args.name)
+            except UnknownBackendError:
+                # serve's values but auto, which names no backend to show
+                names = inventory.available_names
+                raise unknown_backend(parsed_args.name, names, inventory, selected=True) from None
             seconds = round(time.perf_counter() - started, 4)
             backend = registered.backend
             plugin = registry.plugin_of(registered)
