@@ -197,6 +197,9 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     """
     import difflib  # with heapq, about a millisecond the contract and the help need not pay
 
+    if not isinstance(name, str):  # not a name (``get(None)``): nothing is close to it
+        return None
+
     others: dict[str, str] = {}  # each lower-cased name, and the first name it comes from
     for known_name in known:
         if known_name != name:

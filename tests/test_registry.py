@@ -157,6 +157,15 @@ def test_auto_asked_of_get_is_unknown_as_upstream_words_it_without_offering_itse
     )
 
 
+@pytest.mark.parametrize("name", [5, None, b"omni"])
+def test_a_name_that_is_no_string_is_unknown_as_upstream_says(install_backend, name):
+    """Upstream looks any value up and answers unknown: so does get(), without a suggestion."""
+    install_backend("omni-runtime", "omni")
+    with pytest.raises(UnknownBackendError) as info:
+        ServeBackendRegistry(default_builtins())[name]
+    assert str(info.value).startswith(f"Unknown serve backend {name!r}. Available values: auto,")
+
+
 # -- reserved names and duplicates ---------------------------------------------
 
 

@@ -295,6 +295,8 @@ def split_qualified_name(name: str) -> tuple[str | None, str]:
     At the first colon: a distribution name cannot hold one (PEP 508), an entry
     point's name can (``dist-a:ns:omni`` is ``ns:omni`` from ``dist-a``).
     """
+    if not isinstance(name, str):  # not a name at all (``get(None)``): unknown, as upstream
+        return None, name
     dist, colon, backend = name.partition(":")
     if not colon or not dist:  # no colon, or nothing before it
         return None, name
