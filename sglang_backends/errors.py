@@ -190,7 +190,7 @@ def meant(close: str | None) -> str:
     return f"; did you mean {close!r}?" if close else "."
 
 
-def closest(name: str, known: Iterable[str]) -> str | None:
+def closest(name: object, known: Iterable[str]) -> str | None:
     """The one of *known* closest to *name*, if any is close: what :func:`did_you_mean` offers.
     Case is ignored (``ECHO`` is offered ``echo``), but never *name* itself is offered: it
     was refused (``auto`` asked of the registry).

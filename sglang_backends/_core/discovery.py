@@ -289,14 +289,15 @@ def normalize_distribution(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def split_qualified_name(name: str) -> tuple[str | None, str]:
+def split_qualified_name(name: object) -> tuple[str | None, str]:
     """Split ``DIST:NAME`` into ``(DIST, NAME)``; a plain name gives ``(None, NAME)``.
 
     At the first colon: a distribution name cannot hold one (PEP 508), an entry
-    point's name can (``dist-a:ns:omni`` is ``ns:omni`` from ``dist-a``).
+    point's name can (``dist-a:ns:omni`` is ``ns:omni`` from ``dist-a``). A value that is
+    no string (``get(None)``) names nothing: ``(None, "")``.
     """
-    if not isinstance(name, str):  # not a name at all (``get(None)``): unknown, as upstream
-        return None, name
+    if not isinstance(name, str):  # unknown, as upstream answers it
+        return None, ""
     dist, colon, backend = name.partition(":")
     if not colon or not dist:  # no colon, or nothing before it
         return None, name
