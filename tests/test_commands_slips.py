@@ -367,16 +367,6 @@ def test_a_mistyped_backend_name_gets_the_closest_name_and_status_2_everywhere(o
     assert all("did you mean 'omni'?" in line for line in warned)
 
 
-def test_show_offers_no_auto_which_it_cannot_show(omni):
-    """auto is serve's value, never a backend: show neither offers nor lists it."""
-    for name in ("auto", "AUTO"):
-        shown = run_cli(omni, "show", name)
-        assert shown.returncode == 2, shown.stderr
-        [line] = shown.stderr.strip().splitlines()
-        assert line.startswith(f"Unknown serve backend {name!r}. Available values: llm, ")
-        assert "auto" not in line.split("Available values:")[1], line
-
-
 def test_a_name_close_to_a_disabled_plugin_names_it_and_why(omni, tmp_path):
     """--model-type omin with omni disabled: the suggestion says omni exists and where it is off."""
     path = conf(tmp_path, "[serve_backends]\ndisabled_backends = omni\n")

@@ -108,7 +108,7 @@ def test_show_picks_one_provider_of_a_duplicate(omni):
     [
         (
             ["nope"],
-            "Unknown serve backend 'nope'. Available values: auto, llm, diffusion, {plugins}.",
+            "Unknown serve backend 'nope'. Available values: llm, diffusion, {plugins}.",
             2,
         ),
         (
@@ -122,12 +122,9 @@ def test_show_picks_one_provider_of_a_duplicate(omni):
             1,
         ),
         (["broken"], "Failed to load serve backend 'broken' from broken-runtime: boom", 1),
-        # Not a backend but serve's request for detection; never offered as its own fix.
-        (
-            ["auto"],
-            "Unknown serve backend 'auto'. Available values: auto, llm, diffusion, {plugins}.",
-            2,
-        ),
+        # Not a backend but serve's request for detection: neither listed nor offered.
+        (["auto"], "Unknown serve backend 'auto'. Available values: llm, diffusion, {plugins}.", 2),
+        (["AUTO"], "Unknown serve backend 'AUTO'. Available values: llm, diffusion, {plugins}.", 2),
     ],
 )
 def test_show_errors_are_one_line(omni, args, phrase, status, preinstalled):
@@ -250,3 +247,48 @@ def test_show_leaves_nothing_the_plugin_started_running(site, tmp_path):
     alive = [p for p in map(int, started) if psutil.pid_exists(p)]
     alive = [p for p in alive if psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+
+
+#: A factory that starts a child, holding the output, which starts a grandchild.
+STARTS_A_SERVER = """
+import os
+import subprocess
+import sys
+
+from sglang_backends import ServeBackend
+
+LINGER = (
+    "import os, subprocess, time; grandchild = subprocess.Popen(['sleep', '300']); "
+    "open(os.environ['PIDS'] + '.2', 'w').write(str(grandchild.pid)); time.sleep(300)"
+)
+
+
+def factory():
+    child = subprocess.Popen([sys.executable, "-c", LINGER])
+    with open(os.environ["PIDS"], "w") as pids:
+        pids.write(str(child.pid))
+    return ServeBackend(api_version=1, run=lambda request: print("usage: started"))
+"""
+
+
+def test_a_backends_help_leaves_nothing_the_plugin_started_as_it_loaded(site, tmp_path):
+    """Its help runs unsupervised, as in SGLang; what the plugin started at load, holding
+    the help's output (| less waits for it), is killed with its own children once the help
+    is written."""
+    psutil = pytest.importorskip("psutil")
+    site.install(
+        "server-runtime",
+        entry_points={"server": "server_plugin:factory"},
+        modules={"server_plugin.py": STARTS_A_SERVER},
+    )
+    pids = tmp_path / "pids"
+    args = ("serve", "--model-type", "server", "--help")
+    result = run_cli(site, *args, env={"PIDS": str(pids)}, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "usage: started\n"
+    started = [int(pids.read_text())]
+    grandchild = tmp_path / "pids.2"
+    if grandchild.exists():  # unless the child was killed before it started one
+        started.append(int(grandchild.read_text()))
+    alive = [p for p in started if psutil.pid_exists(p)]
+    assert [p for p in alive if psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []

@@ -14,7 +14,8 @@ import os
 import signal
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, NoReturn
 
 from sglang_backends._core import console
@@ -170,3 +171,43 @@ def from_signal(exc: BaseException) -> bool:
     if not watching:
         return isinstance(exc, KeyboardInterrupt)
     return any(stops.signum is not None for stops in watching)
+
+
+@contextlib.contextmanager
+def stopping_what_it_starts(*, adopt: bool) -> Iterator[None]:
+    """Kill every process this one has once plugin code ran meanwhile, so that none
+    outlives the command holding its output: ``show`` and a backend's help load a plugin
+    in the command's own process, which has none of its own.
+
+    :param adopt: adopt orphans from now on (Linux), so that a daemonised process is killed
+        too (``show``). Without, psutil is imported only if a child is left, and a daemonised
+        process escapes: a backend's help stays as lean as SGLang's.
+    """
+    walker = _tree() if adopt else None
+    if walker is not None:
+        walker.become_subreaper()
+    try:
+        yield
+    finally:
+        if walker is not None or _has_children():
+            walker = walker or _tree()
+            walker.stop_tree(walker.descendants, 0)
+
+
+def _tree() -> ModuleType:
+    """:mod:`sglang_backends._core.tree`, which imports psutil: only to stop processes."""
+    from sglang_backends._core import tree
+
+    return tree
+
+
+def _has_children() -> bool:
+    """Whether this process has a child, running or exited, asked of the kernel (``waitid``,
+    reaping none); where Python offers no ``waitid``, as if it had."""
+    if not hasattr(os, "waitid"):
+        return True
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True

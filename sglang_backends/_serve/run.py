@@ -210,8 +210,9 @@ def backend_help(host: ServeArguments, settings: Settings) -> int | None:
     the exit status its ``SystemExit`` asks for.
     """
     request = _request(host)
-    # Watched, so that a plugin's own KeyboardInterrupt is told from the user's Ctrl+C.
-    with processes.StopSignals():
+    # Watched, so that a plugin's own KeyboardInterrupt is told from the user's Ctrl+C; the
+    # children a plugin starts are killed after, so that none holds the help's output (| less).
+    with processes.stopping_what_it_starts(adopt=False), processes.StopSignals():
         registry = ServeBackendRegistry.from_settings(settings)
         registered = _get(registry, settings)
         # The backend prints its own help: no model path check, no cleanup.

@@ -16,7 +16,7 @@ from cliff.show import ShowOne
 import sglang_backends
 from sglang_backends._core import console
 from sglang_backends._core.findings import shadowed_text, unmet_text
-from sglang_backends._core.processes import StopSignals
+from sglang_backends._core.processes import StopSignals, stopping_what_it_starts
 from sglang_backends._core.selection import unknown_backend
 from sglang_backends._operators.commands.base import (
     ENABLED,
@@ -104,7 +104,7 @@ class ShowBackend(SelectionOptions, ShowOne):
         registry = sglang_backends.ServeBackendRegistry.from_settings(settings, inventory=inventory)
         started = time.perf_counter()
         # Stop signals watched, a plugin's own KeyboardInterrupt is its failed load, as in serve.
-        with _output_to_stderr(), _stopping_what_it_starts(), StopSignals():
+        with _output_to_stderr(), stopping_what_it_starts(adopt=True), StopSignals():
             try:
                 registered = registry.get(parsed_args.name)
             except UnknownBackendError:
@@ -135,22 +135,6 @@ class ShowBackend(SelectionOptions, ShowOne):
         )
         [safe] = self.safe_rows(parsed_args, [values])
         return FIELDS, safe
-
-
-@contextlib.contextmanager
-def _stopping_what_it_starts() -> Iterator[None]:
-    """Kill, as check's workers do, every process the plugin starts while it loads, a
-    daemonised one too (this process adopts orphans from now on), so that none outlives
-    show holding its output; processes this one had started before are left alone.
-    """
-    from sglang_backends._core import tree  # psutil: only once a plugin is to be loaded
-
-    tree.become_subreaper()
-    before = set(tree.descendants())
-    try:
-        yield
-    finally:
-        tree.stop_tree(lambda: [p for p in tree.descendants() if p not in before], 0)
 
 
 @contextlib.contextmanager
