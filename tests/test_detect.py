@@ -155,11 +155,17 @@ def test_a_configured_name_serve_refuses_gets_serves_message_and_status(detector
         assert detect.stdout == ""
 
 
-def test_bad_model_type_in_the_request_is_a_usage_error_as_in_serve(detectors):
-    result = run_cli(detectors, "detect", "/m/omni", "--model-type", "a/b")
-    assert result.returncode != 0
-    assert "is not a backend name" in result.stderr
-    assert "Traceback" not in result.stderr
+@pytest.mark.parametrize(
+    ("value", "phrase"),
+    [("a/b", "Unknown serve backend 'a/b'."), ("", "--model-type needs a backend name")],
+)
+def test_bad_model_type_in_the_request_is_a_usage_error_as_in_serve(detectors, value, phrase):
+    detect = run_cli(detectors, "detect", "/m/omni", "--model-type", value)
+    serve = run_cli(detectors, "serve", "/m/omni", "--model-type", value)
+    for result in (detect, serve):
+        assert result.returncode == 2, result.stderr
+        assert phrase in result.stderr
+        assert "Traceback" not in result.stderr
 
 
 def test_default_bound_follows_the_load_and_detect_timeouts(detectors, tmp_path):

@@ -140,8 +140,8 @@ def test_debug_raises_the_log_level(recorder):
     [
         (["m", "--model-type"], "--model-type expects a value"),
         (["m", "--model-type="], "empty value"),
-        (["m", "--model-type", "org/x"], "not a backend name"),
-        (["m", "--model-type", "a b"], "not a backend name"),
+        (["m", "--model-type", "org/x"], "Unknown serve backend 'org/x'. Available values: "),
+        (["m", "--model-type", "a b"], "Unknown serve backend 'a b'. Available values: "),
     ],
 )
 def test_bad_model_type_is_a_usage_error(recorder, args, phrase):
@@ -362,3 +362,16 @@ def test_plugin_whose_distribution_has_no_name_is_never_called_built_in(site):
     warnings = [line for line in result.stderr.splitlines() if "its METADATA is" in line]
     assert len(warnings) == 1, result.stderr
     assert str(info) in warnings[0]
+
+
+@pytest.mark.parametrize("name", ["my model", "org/omni", "-dashed"])
+def test_a_plugin_whatever_its_name_is_served_by_it_as_upstream_routes(site, name):
+    """Upstream leaves names to the registry: an entry point named with a space, a slash or
+    a leading hyphen is served when --model-type gives that name."""
+    site.install(
+        "odd-dist",
+        entry_points={name: "quiet_plugin:factory"},
+        modules={"quiet_plugin.py": QUIET},
+    )
+    line = single_error(run_serve(["m", f"--model-type={name}"], site.environ()), 1)
+    assert line.endswith(f"serve backend {name!r} (from odd-dist) failed: EngineGone")

@@ -10,7 +10,6 @@ and the operator commands as well.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -18,9 +17,6 @@ from sglang_backends._core.names import AUTO, FALLBACK_BACKEND, HELP_FLAGS
 from sglang_backends.errors import ConfigurationError
 
 _MODEL_PATH_OPTIONS = ("--model-path", "--model")
-# Never in a backend name (an entry point's, optionally as DIST:NAME): an option's leading
-# hyphen, a path's slash or backslash, white space.
-_INVALID_NAME = re.compile(r"^-|[/\\\s]")
 
 
 class ServeOption(NamedTuple):
@@ -87,17 +83,6 @@ class ServeArguments(NamedTuple):
     argv: tuple[str, ...]
 
 
-def _check_model_type(value: str) -> str:
-    if not value:
-        raise ConfigurationError("--model-type needs a backend name, got an empty value")
-    if _INVALID_NAME.search(value):
-        raise ConfigurationError(
-            f"--model-type {value!r} is not a backend name "
-            "(expected auto, NAME or DIST:NAME, without '/' or spaces)"
-        )
-    return value
-
-
 def _arguments(
     argv: Sequence[str],
 ) -> Iterator[tuple[ServeOption | None, str | None, Sequence[str]]]:
@@ -130,14 +115,13 @@ def parse_host_options(argv: Sequence[str]) -> ServeArguments:
 
     ``--model-type`` may be given anywhere, as ``--model-type NAME`` or
     ``--model-type=NAME``; when repeated, the last one wins, as with
-    argparse, and only its value must be a backend name, as upstream checks
-    it. ``--config-file`` (repeatable), ``--config-dir`` (repeatable) and
-    ``--debug`` are ``serve``'s only while they lead the command line: from
-    the model or the first other argument on, they are the backend's and
-    are left in place (see :data:`SERVE_OPTIONS`).
+    argparse, and only its value must not be empty, as upstream checks it
+    (the registry knows the names). ``--config-file`` (repeatable),
+    ``--config-dir`` (repeatable) and ``--debug`` are ``serve``'s only while
+    they lead the command line: from the model or the first other argument
+    on, they are the backend's and are left in place (see :data:`SERVE_OPTIONS`).
 
-    :raises ConfigurationError: a dangling or empty option value, or a
-        ``--model-type`` value that cannot be a backend name.
+    :raises ConfigurationError: a dangling or empty option value.
     """
     model_type: str | None = None
     config: list[str] = []
@@ -156,8 +140,8 @@ def parse_host_options(argv: Sequence[str]) -> ServeArguments:
             raise ConfigurationError(f"{option.flags[0]} expects a value")
         else:
             config += [option.flags[0], value]
-    if model_type is not None:
-        model_type = _check_model_type(model_type)
+    if model_type == "":  # any other name is the registry's to know, as upstream defers it
+        raise ConfigurationError("--model-type needs a backend name, got an empty value")
     return ServeArguments(model_type, tuple(config), debug, tuple(rest))
 
 

@@ -303,6 +303,20 @@ def test_a_conflict_is_refused_before_the_general_plugins_run_as_upstream(probe_
     assert logs == {"upstream": [], "ours": []}
 
 
+@pytest.mark.parametrize("name", ["org/probe", "my probe"])
+def test_a_name_with_a_slash_or_a_space_routes_as_upstream(probe_site, tmp_path, name):
+    """Upstream leaves every --model-type value to the registry: so do we."""
+    probe_site.install("odd-backend", entry_points={name: "probe_plugin:backend"})
+    logs = {}
+    for label, command in (("upstream", UPSTREAM), ("ours", OURS)):
+        log = tmp_path / f"{label}.log"
+        env = _environ(PYTHONPATH=probe_site.environ()["PYTHONPATH"], PROBE_LOG=str(log))
+        result = _run([*command, "org/model", "--model-type", name], env)
+        assert result.returncode == 0, (label, result.stderr)
+        logs[label] = log.read_text().splitlines()
+    assert logs["ours"] == logs["upstream"] == ["general plugin", "run --model-path org/model"]
+
+
 # -- one plugin, both hosts: the echo example under both CLIs ------------------
 
 ECHO_MODEL = Path(__file__).resolve().parents[2] / "examples" / "echo-backend" / "models"
