@@ -6,7 +6,9 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
+import traceback
 
 import pytest
 from clitools import CLI, clean_environ, run_cli
@@ -18,6 +20,7 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
 )
+from sglang_backends._core import loading
 from sglang_backends._sglang.builtins import default_builtins
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
@@ -367,3 +370,91 @@ def test_a_load_another_caller_has_claimed_is_awaited_not_timed_out(install_back
         report = registry.explain(REQUEST)
         thread.join()
         assert outcome(report, "racing").verdict.value == "no detector"
+
+
+CYCLE = """\
+import time
+import hub
+from sglang_backends import ServeBackend, ServeBackendDetection
+def factory():
+    time.sleep(0.3)  # both loads under way before either asks for the other
+    hub.REGISTRY.get({wanted!r})
+    return ServeBackend(api_version=1, run=lambda r: None, detect=lambda r: {verdict})
+"""
+
+
+@pytest.fixture
+def cycle(site, install_backend):
+    """Backends ``cya`` and ``cyb``, each of whose factories asks the registry for the other;
+    returns a function making the registry they ask."""
+    site.install("hub", modules={"hub.py": "REGISTRY = None\n"})
+    for name, wanted in (("cya", "cyb"), ("cyb", "cya")):
+        source = CYCLE.format(wanted=wanted, verdict="ServeBackendDetection.NO_MATCH")
+        install_backend(f"{name}-dist", name, module=f"{name}_plugin", source=source)
+    import hub
+
+    def registry(**options):
+        hub.REGISTRY = ServeBackendRegistry(default_builtins(), **options)
+        return hub.REGISTRY
+
+    return registry
+
+
+def test_two_factories_asking_for_each_other_from_two_threads_fail_instead_of_hanging(cycle):
+    """A wait for a load that waits for this thread never ends: it is refused, as when one
+    thread loads both (``get()`` itself is unbounded, so a hang would be for ever)."""
+    registry = cycle()
+    failures = {}
+
+    def get(name):
+        try:
+            registry.get(name)
+        except BackendLoadError as exc:
+            failures[name] = str(exc)
+
+    threads = [threading.Thread(target=get, args=(name,), daemon=True) for name in ("cya", "cyb")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(failures) == ["cya", "cyb"]
+    assert all("asked the registry for it while it was loading" in f for f in failures.values())
+
+
+def test_two_factories_asking_for_each_other_during_detection_are_errors_not_timeouts(
+    cycle, registry_warnings
+):
+    registry = cycle(load_timeout=30)
+    report = registry.explain(REQUEST)
+    assert {outcome(report, name).verdict.value for name in ("cya", "cyb")} == {"error"}
+    with pytest.raises(BackendLoadError, match="asked the registry for it"):
+        registry.get("cya")  # at once: the loads ended
+
+
+def test_a_failed_load_raised_again_and_again_keeps_its_traceback_short(install_backend):
+    """The failure is kept, not retried; each raise starts from its own frames."""
+    install_backend("flaky-runtime", "flaky", source="def factory():\n    assert False, 'no'\n")
+    registry = ServeBackendRegistry(default_builtins())
+    depths = []
+    for _ in range(50):
+        with pytest.raises(BackendLoadError) as raised:
+            registry.get("flaky")
+        depths.append(len(traceback.extract_tb(raised.value.__traceback__)))
+    assert depths[-1] == depths[1], depths
+
+
+def test_a_caller_awaiting_a_load_another_started_hears_it_is_still_loading(
+    install_backend, monkeypatch, caplog
+):
+    monkeypatch.setattr(loading, "SLOW_LOAD_NOTICE", 0.2)
+    install_backend("slow-runtime", "slowpoke", module="slowpoke_plugin", prelude="time.sleep(1)")
+    registry = ServeBackendRegistry(default_builtins())
+    first = threading.Thread(target=registry.get, args=("slowpoke",), daemon=True)
+    first.start()
+    time.sleep(0.1)
+    with caplog.at_level(logging.INFO, logger="sglang_backends"):
+        registry.get("slowpoke")  # awaits the first caller's load
+    first.join(10)
+    stills = [r for r in caplog.records if r.getMessage().startswith("Still loading")]
+    assert len(stills) >= 2, caplog.text  # the first caller's line, and the awaiting one's

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from importlib.metadata import EntryPoint
+from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from sglang_backends._core.detection import (
@@ -252,6 +253,7 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         )
         self.detached = False
         self.thread: threading.Thread | None = None
+        self._frames: TracebackType | None = None
         #: Seconds of running after which :func:`load_each_within` next says it is still loading.
         self.notice_after = SLOW_LOAD_NOTICE
 
@@ -260,6 +262,9 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         without its frames); the user's Ctrl-C goes on."""
         self.thread = threading.current_thread()
         super().run()
+        # Each raise of the kept failure starts again from these frames, not from the last
+        # raise's: a caller retrying a failed backend would otherwise grow it without end.
+        self._frames = None if self.error is None else self.error.__traceback__
         if self.error is not None and not isinstance(self.error, Exception):
             raise self.error
         # A detached load's exceptions lose their tracebacks. Each traceback holds
@@ -273,11 +278,13 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
             seen.add(id(exc))
             exc.__traceback__ = None
             exc = exc.__cause__ or exc.__context__
+        if self.detached:
+            self._frames = None
 
     def result(self) -> RegisteredServeBackend:
         """The loaded backend; raises the load's exception if it failed."""
         if self.error is not None:
-            raise self.error
+            raise self.error.with_traceback(self._frames)
         return cast(RegisteredServeBackend, self.value)
 
 
@@ -285,34 +292,64 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
 Loads = dict[Hashable, BackendLoad]
 
 
+#: The load each thread awaits in :func:`load_once`, to see a wait that would never end.
+_AWAITED: dict[threading.Thread, BackendLoad] = {}
+_AWAITED_LOCK = threading.Lock()
+
+
+def _awaits(load: BackendLoad, thread: threading.Thread) -> bool:
+    """Whether *load* waits, through the loads its thread and theirs await, for *thread*."""
+    seen: set[threading.Thread] = set()
+    runner = load.thread
+    while runner is not None and runner not in seen:
+        if runner is thread:
+            return True
+        seen.add(runner)
+        awaited = _AWAITED.get(runner)
+        runner = None if awaited is None or awaited.finished else awaited.thread
+    return False
+
+
 def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
     """Run *fresh* here unless another caller has claimed its backend's load in *loads*; return
-    the backend, unbounded.
+    the backend, unbounded, saying after :data:`SLOW_LOAD_NOTICE` s that it is still loading.
 
-    :raises BackendLoadError: the load is under way in this very thread
-        (a factory asked the registry for its own backend).
+    :raises BackendLoadError: the load waits for this very thread, which would then wait
+        for it: a factory asked the registry for its own backend, maybe through others'
+        (``a`` asks for ``b``, which asks for ``a``), in this thread or across threads.
     """
     load = loads.setdefault(fresh.key, fresh)  # atomic: one caller claims it
-    if load is fresh:
-        timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, SLOW_LOAD_NOTICE))
-        timer.daemon = True
-        timer.start()
-        try:
-            load.run()
-        except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
-            del loads[load.key]
-            raise
-        finally:
-            timer.cancel()
-    elif not load.finished and load.thread is threading.current_thread():
-        raise BackendLoadError(
-            f"Failed to load {backend_named(load.backend, load.provider)}: its factory asked the "
-            "registry for it while it was loading",
-            name=load.backend,
-            distribution=load.distribution,
-        )
-    load.wait()
+    me = threading.current_thread()
+    if load is not fresh:
+        with _AWAITED_LOCK:  # two threads about to await each other: the second sees it
+            if not load.finished and _awaits(load, me):
+                raise BackendLoadError(
+                    f"Failed to load {backend_named(load.backend, load.provider)}: its factory "
+                    "asked the registry for it while it was loading",
+                    name=load.backend,
+                    distribution=load.distribution,
+                )
+            _AWAITED[me] = load
+    timer = threading.Timer(SLOW_LOAD_NOTICE, _log_slow_wait, (load, time.perf_counter()))
+    timer.daemon = True
+    timer.start()
+    try:
+        if load is fresh:
+            try:
+                load.run()
+            except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
+                del loads[load.key]
+                raise
+        load.wait()
+    finally:
+        timer.cancel()
+        _AWAITED.pop(me, None)
     return load.result()
+
+
+def _log_slow_wait(load: BackendLoad, since: float) -> None:
+    """The "still loading" line for a caller of :func:`load_once`, with the load's own age."""
+    _log_still_loading(load, time.perf_counter() - (load.started or since))
 
 
 def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.Event) -> None:
