@@ -271,7 +271,12 @@ def _where(location: cfg.LocationInfo | None, name: str, parsed: _Parsed) -> str
         return f"environment variable {STOP_TIMEOUT_ENV}"  # see read_settings
     if location.location is cfg.Locations.user and (setter := _set_by(name, parsed)[1]):
         return setter
-    return str(location.detail)
+    if location.detail:
+        return str(location.detail)
+    # A service's own doing, which oslo.config locates nowhere: say which call.
+    if location.location is cfg.Locations.command_line:
+        return "the service's command line"
+    return f"the service's {location.location.name}()"
 
 
 def _invalid(name: str, text: str, where: str, cause: object) -> str:

@@ -328,6 +328,21 @@ def test_select_backend_says_which_file_set_a_model_type_it_refuses(
     ), info.value  # a service has no --model-type to give instead
 
 
+@pytest.mark.parametrize("call", ["set_override", "set_default"])
+def test_select_backend_says_a_service_set_a_model_type_it_refuses(omni, call):
+    """oslo.config locates a service's own override nowhere: the line names the call."""
+    conf = cfg.ConfigOpts()
+    config.register_opts(conf)
+    conf([])
+    getattr(conf, call)("model_type", "omnni", "serve_backends")
+    with pytest.raises(UnknownBackendError) as info:
+        config.select_backend(conf, ServeRequest(argv=(), model_path="/m"))
+    assert str(info.value).endswith(
+        f"It was set by [serve_backends] model_type in the service's {call}(); correct it there."
+    ), info.value
+    assert config.settings_from_conf(conf).located == (("model_type", f"the service's {call}()"),)
+
+
 def test_select_backend_auto_runs_detection(omni, tmp_path):
     conf = service_conf(tmp_path, "[serve_backends]\nmodel_type = auto\n")
     request = ServeRequest(argv=("--model-path", "/models/omni"), model_path="/models/omni")
