@@ -8,7 +8,7 @@ neither plugins nor stevedore.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 
 from sglang_backends import errors
@@ -164,6 +164,10 @@ class ServeBackendRegistry:
     def __getitem__(self, name: str) -> RegisteredServeBackend:
         """``registry[name]`` is :meth:`get`: the backend *name*, loaded on first use."""
         return self.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        """:meth:`names`, as a mapping iterates its keys (``list(registry)``); imports nothing."""
+        return iter(self.available_names)
 
     def __contains__(self, name: object) -> bool:
         """Whether *name* is one of :meth:`names`; imports nothing."""
