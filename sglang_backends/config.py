@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from sglang_backends.registry import ServeBackendRegistry
 
 __all__ = [
+    "Settings",
     "list_opts",
     "load_settings",
     "read_settings",

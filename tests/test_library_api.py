@@ -25,6 +25,7 @@ def test_a_registry_without_arguments_has_sglangs_builtins_then_the_plugins(
     registry = ServeBackendRegistry()
     assert registry.names() == ["llm", "diffusion", *sorted({"acme", *preinstalled})]
     assert "acme" in registry and "nope" not in registry
+    assert list(registry) == registry.names()  # as a mapping iterates its keys
     assert module not in sys.modules  # listing imports no plugin
 
 
@@ -122,3 +123,13 @@ def test_a_failing_progress_callback_is_logged_never_a_plugins_failure(install_b
     assert fresh.get("acme", progress=progress).distribution == "acme-rt"
     assert fresh.get("acme").distribution == "acme-rt"
     assert "the host's own bug" in caplog.text
+
+
+def test_settings_are_public_where_configuration_returns_them(install_backend):
+    """A host builds the Settings from_settings takes without reaching into internals."""
+    from sglang_backends.config import Settings, load_settings
+
+    install_backend("acme-rt", "acme")
+    assert isinstance(load_settings(), Settings)
+    registry = ServeBackendRegistry.from_settings(Settings(disabled=("acme",)))
+    assert "acme" not in registry
