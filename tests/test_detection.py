@@ -18,7 +18,7 @@ from sglang_backends import (
     ServeBackendRegistry,
     ServeRequest,
 )
-from sglang_backends._core.detection import Verdict
+from sglang_backends._core.detection import TimedRun, Verdict
 from sglang_backends._sglang.builtins import default_builtins
 
 REQUEST = ServeRequest(argv=("--model-path", "some/model"), model_path="some/model")
@@ -136,6 +136,7 @@ def test_misbehaving_plugin_is_warned_about_and_skipped(
     assert len(messages) == 1
     assert messages[0].startswith(f"Skipping automatic detection for serve backend {name!r}")
     assert cause in messages[0]
+    assert messages[0].count(f"{name}-runtime") == 1  # the culprit's distribution, once
     outcome = next(o for o in registry.explain(REQUEST).outcomes if o.name == name)
     assert outcome.verdict is Verdict.ERROR
     assert cause in outcome.detail
@@ -305,3 +306,12 @@ def test_each_detector_gets_its_own_copy_of_the_request(site):
     assert report.selected == "llm"
     assert __import__("tampering").SEEN == [(request.argv, "some/model")]
     assert request == REQUEST  # the caller's, which the chosen backend gets, is untouched
+
+
+def test_a_run_that_finished_after_its_bound_overran_however_late_it_is_asked():
+    """Asked once it finished (its caller awaited others first), it is still a timeout: the
+    outcome never depends on how many other plugins there are."""
+    run = TimedRun(lambda: time.sleep(0.3), "late")
+    run.run()
+    assert run.within(1.0)
+    assert not run.within(0.1)

@@ -301,10 +301,11 @@ class TimedRun(Generic[_T]):
 
     def within(self, timeout: float) -> bool:
         """Wait until the run finishes or has run *timeout* s (from now if it has not
-        started); whether it finished.
+        started); whether it finished within *timeout* s of its start. One that finished
+        later, while its caller was awaiting others, overran all the same.
         """
         left = (self.started or time.perf_counter()) + timeout - time.perf_counter()
-        return self.wait(max(0.0, left))
+        return self.wait(max(0.0, left)) and self.seconds <= timeout
 
 
 def skip_with_warning(
@@ -316,9 +317,11 @@ def skip_with_warning(
 ) -> DetectionOutcome:
     """Log a WARNING for a candidate that could not take part and return its outcome.
 
-    :param cause: one line; it names the distribution when there is one.
+    :param cause: one line; the warning names *distribution* too, unless *cause* does.
     """
-    LOG.warning("Skipping automatic detection for serve backend %r: %s", name, cause)
+    # A failed load's cause names the distribution already; a detector's does not.
+    of = "" if distribution is None or distribution in cause else f" (from {distribution})"
+    LOG.warning("Skipping automatic detection for serve backend %r%s: %s", name, of, cause)
     return DetectionOutcome(name, verdict, seconds, cause, distribution)
 
 
