@@ -292,3 +292,51 @@ def test_the_operator_guide_quotes_serves_line_for_a_detector_ending_the_process
         if "ended with os._exit(7) before a backend was chosen" in line
     ]
     assert single_error(run_serve(["m"], environ(culprit, "detect:os-exit")), 7) == quoted
+
+
+# -- what a factory returns, hostile -------------------------------------------------
+
+HOSTILE_FIELDS = """
+from sglang_backends import ServeBackend
+
+
+class Version:
+    def __eq__(self, other):
+        raise RuntimeError("cannot compare")
+
+    __ne__ = __eq__
+
+    def __repr__(self):
+        raise RuntimeError("cannot show")
+
+
+class Flag:
+    def __bool__(self):
+        raise RuntimeError("cannot test")
+
+
+def version():
+    return ServeBackend(api_version=Version(), run=print)
+
+
+def flag():
+    return ServeBackend(api_version=1, run=print, requires_model_path=Flag())
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"), [("version", "cannot compare"), ("flag", "cannot test")]
+)
+def test_a_backend_whose_fields_raise_is_a_failed_load_in_one_line(site, name, cause):
+    """Its fields are plugin code too: read, compared or tested, what they raise is its
+    load's failure, named with its distribution, never a traceback."""
+    site.install(
+        "fields-rt",
+        entry_points={name: f"fields_plugin:{name}"},
+        modules={"fields_plugin.py": HOSTILE_FIELDS},
+    )
+    expected = f"Failed to load serve backend {name!r} from fields-rt: {cause}"
+    served = run_serve(["/m", "--model-type", name], site.environ())
+    assert single_error(served, 1).endswith(expected)
+    shown = run_cli(site, "show", name)
+    assert (shown.returncode, shown.stderr.strip()) == (1, expected)

@@ -193,7 +193,10 @@ def validated(
     :raises BackendLoadError: it declares another contract version.
     """
     dist = plugin.distribution if plugin else None
-    backend = coerce_backend(obj)
+    # What the factory returned is plugin code too: its fields may raise as they are read,
+    # compared or tested, which is its load's failure, here once and for all.
+    failure = functools.partial(load_failure, name, plugin)
+    backend = call_plugin_code(lambda: coerce_backend(obj), failure)
     if backend is None:
         by = f" (provided by {plugin.provider})" if plugin else ""
         raise BackendTypeError(
@@ -202,14 +205,15 @@ def validated(
             name=name,
             distribution=dist,
         )
-    if backend.api_version != SERVE_BACKEND_API_VERSION:
+    if call_plugin_code(lambda: bool(backend.api_version != SERVE_BACKEND_API_VERSION), failure):
         raise BackendLoadError(
             f"{backend_named(name, plugin.provider if plugin else None, start=True)} uses API "
-            f"version {backend.api_version!r}; this sglang-backends release requires version "
+            f"version {_shown(backend.api_version)}; this sglang-backends release requires version "
             f"{SERVE_BACKEND_API_VERSION}.",
             name=name,
             distribution=dist,
         )
+    call_plugin_code(lambda: bool(backend.requires_model_path), failure)
     return backend
 
 
