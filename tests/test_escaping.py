@@ -57,6 +57,34 @@ def test_every_bidi_control_character_is_escaped():
         assert printable(f"a{char}b") == f"a\\u{ord(char):04x}b"
 
 
+def test_every_character_that_does_not_show_is_escaped():
+    """Invisible ones too (a zero-width space, a soft hyphen, a no-break space): a name that
+    looks like another's, or blank, cannot pass for it."""
+    hidden = [
+        chr(code)
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in {"Cc", "Cf", "Zl", "Zp", "Zs"} and code != 0x20
+    ]
+    assert {"\u200b", "\u00ad", "\ufeff", "\u00a0", "\u2028"} <= set(hidden)
+    for char in hidden:
+        code = ord(char)
+        width = 2 if code < 0x100 else 4 if code < 0x10000 else 8
+        mark = {2: "x", 4: "u", 8: "U"}[width]
+        assert printable(f"echo{char}") == f"echo\\{mark}{code:0{width}x}"
+    assert printable("caf\u00e9 \u4e2d") == "caf\u00e9 \u4e2d"  # letters of any script show
+
+
+def test_a_carriage_return_in_a_line_is_escaped_not_taken_for_its_end(capsys):
+    """serve's note quotes the command to run, whose model path may hold one."""
+    from sglang_backends._core import console
+
+    console.note("prog", "run: serve '/m/a b\r' --x\r\nnext")
+    assert capsys.readouterr().err.splitlines() == [
+        "prog: note: run: serve '/m/a b\\x0d' --x",
+        "prog: note: next",
+    ]
+
+
 PLUGIN = """
 import os
 import signal

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -34,28 +33,28 @@ EXIT_USAGE = 2
 #: The exit status of a command whose reader went away, as cliff's commands give it.
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
-# C0 and C1 controls, DEL, and every character with Unicode's Bidi_Control property,
-# which reorder a terminal line: the Arabic letter mark (U+061C), the left-to-right
-# and right-to-left marks, embeddings, overrides and isolates (tests/test_escaping.py
-# derives the set from unicodedata).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
 
 def printable(value: Any) -> Any:
-    """*value* with control characters escaped (``\\x1b``) if it is a string.
+    """*value* with what does not show escaped (``\\x1b``, ``\\u202e``) if it is a string.
 
     Package metadata is untrusted: a distribution name, a version, an entry
-    point or a docstring may carry terminal escape sequences. Whatever shows
-    it to a terminal as text passes it through here first.
+    point or a docstring may carry terminal escape sequences, characters that
+    reorder a line (the bidirectional controls) or that do not show at all (a
+    zero-width space). Whatever shows it to a terminal as text passes it through
+    here first: every character Python does not count printable
+    (:meth:`str.isprintable`: the control, format, separator but the space,
+    surrogate, private-use and unassigned ones) is escaped.
     """
-    if not isinstance(value, str):
+    if not isinstance(value, str) or value.isprintable():
         return value
-    return _UNPRINTABLE.sub(_escape, value)
+    return "".join(char if char.isprintable() else _escape(char) for char in value)
 
 
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def error(prog: str, text: object) -> None:
@@ -88,8 +87,15 @@ def show(text: str) -> None:
 
 
 def _write(prog: str, kind: str, text: object) -> None:
-    lines = str(text).splitlines() or [""]
-    _write_lines(f"{prog}: {kind}: {printable(' '.join(line.split()))}" for line in lines)
+    # Lines end at a newline alone: a carriage return or a form feed (in a model path the
+    # line quotes, say) is escaped where it stands, not taken for the end of the line.
+    lines = str(text).replace("\r\n", "\n").rstrip("\n").split("\n")
+    _write_lines(f"{prog}: {kind}: {printable(_folded(line))}" for line in lines)
+
+
+def _folded(line: str) -> str:
+    """*line* with its runs of spaces and tabs folded to one space, stripped."""
+    return " ".join(word for word in line.replace("\t", " ").split(" ") if word)
 
 
 def _write_lines(lines: Iterable[str]) -> None:
