@@ -58,6 +58,28 @@ def test_show_loads_a_plugin_and_reports_its_contract(omni):
     assert 0 <= load_seconds < 30
 
 
+PARTIAL = """
+import functools
+
+from sglang_backends import ServeBackend
+
+
+def _make(version):
+    \"\"\"Made by a partial: this line is its summary.\"\"\"
+    return ServeBackend(api_version=version, run=print)
+
+
+factory = functools.partial(_make, 1)
+"""
+
+
+def test_the_summary_of_a_partial_factory_is_its_functions_first_line(site):
+    site.install("part-rt", entry_points={"part": "part_plugin:factory"},
+                 modules={"part_plugin.py": PARTIAL})  # fmt: skip
+    result = run_cli(site, "show", "part", "-c", "Summary", "-f", "value")
+    assert result.stdout == "Made by a partial: this line is its summary.\n", result.stderr
+
+
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang installed")
 @pytest.mark.parametrize(
     ("name", "status"),

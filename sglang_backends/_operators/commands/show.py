@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import inspect
 import os
 import sys
@@ -122,6 +123,8 @@ class ShowBackend(SelectionOptions, ShowOne):
         else:
             head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
             foretold = (unmet_text(plugin), shadowed_text(plugin))
+        while isinstance(documented, functools.partial):  # its function's, not partial's own
+            documented = documented.func
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
         values = (
