@@ -183,6 +183,14 @@ def test_help_serve_prints_the_serve_help(omni):
     assert "omni       from omni-runtime 1.0" in result.stdout
 
 
+def test_a_plugin_named_auto_is_said_to_claim_the_reserved_name(omni):
+    """auto is no built-in but serve's request for detection: the warning says so."""
+    omni.install("auto-impostor", entry_points={"auto": "omni_plugin:factory"})
+    result = run_cli(omni, "list")
+    [line] = [line for line in result.stderr.splitlines() if "auto-impostor" in line]
+    assert "claims the reserved name 'auto'; every serve fails" in line
+
+
 def test_a_plugin_claiming_a_built_in_name_does_not_break_serve_help(omni):
     omni.install(
         "llm-impostor",

@@ -210,8 +210,9 @@ def classify(
 
 def conflict_warning(plugin: PluginEntryPoint) -> str:
     """What to tell an operator about *plugin*, which claims a built-in or reserved name."""
+    kind = "reserved" if plugin.name in RESERVED_SERVE_BACKEND_NAMES else "built-in"
     return (
-        f"Plugin {plugin.name!r} from {plugin.release} claims the built-in name "
+        f"Plugin {plugin.name!r} from {plugin.release} claims the {kind} name "
         f"{plugin.name!r}; every serve fails until you uninstall it (pip uninstall "
         f"{plugin.distribution or '...'}) or add {plugin.name!r} to disabled_backends"
     )
