@@ -71,6 +71,12 @@ def test_list_shows_each_distribution_s_unmet_requirements(site):
     assert listed["llm"]["Requirements"] is None
 
 
+def test_a_requirement_no_tool_could_read_is_never_shown_as_met(site):
+    site.install("odd", entry_points={"odd": "odd_plugin:factory"}, requires=["bad spec !!!"])
+    listed = {r["Name"]: r for r in rows(run_cli(site, "list", "-f", "json"))}
+    assert listed["odd"]["Requirements"] == "unmet: bad spec !!! (not a valid requirement)"
+
+
 def test_show_gives_the_unmet_requirements_and_check_warns_once_per_distribution(site):
     install_omni(site)
     shown = json.loads(run_cli(site, "show", "omni", "-f", "json").stdout)

@@ -61,8 +61,9 @@ NEEDS_SGLANG = "needs SGLang, which runs it (pip install sglang)"
 
 
 def _unmet(line: str, dist: Distribution) -> str | None:
-    """What requirement *line* of *dist* lacks here; ``None`` when it is met, not for this
-    environment (its marker) or unreadable. Only a line that is more than a name is parsed."""
+    """What requirement *line* of *dist* lacks here; ``None`` when it is met or not for
+    this environment (its marker). A line no tool could read cannot be met: it is said to
+    be invalid. Only a line that is more than a name is parsed."""
     if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
         return f"{line} (not installed)" if _installed_version(line) is None else None
     from packaging import requirements, version  # not for a requirement that is a name
@@ -70,8 +71,8 @@ def _unmet(line: str, dist: Distribution) -> str | None:
     try:
         requirement = requirements.Requirement(line)
     except requirements.InvalidRequirement as exc:
-        LOG.debug("Ignoring the requirement %r of %r: %s", line, dist, exc)
-        return None
+        LOG.debug("The requirement %r of %r is invalid: %s", line, dist, exc)
+        return f"{line} (not a valid requirement)"
     if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
         return None
     extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
