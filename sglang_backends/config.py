@@ -80,7 +80,7 @@ _DEFAULT = Settings()
 _OPTS = [
     cfg.StrOpt(
         "model_type",
-        regex=_NAME_PATTERN,
+        regex=r"\S",  # any name but blank, as --model-type takes it: installed plugins decide
         default=_DEFAULT.model_type,
         help="The serve backend to use: 'auto' (automatic detection, falling back to 'llm'), a "
         "built-in ('llm', 'diffusion'), an installed plugin's name, or DIST:NAME to pick one "

@@ -51,6 +51,20 @@ def test_model_type_from_a_configuration_file(recorder, tmp_path):
     assert read_json(record)["argv"] == ["--model-path", "org/model", "--tp", "2"]
 
 
+def test_model_type_in_a_file_takes_any_name_an_entry_point_may_have(site, tmp_path):
+    """As --model-type: a name with a space (or a comma) is the registry's to know."""
+    site.install(
+        "spaced-dist",
+        entry_points={"my model": "recorder_plugin:recorder"},
+        modules={"recorder_plugin.py": RECORDER},
+    )
+    env = {**site.environ(), "SERVE_RECORD": str(tmp_path / "record.json")}
+    path = conf(tmp_path, "model_type = my model\n")
+    result = run_serve(["--config-file", str(path), "org/model"], env)
+    assert result.returncode == 0, result.stderr
+    assert "Using serve backend 'my model'" in result.stderr
+
+
 def test_command_line_model_type_beats_configuration(recorder, tmp_path):
     env, _ = recorder
     path = conf(tmp_path, "model_type = recorder\n")
