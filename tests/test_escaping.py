@@ -160,6 +160,16 @@ def test_the_commands_escape_plugin_metadata(evil, command):
     assert not [c for c in RAW if c in result.stdout + result.stderr]
 
 
+def test_a_log_file_escapes_plugin_metadata_as_stderr_does(evil, tmp_path):
+    """``tail -f`` shows a log file on a terminal: what it records is escaped too."""
+    log = tmp_path / "commands.log"
+    result = run_cli(evil, "--log-file", str(log), "show", "broken\x1b[2J")
+    assert result.returncode == 1, result.stderr
+    text = log.read_text(encoding="utf-8")
+    assert "broken\\x1b[2J" in text and ESCAPED in text, text
+    assert not [c for c in RAW if c in text], text
+
+
 #: A distribution name with an escape sequence, a bell and a right-to-left override.
 RINGING = "ring\x1b]0;x\x07\u202e-rt"
 RINGING_ESCAPED = "ring\\x1b]0;x\\x07\\u202e-rt"

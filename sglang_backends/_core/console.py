@@ -164,20 +164,20 @@ def _null_streams() -> None:
 
 def terminal_log(handler: logging.Handler) -> logging.Handler:
     """*handler*, set to show log records as every command shows them on stderr: the
-    message alone (:data:`LOG_FORMAT`), escaped (:func:`_printable_record`).
+    message alone (:data:`LOG_FORMAT`), escaped (:func:`printable_record`).
     """
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler.addFilter(_printable_record)
+    handler.addFilter(printable_record)
     return handler
 
 
-def _printable_record(record: logging.LogRecord) -> bool:
+def printable_record(record: logging.LogRecord) -> bool:
     """A logging filter passing each message through :func:`printable`.
 
     Log lines quote package metadata (a distribution's name, an entry point's
     name or target, a version) and what plugins raised: whatever a handler
-    writes to a terminal goes through it. A traceback keeps its lines, each
-    escaped (see :func:`printable_traceback`).
+    writes to a terminal goes through it, a log file's too (``tail -f`` shows it).
+    A traceback keeps its lines, each escaped (see :func:`printable_traceback`).
     """
     record.msg = printable(record.getMessage())
     record.args = None

@@ -170,16 +170,16 @@ class OperatorApp(App):
 
     def configure_logging(self) -> None:
         """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``;
-        control characters (in untrusted package metadata) escaped.
+        control characters (in untrusted package metadata) escaped, in a ``--log-file`` too.
         """
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
         # As serve's: messages escaped; each is given once as each command reads metadata once.
         for handler in logging.getLogger().handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(
-                handler, logging.FileHandler
-            ):
+            if isinstance(handler, logging.FileHandler):  # --log-file: cliff's format, escaped
+                handler.addFilter(console.printable_record)
+            elif isinstance(handler, logging.StreamHandler):
                 handler.setLevel(level)
                 console.terminal_log(handler)
 
