@@ -376,6 +376,10 @@ def test_detect_warns_of_its_own_options_after_the_model(site, tmp_path):
         f"--config-file {conf}, -f json. If they were meant for detect, run: "
         f"sglang-backends detect --config-file {conf} -f json /m --tp 2"
     )
+    # What came before the command name, global, is in the line to run too.
+    early = run_cli(site, "--config-file", str(conf), "-v", "detect", "/m", "-f", "json")
+    [warning] = [line for line in early.stderr.splitlines() if "own options" in line]
+    assert warning.endswith(f"run: sglang-backends --config-file {conf} -v detect -f json /m")
     explicit = run_cli(site, "detect", "-f", "json", "--", "/m", "-f", "x")
     assert explicit.returncode == 0, explicit.stderr
     assert "own options" not in explicit.stderr

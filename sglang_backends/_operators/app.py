@@ -31,6 +31,9 @@ class _GlobalOptions(argparse.ArgumentParser):
     command name: after it they are the command's own (or the request's).
     """
 
+    #: The global options of the line last read, as given.
+    given: list[str] = []
+
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         args = sys.argv[1:] if args is None else list(args)  # as argparse reads them
         mine: list[str] = []
@@ -54,6 +57,7 @@ class _GlobalOptions(argparse.ArgumentParser):
         found, extras = super().parse_known_args(mine, copy.copy(namespace))
         if extras:
             return super().parse_known_args(args, namespace)
+        self.given = mine  # as given, for a command suggesting the line to run instead
         if namespace is None:
             return found, rest
         vars(namespace).update(vars(found))

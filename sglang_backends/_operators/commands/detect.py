@@ -270,7 +270,8 @@ class DetectBackend(SelectionOptions, Lister):
         host = parse_host_options(request[1:] if request[:1] == ["--"] else request)
         if parsed_args.misplaced:
             given = ", ".join(" ".join(option) for option in parsed_args.misplaced)
-            command = shlex.join(["sglang-backends", "detect", *parsed_args.corrected])
+            before = getattr(self.app.parser, "given", [])  # the global options, kept
+            command = shlex.join(["sglang-backends", *before, "detect", *parsed_args.corrected])
             self.app.LOG.warning(
                 printable(
                     f"detect's own options after MODEL are taken as part of the request, "
