@@ -186,9 +186,10 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
         LOG.warning("%s", problem)
     legacy = os.environ.get(STOP_TIMEOUT_ENV)
     variable = ENVIRONMENT_PREFIX + "STOP_TIMEOUT"
-    if legacy is not None:
+    if legacy is not None and variable in os.environ:
+        LOG.warning("%s is ignored: %s is set", STOP_TIMEOUT_ENV, variable)
+    elif legacy is not None:
         LOG.warning("%s is deprecated; set %s instead", STOP_TIMEOUT_ENV, variable)
-    if legacy is not None and variable not in os.environ:
         try:
             conf.set_override("stop_timeout", legacy, _GROUP)
         except ValueError as exc:
@@ -244,7 +245,9 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
         where = _where(conf.get_location(opt.dest, _GROUP), opt.dest, parsed)
         if where:
             located.append((opt.dest, where))
-    variables = [name for name in (*_VARIABLES, STOP_TIMEOUT_ENV) if name in os.environ]
+    variables = [name for name in _VARIABLES if name in os.environ]
+    if STOP_TIMEOUT_ENV in os.environ and ENVIRONMENT_PREFIX + "STOP_TIMEOUT" not in variables:
+        variables.append(STOP_TIMEOUT_ENV)  # read in its place
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
         model_type=values["model_type"],

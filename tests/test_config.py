@@ -271,7 +271,14 @@ def test_stop_timeout_accepts_zero_and_its_deprecated_variable(tmp_path, monkeyp
         "SGLANG_BACKENDS_STOP_TIMEOUT is deprecated; set OS_SERVE_BACKENDS__STOP_TIMEOUT instead"
     ]
     monkeypatch.setenv("OS_SERVE_BACKENDS__STOP_TIMEOUT", "12.5")
-    assert config.load_settings().stop_timeout == 12.5
+    monkeypatch.setenv("SGLANG_BACKENDS_STOP_TIMEOUT", "not even a number")
+    caplog.clear()
+    settings = config.load_settings()  # the old variable is not read: not even checked
+    assert settings.stop_timeout == 12.5
+    assert "SGLANG_BACKENDS_STOP_TIMEOUT" not in settings.source
+    assert [r.getMessage() for r in caplog.records] == [
+        "SGLANG_BACKENDS_STOP_TIMEOUT is ignored: OS_SERVE_BACKENDS__STOP_TIMEOUT is set"
+    ]
 
 
 def test_oslo_config_generator_prints_a_sample(tmp_path):
