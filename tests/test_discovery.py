@@ -180,7 +180,10 @@ def test_a_distribution_with_malformed_entry_points_is_skipped_with_a_warning(
     assert registry.get("omni").distribution == "omni-runtime"
     messages = [r.getMessage() for r in registry_warnings.records]
     assert len([m for m in messages if str(info) in m]) == 1
-    assert f"Ignoring the distribution at {info}: its metadata is unreadable" in messages[0]
+    assert messages[0] == (
+        f"Ignoring the entry points of distribution broken-meta at {info}: its entry_points.txt "
+        "cannot be read (line 2, 'junk without equals', has no '=')"
+    )
 
 
 def _break_metadata(info, how: str) -> None:
@@ -245,7 +248,10 @@ def test_a_distribution_whose_entry_points_are_unreadable_is_skipped_with_one_wa
     messages = [r.getMessage() for r in registry_warnings.records]
     about = [m for m in messages if str(broken) in m]
     assert len(about) == 1, messages
-    assert about[0].startswith(f"Ignoring the distribution at {broken}: its metadata is unreadable")
+    assert about[0].startswith(
+        f"Ignoring the entry points of distribution cafe-runtime at {broken}: "
+        "its entry_points.txt cannot be read (UnicodeDecodeError: "
+    )
 
 
 COMMANDS_OVER_A_FIFO = [

@@ -243,10 +243,15 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     try:
         selected = installed.entry_points(group)
     except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
+        try:
+            named = f"distribution {_identity(installed.distribution)[0]} at"
+        except Exception:  # noqa: BLE001 - its METADATA is in trouble too
+            named = "the distribution at"
         _warn_once(
-            "Ignoring the distribution at %s: its metadata is unreadable (%s)",
+            "Ignoring the entry points of %s %s: its entry_points.txt cannot be read (%s)",
+            named,
             installed.location,
-            describe_typed(exc),
+            _malformed_line(installed.distribution) or describe_typed(exc),
         )
         return []
     if not selected:
@@ -270,6 +275,21 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
         PluginEntryPoint(ep.name, ep.value, name, version, ep, problem, installed)
         for ep in selected
     ]
+
+
+def _malformed_line(dist: Distribution) -> str | None:
+    """The first line of *dist*'s ``entry_points.txt`` that is no entry point, as
+    :mod:`importlib.metadata` reads the file (a line not blank, no ``#`` comment, no
+    ``[group]``, must hold ``=``), or ``None``."""
+    try:
+        text = read_metadata(dist, "entry_points.txt") or ""
+    except Exception:  # noqa: BLE001 - the caller says why it cannot be read
+        return None
+    for number, line in enumerate(text.splitlines(), 1):
+        entry = line.strip()
+        if entry and not entry.startswith(("#", "[")) and "=" not in entry:
+            return f"line {number}, {entry!r}, has no '='"
+    return None
 
 
 def _directory_name(dist: Distribution) -> str | None:
