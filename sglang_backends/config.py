@@ -70,17 +70,37 @@ class _Seconds(types.Float):
         return seconds(value, least=self.least)
 
 
-#: A backend name: no space, no comma (``a,,b`` would be the name ``,b``).
-_NAME_PATTERN = r"^[^\s,]+$"
-_NAME = types.String(regex=_NAME_PATTERN)
+class _Name(types.String):
+    """oslo.config's String for a backend name, refused in words an operator can act on
+    (oslo.config's quote a regular expression): never blank; in a list, with no comma or
+    white space, which separate names there (``a,,b`` is read as ``a`` and ``,b``).
+    """
+
+    def __init__(self, *, listed: bool) -> None:
+        super().__init__()
+        self.listed = listed
+
+    def __call__(self, value: Any) -> str:
+        name = str(super().__call__(value))
+        if not name.strip() or (self.listed and name.startswith(",")):
+            raise ValueError("an empty backend name")
+        if self.listed and any(char.isspace() or char == "," for char in name):
+            raise ValueError(
+                f"{name!r} is not one backend name: names are separated by commas, and a "
+                "configuration file has no comments at the end of a line"
+            )
+        return name
+
+
+_NAME = _Name(listed=True)
 _POSITIVE = _Seconds(MIN_TIMEOUT)
 #: The defaults without configuration, which the options share.
 _DEFAULT = Settings()
 
 _OPTS = [
-    cfg.StrOpt(
+    cfg.Opt(
         "model_type",
-        regex=r"\S",  # any name but blank, as --model-type takes it: installed plugins decide
+        type=_Name(listed=False),  # any name, as --model-type takes it: plugins decide
         default=_DEFAULT.model_type,
         help="The serve backend to use: 'auto' (automatic detection, falling back to 'llm'), a "
         "built-in ('llm', 'diffusion'), an installed plugin's name, or DIST:NAME to pick one "

@@ -168,9 +168,16 @@ def test_process_environment_is_read_by_default(tmp_path):
         ("load_timeout = nan", "load_timeout", "must be a number of seconds from 0.001 "),
         ("stop_timeout = nan", "stop_timeout", "must be a number of seconds from 0 "),
         ("detect_timeout = abc", "detect_timeout", "must be a number of seconds from 0.001 "),
-        ("model_type =", "model_type", "doesn't match"),
+        ("model_type =", "model_type", ": an empty backend name"),
         ("model_type = ${nope}", "model_type", "no such option nope"),
-        ("enabled_backends = a,,b", "enabled_backends", "doesn't match"),
+        ("enabled_backends = a,,b", "enabled_backends", ": an empty backend name"),
+        ("preferred_backends = ,a", "preferred_backends", ": an empty backend name"),
+        (
+            "disabled_backends = old  # broken",
+            "disabled_backends",
+            "'old  # broken' is not one backend name: names are separated by commas, and a "
+            "configuration file has no comments at the end of a line",
+        ),
     ],
 )
 def test_invalid_file_value_names_file_and_option(tmp_path, text, option, cause):
