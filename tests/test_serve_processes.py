@@ -272,7 +272,7 @@ def test_backend_that_ignores_the_stop_is_forced(spawner, tmp_path):
     assert proc.wait(timeout=30) == 143
     assert alive(running) == []
     log = (tmp_path / "serve.log").read_text()
-    assert "did not stop within 0.5s" in log
+    assert "Serve backend 'spawner' (from spawner-dist) did not stop within 0.5s" in log
     # Forced: the processes left get SIGKILL at once, not another grace period.
     assert "after SIGTERM" not in log
 
@@ -452,3 +452,33 @@ def test_a_forked_copy_returning_from_run_does_not_speak_for_the_backend(site):
     assert result.returncode == 1, result.stderr
     [line] = result.error_lines
     assert "'forker' (from forker-dist) ended its process with os._exit(0)" in line
+
+
+#: A plugin whose import never ends; it writes a mark once it is being imported.
+HANGING_IMPORT = """
+import os
+import time
+
+open(os.environ["IMPORTING"], "w").close()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_stop_while_a_backend_loads_says_which(site, tmp_path):
+    """Stopped before it could run, the backend named on the command line is said to have
+    been loading: the operator sees what held serve up."""
+    site.install("hang-rt", entry_points={"hang": "hang_plugin:factory"},
+                 modules={"hang_plugin.py": HANGING_IMPORT})  # fmt: skip
+    mark = tmp_path / "importing"
+    log = tmp_path / "serve.log"
+    proc = start_serve(
+        ["m", "--model-type", "hang"], {**site.environ(), "IMPORTING": str(mark)}, log
+    )
+    try:
+        wait_for(mark.exists, process=proc, what="the plugin's import")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        kill_all([proc.pid])
+    assert "Serve backend stopped by SIGINT while loading 'hang' (hang-rt)" in log.read_text()

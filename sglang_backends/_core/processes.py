@@ -29,8 +29,12 @@ def log_received(signum: int) -> None:
     LOG.info("Received %s; stopping the serve backend", signal_name(signum))
 
 
-def log_stopped(backend: str | None, signum: int) -> None:
-    LOG.info("Serve backend %sstopped by %s", f"{backend} " if backend else "", signal_name(signum))
+def log_stopped(backend: str | None, signum: int, during: str = "") -> None:
+    """*backend* (``None`` before one was chosen) stopped by *signum*, *during* what (``while
+    loading 'x' (dist)``, from :meth:`~sglang_backends._core.progress.InFlight.ended`)."""
+    shown = f"{backend} " if backend else ""
+    when = f" {during}" if during else ""
+    LOG.info("Serve backend %sstopped by %s%s", shown, signal_name(signum), when)
 
 
 def log_swept(count: int) -> None:
@@ -38,10 +42,13 @@ def log_swept(count: int) -> None:
         LOG.info("Stopped %d remaining process(es)", count)
 
 
-def log_overdue(timeout: float) -> None:
-    """Say that the stop timeout ran out; a timeout of 0 asks for an immediate kill, no failure."""
+def log_overdue(timeout: float, backend: str | None = None) -> None:
+    """Say that the stop timeout ran out for *backend* (``None``: not chosen yet, or not
+    known); a timeout of 0 asks for an immediate kill, no failure."""
     if timeout <= 0:
         LOG.info("Stop timeout 0: killing the serve backend at once")
+    elif backend:
+        LOG.warning("Serve backend %s did not stop within %.1fs", backend, timeout)
     else:
         LOG.warning("The serve backend did not stop within %.1fs", timeout)
 

@@ -93,6 +93,7 @@ class _Supervision:
         self.heard = ChannelReader(channel)
         self.wait_status: int | None = None  # the backend process's, once reaped
         self.signum: int | None = None  # the stop signal, once one came
+        self.during = ""  # what was under way when it came (``while loading 'x' (dist)``)
         self.senders: set[object] = set()  # who sent a stop signal
         self.deadline: float | None = None  # for the backend process, once stopped
         self.forced = False
@@ -118,7 +119,7 @@ class _Supervision:
                 self.overran = self.heard.overrun()  # one line, then end the backend process
                 self._kill()
             elif self.deadline is not None and time.monotonic() >= self.deadline:
-                processes.log_overdue(self.setup.timeout)
+                processes.log_overdue(self.setup.timeout, self.heard.said.get("backend"))
                 self._kill()
         self.heard.read()
         problem, status = self.heard.verdict(self.wait_status or 0)
@@ -139,7 +140,8 @@ class _Supervision:
             return status
         if problem:
             LOG.info("While stopping, %s", problem)
-        processes.log_stopped(self.heard.said.get("backend"), self.signum)
+        backend = self.heard.said.get("backend")
+        processes.log_stopped(backend, self.signum, "" if backend else self.during)
         return 128 + self.signum
 
     def _wait(self, timeout: float) -> None:
@@ -201,6 +203,7 @@ class _Supervision:
     def _stop(self, signum: int, *, forward: bool) -> None:
         if self.signum is None:
             self.signum = signum
+            self.during = self.heard.underway.ended()  # what a backend not yet chosen was doing
             self.deadline = time.monotonic() + self.setup.timeout  # while the backend process runs
             if forward:
                 self._send(signum)
