@@ -189,7 +189,8 @@ class DetectBackend(SelectionOptions, Lister):
           the first of them in preferred_backends (Detail says so and names
           the others)
       fallback
-          final row: nothing matched, so llm is used
+          final row: nothing matched, so llm is used (exit 0 even where
+          it cannot serve, SGLang not installed: Detail says so)
       ambiguous
           final row: several matched and none of them is in
           preferred_backends; serve would refuse (exit 1)
