@@ -474,7 +474,7 @@ def test_serves_own_options_after_the_model_get_the_corrected_command(site):
 
 
 def test_the_llm_fallback_without_sglang_says_first_why_nothing_claimed_the_model(omni, tmp_path):
-    """A disabled plugin, or a path that does not exist, comes before the install hint."""
+    """A disabled plugin, or a path that is not there, comes before the install hint."""
     from sglang_backends._sglang.installed import sglang_installed
 
     if sglang_installed():
@@ -497,7 +497,8 @@ def test_the_llm_fallback_without_sglang_says_first_why_nothing_claimed_the_mode
         f"set in {path}, so it was not asked" in disabled.error_lines[0]
     )
     assert (
-        f"the model path '{tmp_path / 'no-such-model'}' does not exist" in (missing.error_lines[0])
+        f"the model path '{tmp_path / 'no-such-model'}' is no local file or directory"
+        in (missing.error_lines[0])
     )
 
 

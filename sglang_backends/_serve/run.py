@@ -186,7 +186,7 @@ def _unclaimed(
     if model is None:
         reasons.append("no model was given")
     elif not os.path.exists(model):
-        reasons.append(f"the model path {model!r} does not exist")
+        reasons.append(f"the model path {model!r} is no local file or directory")
     left_out, unasked = not_asked(registry.inventory)
     reasons += left_out
     reasons += [
