@@ -15,7 +15,7 @@ import psutil
 import pytest
 from clitools import clean_environ
 
-from sglang_backends import ServeBackend, ServeBackendDetection
+from sglang_backends import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.testing import (
     ContractViolation,
     SGLangNotCheckedWarning,
@@ -115,7 +115,7 @@ BROKEN = {
             "    import time; time.sleep(0.3)\n"
             "    parser.parse_args(list(request.argv))",
         ),
-        "started processes",
+        "left processes running when it returned",
     ),
     "help_hangs": (
         GOOD.replace(
@@ -565,3 +565,34 @@ def test_requests_may_be_given_as_awkward_requests_gives_them(tmp_path):
         sglang=False,
     )
     assert report.detections == dict.fromkeys(requests, "unknown")
+
+
+# -- judged as the hosts judge -----------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["run", "detect"])
+def test_a_call_holding_the_gil_past_the_timeout_is_a_timeout(where):
+    """The kit's own wait cannot run while the plugin holds the GIL: the call's own
+    seconds decide."""
+
+    def hog(request):
+        sum(range(4 * 10**7))  # about half a second in C, holding the GIL throughout
+        return ServeBackendDetection.UNKNOWN
+
+    fields = {"run": hog} if where == "run" else {"run": print, "detect": hog}
+    with pytest.raises(ContractViolation, match=r"did not return within 0\.05 s"):
+        assert_backend_contract(
+            lambda: ServeBackend(api_version=1, **fields),
+            requests=[("no model path", ServeRequest.from_argv([]))],
+            timeout=0.05,
+            sglang=False,
+        )
+
+
+def test_a_help_running_a_helper_command_to_its_end_passes():
+    def run(request):
+        helper = "import time; time.sleep(0.3); print('usage')"
+        subprocess.run([sys.executable, "-c", helper], check=True, capture_output=True)
+
+    report = assert_backend_contract(lambda: ServeBackend(api_version=1, run=run), sglang=False)
+    assert report.help_seconds >= 0.3

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any, TypeVar, cast
 
+import psutil
+
 import sglang_backends
 from sglang_backends._core import tree
 from sglang_backends._core.detection import TimedRun, run_each
@@ -88,12 +90,17 @@ def _breach(name: str, problem: str) -> ContractViolation:
 
 
 def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
-    """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds."""
+    """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds.
+
+    A helper command it runs and waits for is fine; a process still running once it
+    returned (a child, or one that child left) is a breach, and is killed.
+    """
     __tracebackhide__ = True
     pid = os.getpid()
-    sockets_before, children_before = tree.footprint(pid)
+    sockets_before, _ = tree.footprint(pid)
+    children_before = set(tree.descendants(pid))
     opened: set[tuple[str, int]] = set()
-    spawned: set[int] = set()
+    spawned: set[psutil.Process] = set()
     request = ServeRequest.from_argv(["--help"])
     run = TimedRun(functools.partial(backend.run, request), f"help-{name}")
     threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
@@ -101,22 +108,26 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     done = False
     while not done:  # a last look once it has returned
         done = run.wait(0.01) or time.perf_counter() >= deadline
-        sockets, children = tree.footprint(pid)
+        sockets, _ = tree.footprint(pid)
         opened.update(sockets - sockets_before)
-        spawned.update(children - children_before)
+        spawned.update(set(tree.descendants(pid)) - children_before)
+    left = tree.running(spawned)
+    tree.kill_trees(*(process.pid for process in left))
     error = run.error
     if isinstance(error, SystemExit) and error.code in (0, None):
         error = None  # argparse's --help exits 0
-    if not run.finished:
+    if not run.within(timeout):  # its own seconds: one holding the GIL outlasts any wait
         problem = (
             f"did not return within {timeout:g} s; "
             "print the help and return without launching a server"
         )
     elif opened:
         problem = f"opened listening sockets {sorted(opened)}; --help must not launch a server"
-    elif spawned:
-        tree.kill_trees(*spawned)
-        problem = f"started processes {sorted(spawned)}; --help must not launch a server"
+    elif left:
+        problem = (
+            f"left processes running when it returned: {sorted(p.pid for p in left)} "
+            "(killed now); --help must print the help and leave nothing running"
+        )
     elif error is not None:
         problem = f"raised {describe_typed(error)}"
     else:
@@ -143,7 +154,7 @@ def _check_detector(
         run_each([run], timeout=timeout)
         detection = accept(run.value)
         asked = f" for a request with {label}"
-        if not run.finished:
+        if not run.within(timeout):  # its own seconds: one holding the GIL outlasts any wait
             problem = (
                 f"did not return within {timeout:g} s{asked}; "
                 "detectors must be cheap and return UNKNOWN when unsure"
@@ -213,7 +224,8 @@ def assert_backend_contract(
         :class:`~sglang_backends.ServeBackendRegistry` with the built-ins).
     :param requests: ``(label, request)`` pairs for the detector, or a mapping of label to
         request; by default :func:`awkward_requests` (no model path, a hub id, garbage, ...).
-    :param timeout: seconds ``run(--help)`` and each ``detect()`` may take.
+    :param timeout: seconds ``run(--help)`` and each ``detect()`` may take, each measured
+        from its own start.
     :param sglang: also check that SGLang's own host accepts the backend
         (see :func:`assert_sglang_accepts`): ``None`` (the default) does so
         where SGLang is installed, ``True`` requires SGLang, ``False`` skips it.
