@@ -596,3 +596,38 @@ def test_a_help_running_a_helper_command_to_its_end_passes():
 
     report = assert_backend_contract(lambda: ServeBackend(api_version=1, run=run), sglang=False)
     assert report.help_seconds >= 0.3
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"requires": "torch>=2"}, "requires must be a sequence of Requires-Dist lines"),
+        ({"entry_points": "x = a:f"}, "entry_points must map backend names to module:attr"),
+        ({"modules": "x.py"}, "modules must map relative file paths to sources"),
+    ],
+)
+def test_install_refuses_a_string_for_a_collection(serve_backends, options, refusal):
+    from sglang_backends.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=f"^{refusal}"):
+        serve_backends.install("r-dist", **options)
+    assert not list(serve_backends.path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("requests", "refusal"),
+    [
+        ("abc", "requests must be (label, ServeRequest) pairs or a mapping of them, not a string"),
+        ({"x": ["--model-path", "m"]}, "requests: 'x' is a list, not a ServeRequest"),
+        (["abc"], "requests must be (label, ServeRequest) pairs, not 'abc'"),
+    ],
+)
+def test_requests_of_the_wrong_type_are_refused_not_blamed_on_the_plugin(requests, refusal):
+    with pytest.raises(TypeError) as caught:
+        assert_backend_contract(
+            lambda: ServeBackend(api_version=1, run=print, detect=print),
+            requests=requests,
+            sglang=False,
+        )
+    assert not isinstance(caught.value, ContractViolation)
+    assert str(caught.value) == refusal

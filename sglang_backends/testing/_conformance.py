@@ -38,7 +38,12 @@ from sglang_backends.contract import (
     ServeRequest,
     coerce_detection,
 )
-from sglang_backends.errors import ServeBackendError, describe, describe_typed
+from sglang_backends.errors import (
+    ServeBackendError,
+    describe,
+    describe_typed,
+    refuse_string,
+)
 from sglang_backends.testing._sources import declared_api_versions
 
 _T = TypeVar("_T")
@@ -179,9 +184,19 @@ def _spread(
 ) -> Iterator[list[tuple[str, ServeRequest]]]:
     """*requests* as a list of pairs (a mapping's items); by default :func:`awkward_requests`
     in a temporary directory."""
+    __tracebackhide__ = True
+    refuse_string(requests, "requests must be (label, ServeRequest) pairs or a mapping of them")
     with tempfile.TemporaryDirectory(prefix="sglang-backends-contract-") as directory:
         given = awkward_requests(directory) if requests is None else requests
-        yield list(given.items() if isinstance(given, Mapping) else given)
+        pairs = list(given.items() if isinstance(given, Mapping) else given)
+        for pair in pairs:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise TypeError(f"requests must be (label, ServeRequest) pairs, not {pair!r}")
+            if not isinstance(pair[1], ServeRequest):
+                raise TypeError(
+                    f"requests: {pair[0]!r} is a {type(pair[1]).__name__}, not a ServeRequest"
+                )
+        yield pairs
 
 
 def _loaded(load: Callable[[], _T], name: str) -> _T:
@@ -230,6 +245,8 @@ def assert_backend_contract(
         (see :func:`assert_sglang_accepts`): ``None`` (the default) does so
         where SGLang is installed, ``True`` requires SGLang, ``False`` skips it.
     :raises ContractViolation: an ``AssertionError`` explaining the breach.
+    :raises TypeError: *requests* is a string or holds something other than
+        ``(label, ServeRequest)`` pairs (:func:`awkward_requests` gives them).
     :returns: what was checked.
     """
     __tracebackhide__ = True

@@ -26,6 +26,7 @@ from typing import Any
 
 from sglang_backends._core.discovery import normalize_distribution
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
+from sglang_backends.errors import refuse_string
 
 
 def write_distribution(
@@ -50,7 +51,12 @@ def write_distribution(
     :param requires: ``Requires-Dist`` lines (``sglang==0.5.22``, ``pytest; extra == "test"``).
     :param modules: relative file path (``pkg/mod.py``) to source; the source
         is dedented, so triple-quoted blocks can be indented in tests.
+    :raises ConfigurationError: *requires*, *entry_points* or *modules* is a string (a
+        ``TypeError`` too); nothing is written.
     """
+    refuse_string(requires, "requires must be a sequence of Requires-Dist lines")
+    refuse_string(entry_points, "entry_points must map backend names to module:attr targets")
+    refuse_string(modules, "modules must map relative file paths to sources")
     root = Path(root)
     safe = re.sub(r"[-_.]+", "_", name)
     _uninstall(root, name)
@@ -133,10 +139,11 @@ class PluginSite:
         Modules it ships that were already imported are dropped from
         :data:`sys.modules`, so the next import sees the new code.
         """
+        info = write_distribution(self.path, name, modules=modules, **options)  # checks them
         tops = {Path(relative).parts[0].removesuffix(".py") for relative in modules or {}}
         self._modules |= tops
         self._forget(tops)
-        return write_distribution(self.path, name, modules=modules, **options)
+        return info
 
     def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """A copy of *base* (default ``os.environ``) with this site on ``PYTHONPATH``."""
