@@ -589,6 +589,48 @@ def test_a_call_holding_the_gil_past_the_timeout_is_a_timeout(where):
         )
 
 
+STARTS_PROCESSES = """
+import subprocess
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+STARTED = []
+if {at_import}:
+    STARTED.append(subprocess.Popen(["sleep", "314"], start_new_session=True))
+
+def run(request):
+    pass
+
+def detect(request):
+    if {in_detector}:
+        STARTED.append(subprocess.Popen(["sleep", "315"]))
+    return ServeBackendDetection.UNKNOWN
+
+def factory():
+    return ServeBackend(api_version=1, run=run, detect=detect)
+"""
+
+
+@pytest.mark.parametrize("where", ["at_import", "in_detector"])
+def test_a_process_the_plugin_leaves_running_is_killed_and_a_breach(serve_backends, where):
+    source = STARTS_PROCESSES.format(
+        at_import=where == "at_import", in_detector=where == "in_detector"
+    )
+    install(serve_backends, "spawner", source)
+    with pytest.raises(ContractViolation) as caught:
+        assert_backend_contract("spawner", registry=serve_backends.registry(), sglang=False)
+    import spawner_mod
+
+    started = spawner_mod.STARTED
+    assert started
+    assert str(caught.value).startswith(
+        "Serve backend 'spawner': left processes running once it was loaded and asked to "
+        f"detect: {sorted(p.pid for p in started)} (killed now); start processes in run() only"
+    )
+    for process in started:
+        assert not psutil.pid_exists(process.pid)  # killed and reaped
+        process.wait(timeout=10)
+
+
 def test_a_help_running_a_helper_command_to_its_end_passes():
     def run(request):
         helper = "import time; time.sleep(0.3); print('usage')"

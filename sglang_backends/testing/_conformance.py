@@ -234,6 +234,9 @@ def assert_backend_contract(
 ) -> ContractReport:
     """Check a backend against the serve-backend contract; raise on the first breach.
 
+    A process the plugin leaves running (started as it is imported, built or asked to
+    detect) is killed, and is a breach.
+
     :param factory_or_name: the plugin's zero-argument factory, or the name of
         an installed backend (loaded through *registry*, or a new
         :class:`~sglang_backends.ServeBackendRegistry` with the built-ins).
@@ -250,8 +253,34 @@ def assert_backend_contract(
     :returns: what was checked.
     """
     __tracebackhide__ = True
+    name = factory_or_name if isinstance(factory_or_name, str) else _factory_name(factory_or_name)
+    before = set(tree.descendants())
+    try:
+        report = _check_contract(factory_or_name, name, registry, requests, timeout, sglang)
+    finally:  # whatever the outcome, nothing the plugin started outlives the check
+        left = [process for process in tree.descendants() if process not in before]
+        tree.kill_trees(*(process.pid for process in left))
+    if left:
+        raise _breach(
+            name,
+            f"left processes running once it was loaded and asked to detect: "
+            f"{sorted(p.pid for p in left)} (killed now); start processes in run() only: "
+            "one started as the plugin loads outlives a backend's --help under both hosts",
+        )
+    return report
+
+
+def _check_contract(
+    factory_or_name: Callable[[], object] | str,
+    name: str,
+    registry: object | None,
+    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None,
+    timeout: float,
+    sglang: bool | None,
+) -> ContractReport:
+    """:func:`assert_backend_contract`'s checks of backend *name*."""
+    __tracebackhide__ = True
     if isinstance(factory_or_name, str):
-        name = factory_or_name
         found: Any = sglang_backends.ServeBackendRegistry() if registry is None else registry
         try:
             registered = _loaded(functools.partial(found.get, name), name)
@@ -264,7 +293,6 @@ def assert_backend_contract(
             factory = None
     else:
         factory = factory_or_name
-        name = _factory_name(factory)
         if not callable(factory):
             raise ContractViolation(f"{name!r} is not callable; a factory takes no arguments")
         produced = _produce(factory, name)
@@ -300,7 +328,7 @@ def assert_backend_contract(
                 warnings.warn(
                     f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
                     SGLangNotCheckedWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
     return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
 
