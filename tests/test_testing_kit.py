@@ -570,6 +570,48 @@ def test_requests_may_be_given_as_awkward_requests_gives_them(tmp_path):
 # -- judged as the hosts judge -----------------------------------------------------
 
 
+MODULE_LEVEL = """
+from sglang_backends import ServeBackendDetection, portable_backend
+
+def run(request):
+    pass
+
+def detect(request):
+    return ServeBackendDetection.UNKNOWN
+
+BACKEND = portable_backend(api_version=1, run=run, detect=detect)
+
+def factory():
+    return BACKEND
+"""
+
+
+def test_a_backend_built_at_import_is_loaded_after_sglangs_contract_as_sglang_serve_does(
+    serve_backends,
+):
+    """``sglang serve`` imports its contract module before any plugin: a backend built at
+    module level with portable_backend is SGLang's there, and the kit must see it so."""
+    from sglang_standin import install_sglang
+
+    install_sglang(serve_backends)
+    install(serve_backends, "early", MODULE_LEVEL)
+    report = assert_backend_contract("early", registry=serve_backends.registry(), sglang=True)
+    assert report.sglang_checked
+    import early_mod
+
+    assert type(early_mod.BACKEND).__module__ == "sglang.cli.serve_backends"
+
+
+def test_sglangs_refusal_and_the_hint_read_as_one_sentence(serve_backends):
+    from sglang_standin import install_sglang
+
+    install_sglang(serve_backends)
+    install(serve_backends, "plain", GOOD)
+    with pytest.raises(ContractViolation) as caught:
+        assert_backend_contract("plain", registry=serve_backends.registry())
+    assert "expected sglang.cli.serve_backends.ServeBackend; build it with" in str(caught.value)
+
+
 @pytest.mark.parametrize("where", ["run", "detect"])
 def test_a_call_holding_the_gil_past_the_timeout_is_a_timeout(where):
     """The kit's own wait cannot run while the plugin holds the GIL: the call's own

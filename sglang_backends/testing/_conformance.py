@@ -234,8 +234,9 @@ def assert_backend_contract(
 ) -> ContractReport:
     """Check a backend against the serve-backend contract; raise on the first breach.
 
-    A process the plugin leaves running (started as it is imported, built or asked to
-    detect) is killed, and is a breach.
+    Where SGLang's host is checked, SGLang's contract module is imported first, as
+    ``sglang serve`` imports it before any plugin. A process the plugin leaves running
+    (started as it is imported, built or asked to detect) is killed, and is a breach.
 
     :param factory_or_name: the plugin's zero-argument factory, or the name of
         an installed backend (loaded through *registry*, or a new
@@ -280,6 +281,12 @@ def _check_contract(
 ) -> ContractReport:
     """:func:`assert_backend_contract`'s checks of backend *name*."""
     __tracebackhide__ = True
+    # SGLang's contract, or why it is not checked; imported before any plugin is loaded,
+    # as sglang serve imports it.
+    upstream = (
+        "sglang=False was given" if sglang is False else _sglang_contract(required=bool(sglang))
+    )
+    unchecked = None if isinstance(upstream, ModuleType) else upstream
     if isinstance(factory_or_name, str):
         found: Any = sglang_backends.ServeBackendRegistry() if registry is None else registry
         try:
@@ -318,18 +325,14 @@ def _check_contract(
     help_seconds = _check_help(backend, name, timeout)
     with _spread(requests) as spread:
         detections = _check_detector(backend, name, spread, timeout)
-        unchecked = "sglang=False was given" if sglang is False else None
-        if unchecked is None:
-            upstream = _sglang_contract(required=bool(sglang))
-            if isinstance(upstream, ModuleType):
-                assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
-            else:
-                unchecked = upstream
-                warnings.warn(
-                    f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
-                    SGLangNotCheckedWarning,
-                    stacklevel=3,
-                )
+        if isinstance(upstream, ModuleType):
+            assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
+        elif sglang is not False:
+            warnings.warn(
+                f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
+                SGLangNotCheckedWarning,
+                stacklevel=3,
+            )
     return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
 
 
@@ -359,10 +362,10 @@ def assert_sglang_accepts(
         name = factory_or_name
 
         def refused(exc: BaseException) -> ContractViolation:
-            hint = f"; {_PORTABLE_HINT}" if isinstance(exc, TypeError) else ""
-            return ContractViolation(
-                f"SGLang's registry refuses serve backend {name!r}: {describe(exc)}{hint}"
-            )
+            said = describe(exc)
+            if isinstance(exc, TypeError):  # its sentence ends where the hint's begins
+                said = f"{said.removesuffix('.')}; {_PORTABLE_HINT}"
+            return ContractViolation(f"SGLang's registry refuses serve backend {name!r}: {said}")
 
         def load() -> Any:
             return upstream.ServeBackendRegistry({}).get(name).backend
