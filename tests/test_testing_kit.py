@@ -612,6 +612,11 @@ def test_sglangs_refusal_and_the_hint_read_as_one_sentence(serve_backends):
     assert "expected sglang.cli.serve_backends.ServeBackend; build it with" in str(caught.value)
 
 
+def test_without_sglang_the_release_needed_is_the_one_that_brought_the_api():
+    with pytest.raises(ContractViolation, match=r"\(SGLang 0\.5\.18 or later\)"):
+        assert_backend_contract(lambda: ServeBackend(api_version=1, run=print), sglang=True)
+
+
 @pytest.mark.parametrize("where", ["run", "detect"])
 def test_a_call_holding_the_gil_past_the_timeout_is_a_timeout(where):
     """The kit's own wait cannot run while the plugin holds the GIL: the call's own

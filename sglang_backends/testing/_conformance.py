@@ -424,7 +424,7 @@ def _sglang_contract(*, required: bool) -> ModuleType | str:
     if required:
         needs = (
             f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
-            " (SGLang 0.5.23 or later)"
+            " (SGLang 0.5.18 or later)"
         )
         if unusable is not None:  # nothing of the fork was imported: no error to chain
             raise ContractViolation(f"{needs}, but {unusable}") from None
