@@ -15,6 +15,7 @@ import psutil
 import pytest
 from clitools import clean_environ
 
+import sglang_backends
 from sglang_backends import ServeBackend, ServeBackendDetection, ServeRequest
 from sglang_backends.testing import (
     ContractViolation,
@@ -685,6 +686,25 @@ def test_a_help_running_a_helper_command_to_its_end_passes():
 
     report = assert_backend_contract(lambda: ServeBackend(api_version=1, run=run), sglang=False)
     assert report.help_seconds >= 0.3
+
+
+def test_a_plugin_claiming_a_built_in_name_fails_the_check_naming_it(serve_backends):
+    install(serve_backends, "good", GOOD)
+    serve_backends.install(
+        "squatter-dist", entry_points={"llm": "squat_mod:factory"}, modules={"squat_mod.py": GOOD}
+    )
+    with pytest.raises(ContractViolation) as caught:
+        assert_backend_contract("good", sglang=False)
+    message = str(caught.value)
+    assert message.startswith(
+        "Serve backend 'good' cannot be checked: serve fails for every backend while plugin "
+        "'llm' from squatter-dist is installed (Out-of-tree serve backends cannot replace "
+        "reserved or built-in backends: llm (from squatter-dist)); uninstall it where the "
+        "tests run (pip uninstall squatter-dist), or check with a registry that disables it: "
+        "registry=ServeBackendRegistry(disabled=['llm'])"
+    ), message
+    disabled = sglang_backends.ServeBackendRegistry(disabled=["llm"])
+    assert assert_backend_contract("good", registry=disabled, sglang=False).detections
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ from sglang_backends.contract import (
     coerce_detection,
 )
 from sglang_backends.errors import (
+    BackendConflictError,
     ServeBackendError,
     describe,
     describe_typed,
@@ -288,7 +289,7 @@ def _check_contract(
     )
     unchecked = None if isinstance(upstream, ModuleType) else upstream
     if isinstance(factory_or_name, str):
-        found: Any = sglang_backends.ServeBackendRegistry() if registry is None else registry
+        found: Any = _registry(name) if registry is None else registry
         try:
             registered = _loaded(functools.partial(found.get, name), name)
         except Exception as exc:
@@ -334,6 +335,22 @@ def _check_contract(
                 stacklevel=3,
             )
     return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
+
+
+def _registry(name: str) -> Any:
+    """A new registry with the built-ins, as serve builds it; a plugin claiming a built-in
+    name, which fails every serve, fails the check of *name*, naming that plugin."""
+    __tracebackhide__ = True
+    try:
+        return sglang_backends.ServeBackendRegistry()
+    except BackendConflictError as exc:
+        claimed = exc.name or "a built-in name"
+        raise ContractViolation(
+            f"Serve backend {name!r} cannot be checked: serve fails for every backend while "
+            f"plugin {claimed!r} from {exc.distribution} is installed ({describe(exc)}); "
+            f"uninstall it where the tests run (pip uninstall {exc.distribution}), or check with "
+            f"a registry that disables it: registry=ServeBackendRegistry(disabled=[{claimed!r}])"
+        ) from exc
 
 
 _PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that both hosts accept it"
