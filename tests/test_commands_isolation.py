@@ -432,3 +432,29 @@ def test_a_worker_gets_the_flags_that_change_what_it_imports(tmp_path, flags):
     assert result.returncode == 0, result.stderr
     parent, child = json.loads(result.stdout)
     assert child == parent
+
+
+BUILT_AT_IMPORT = """
+from sglang_backends import ServeBackendDetection, portable_backend
+
+BACKEND = portable_backend(
+    api_version=1, run=lambda request: None, detect=lambda r: ServeBackendDetection.UNKNOWN
+)
+
+def factory():
+    return BACKEND
+"""
+
+
+def test_check_contract_loads_a_backend_built_at_import_after_sglangs_contract(site):
+    """As sglang serve: SGLang's contract first, so a backend portable_backend builds at
+    import is SGLang's, which both hosts accept."""
+    from sglang_standin import install_sglang
+
+    install_sglang(site)
+    site.install("early-rt", entry_points={"early": "early_plugin:factory"},
+                 modules={"early_plugin.py": BUILT_AT_IMPORT})  # fmt: skip
+    checked = run_cli(site, "check", "-f", "json", "--contract", "early")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    [row] = json.loads(checked.stdout)
+    assert (row["Result"], row["SGLang"]) == ("ok", "accepted"), row

@@ -10,6 +10,7 @@ contract check and psutil are imported here, never in the command's process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -25,7 +26,8 @@ from sglang_backends._core.settings import Settings
 from sglang_backends._core.tree import become_subreaper, descendants, stop_tree
 from sglang_backends._operators.worker import Job, Outcome, Result
 from sglang_backends._serve.argv import request_fields
-from sglang_backends.contract import ServeRequest
+from sglang_backends._sglang.installed import load_sglang, sglang_installed
+from sglang_backends.contract import SGLANG_CONTRACT_MODULE, ServeRequest
 from sglang_backends.errors import describe
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import (
@@ -39,6 +41,11 @@ def _load(job: Job) -> Result:
     """Load one backend by name and report what it declares; with ``contract``, check it."""
     registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
+    if job.action == "contract" and sglang_installed():
+        # SGLang's contract first, as sglang serve and the kit import it: a backend built
+        # at import is then SGLang's. Should it fail to import, the kit says so below.
+        with contextlib.suppress(Exception):
+            load_sglang(SGLANG_CONTRACT_MODULE, filtered=False)
     registered = registry.get(job.name)
     backend = registered.backend
     detail = (
