@@ -9,7 +9,8 @@ package exports as they are; :func:`describe`, :func:`describe_typed`,
 :func:`describe_raised`, :func:`did_you_mean`, :func:`meant` and :func:`closest`,
 the one wording of a cause, :func:`set_in_configuration`, of a configured name,
 :func:`refuse_string`, of a string given for a collection, and
-:func:`backend_named`, of the backend concerned, are internal.
+:func:`backend_named`, :func:`load_failed` and :func:`naming_lead`, of the backend
+concerned, are internal.
 """
 
 from __future__ import annotations
@@ -136,6 +137,26 @@ def backend_named(
     kind = "built-in serve backend" if builtin else "serve backend"
     named = f"{kind.capitalize() if start else kind} {name!r}"
     return f"{named} from {provider}" if provider else named
+
+
+def load_failed(name: str, provider: str | None = None, *, builtin: bool = False) -> str:
+    """``Failed to load serve backend 'x' from DIST``: how the message of a failed load opens
+    (:func:`backend_named` for the rest), before a colon and its cause.
+    """
+    return f"Failed to load {backend_named(name, provider, builtin=builtin)}"
+
+
+def naming_lead(text: str, name: str, provider: str | None) -> str:
+    """The words *text* opens with that only name plugin *name* from *provider*, as the
+    messages word them (:func:`load_failed`, :func:`backend_named`): ``Failed to load
+    serve backend 'x' from DIST: ``, ``Serve backend 'x' from DIST ``, ``Serve backend 'x':
+    ``; empty when it opens otherwise. What a table row giving both in columns of its own
+    need not repeat.
+    """
+    leads = [f"{load_failed(name, provider)}: "] if provider else []
+    for named in {backend_named(name, provider, start=True), backend_named(name, start=True)}:
+        leads += [f"{named}: ", f"{named} "]
+    return max((lead for lead in leads if text.startswith(lead)), key=len, default="")
 
 
 def _message(exc: BaseException) -> str | None:

@@ -70,3 +70,55 @@ def test_built_ins_have_blank_cells_not_none_and_json_keeps_null(site, command):
     data = json.loads(run_cli(site, *command, "-f", "json").stdout)
     built_in = data if isinstance(data, dict) else next(r for r in data if r["Name"] == "llm")
     assert built_in["Distribution"] is None and built_in["Version"] is None
+
+
+#: A cause long enough that the lead naming the plugin would crowd it out of a 100-character
+#: cell, with a ";" inside one sentence.
+CAUSE = "libcuda.so.12: cannot open shared object file; install the CUDA 12 driver (r550+)"
+#: What a failed load's message opens with, which the row's Name and Distribution say.
+LEAD = "Failed to load serve backend 'cuda' from cuda-runtime: "
+
+
+@pytest.fixture
+def cuda(site):
+    site.install(
+        "cuda-runtime",
+        entry_points={"cuda": "cuda_plugin:factory"},
+        modules={"cuda_plugin.py": f"raise ImportError({CAUSE!r})\n"},
+    )
+    return site
+
+
+@pytest.mark.parametrize(
+    ("command", "extra"), [("check", ()), ("detect", ("--", "/models/cuda-7b"))]
+)
+def test_a_table_leaves_out_the_lead_its_row_says_and_keeps_the_cause(cuda, command, extra):
+    for formatter in ("table", "value"):
+        shown = run_cli(cuda, command, "-f", formatter, *extra, env={"COLUMNS": "250"})
+        [row] = [line for line in shown.stdout.splitlines() if "cuda-runtime" in line]
+        assert CAUSE in row, row
+        assert "Failed to load" not in row, row
+    whole = run_cli(cuda, command, "-f", "json", *extra)
+    [found] = [r for r in json.loads(whole.stdout) if r.get("Distribution") == "cuda-runtime"]
+    assert found["Detail"] == LEAD + CAUSE
+
+
+def test_the_lead_stays_where_the_columns_saying_it_are_not_shown(cuda):
+    value = run_cli(cuda, "check", "-f", "value", "-c", "Detail")
+    [cell] = [line for line in value.stdout.splitlines() if "cuda" in line]
+    assert cell.startswith(LEAD.rstrip()), cell
+    assert cell.endswith("… (see check -f json)"), cell
+
+
+def test_only_a_lists_items_are_counted_never_a_sentence_split_at_a_semicolon(site):
+    cause = f"{CAUSE}; {CAUSE.replace('12', '13')}"
+    site.install(
+        "long-runtime",
+        entry_points={"long": "long_plugin:factory"},
+        modules={"long_plugin.py": f"raise ImportError({cause!r})\n"},
+    )
+    columns = ("-c", "Name", "-c", "Distribution", "-c", "Detail")
+    value = run_cli(site, "check", "-f", "value", *columns)
+    [cell] = [line for line in value.stdout.splitlines() if "long-runtime" in line]
+    assert cell.endswith("… (see check -f json)"), cell
+    assert "more;" not in cell

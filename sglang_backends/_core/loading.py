@@ -61,6 +61,7 @@ from sglang_backends.errors import (
     backend_named,
     describe_raised,
     describe_typed,
+    load_failed,
 )
 
 LOG = logging.getLogger(__name__)
@@ -151,15 +152,13 @@ def load_failure(
     if isinstance(exc, BackendLoadError) and (exc.name, exc.distribution) == (name, dist):
         # Its factory asked the registry for this very backend: that refusal says it all.
         return BackendLoadError(str(exc), name=name, distribution=dist)
-    named = backend_named(name, plugin.provider if plugin else None, builtin=plugin is None)
+    failed = load_failed(name, plugin.provider if plugin else None, builtin=plugin is None)
     unmet = ""
     if plugin is not None:  # a mismatched requirement is the commonest cause: say so
         from sglang_backends._core.findings import unmet_clause  # only once a load failed
 
         unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
-    return BackendLoadError(
-        f"Failed to load {named}: {_cause(exc)}{unmet}", name=name, distribution=dist
-    )
+    return BackendLoadError(f"{failed}: {_cause(exc)}{unmet}", name=name, distribution=dist)
 
 
 def _produce(name: str, plugin: PluginEntryPoint | None, builtin: object) -> RegisteredServeBackend:
@@ -328,7 +327,7 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
         with _AWAITED_LOCK:  # two threads about to await each other: the second sees it
             if not load.finished and _awaits(load, me):
                 raise BackendLoadError(
-                    f"Failed to load {backend_named(load.backend, load.provider)}: its factory "
+                    f"{load_failed(load.backend, load.provider)}: its factory "
                     "asked the registry for it while it was loading",
                     name=load.backend,
                     distribution=load.distribution,

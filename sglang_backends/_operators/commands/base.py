@@ -29,7 +29,7 @@ from sglang_backends._core.settings import Settings, configured, seconds
 from sglang_backends._serve.argv import CONFIG_DIR, CONFIG_FILE
 from sglang_backends._sglang.builtins import default_builtins
 from sglang_backends._sglang.installed import INSTALL_COMMANDS, install_hint, sglang_installed
-from sglang_backends.errors import ConfigurationError, UnknownBackendError
+from sglang_backends.errors import ConfigurationError, UnknownBackendError, naming_lead
 
 _CONFIG_EPILOG = """\
 configuration:
@@ -82,6 +82,28 @@ _TERMINAL_FORMATS = frozenset({"table", "value"})
 #: The longest cell table and value formats show whole: a row of a few such cells
 #: still fits a wide terminal.
 MAX_CELL = 100
+
+
+class Cell(str):
+    """A cell's text, knowing what a terminal may leave out of it (table and value formats;
+    the others show every character): its *lead* (:func:`~sglang_backends.errors.naming_lead`),
+    when the row's *said_by* columns, shown, give the backend and distribution it names; and,
+    shortened, which items of *items*, the ``"; "``-joined list it ends with, it leaves out
+    (``+30 more``). The message stays worded where it is made; this only marks its parts.
+    """
+
+    lead: str
+    items: str
+    said_by: tuple[str, ...]
+
+    def __new__(
+        cls, text: str, *, lead: str = "", items: str = "", said_by: tuple[str, ...] = ()
+    ) -> Cell:
+        cell = super().__new__(cls, text)
+        cell.lead = lead if text.startswith(lead) else ""
+        cell.items = items if text.endswith(items) else ""
+        cell.said_by = said_by
+        return cell
 
 
 class _MetadataFormatters(stevedore.ExtensionManager[Any]):
@@ -160,17 +182,19 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     ) -> list[tuple[Any, ...]]:
         """*rows* as the formatter should print them: unchanged for JSON and YAML (``null``
         stays); for a human one, with control characters escaped and no value blank (not
-        ``None``); for table and value, each cell longer than :data:`MAX_CELL` shortened;
-        for shell, quoted for its double quotes.
+        ``None``); for table and value, a :class:`Cell`'s lead left out where its row's
+        columns say it, and each cell longer than :data:`MAX_CELL` shortened; for shell,
+        quoted for its double quotes.
         """
-        if parsed_args.formatter not in _HUMAN_FORMATS:
-            return [tuple(row) for row in rows]
+        if parsed_args.formatter not in _HUMAN_FORMATS:  # a Cell as the plain text it is
+            return [tuple(str(v) if isinstance(v, Cell) else v for v in row) for row in rows]
         pointer = f"see {self.command_name} -f json"
-        short = self.command_name and parsed_args.formatter in _TERMINAL_FORMATS
+        short = bool(self.command_name) and parsed_args.formatter in _TERMINAL_FORMATS
         width = MAX_CELL if short else sys.maxsize
+        shown = set(parsed_args.columns or ())
         cells = [
             tuple(
-                "" if value is None else shortened(printable(value), pointer, width)
+                "" if value is None else _shown(value, pointer, width, short, shown)
                 for value in row
             )
             for row in rows
@@ -271,11 +295,26 @@ def _shell_quoted(value: Any) -> Any:
     return value.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`")
 
 
-def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
+def _shown(value: Any, pointer: str, width: int, short: bool, shown: set[str]) -> Any:
+    """*value* as a human format shows it: escaped (:func:`printable`); a :class:`Cell`
+    without its lead when *short* (table, value) and *shown* (``-c``; empty: every column)
+    holds the columns that say it; then :func:`shortened`.
+    """
+    if not isinstance(value, Cell):
+        return shortened(printable(value), pointer, width)
+    text = printable(str(value))
+    lead = printable(value.lead)
+    if short and lead and (not shown or shown.issuperset(value.said_by)):
+        text = text.removeprefix(lead)
+    return shortened(text, pointer, width, printable(value.items))
+
+
+def shortened(value: Any, pointer: str, width: int = MAX_CELL, items: str = "") -> Any:
     """*value*, or when its text is longer than *width*, its beginning (to the end of a
-    ``"; "``-separated part if that loses a few characters only, else of a word), ``…``,
-    how many parts are left out and *pointer*: ``unmet: a (installed: 1); b… (+30 more;
-    see list -f json)``.
+    ``"; "``-separated part if that loses a few characters only, else of a word), ``…``
+    and *pointer*; with how many of *items* (the ``"; "``-joined list the text ends with,
+    if any) are not shown whole: ``unmet: a (installed: 1); b… (+30 more; see list -f
+    json)``. Only a list's items are counted: elsewhere a ``;`` may join one sentence.
     """
     text = str(value)
     if len(text) <= width:
@@ -286,10 +325,23 @@ def shortened(value: Any, pointer: str, width: int = MAX_CELL) -> Any:
         head = head[: head.rindex("; ")]
     elif " " in head[budget // 2 :]:  # not in the middle of a word
         head = head[: head.rindex(" ")].removesuffix(";")
-    whole = text.startswith(f"{head}; ")  # its last part is whole
-    left = text.count("; ") + 1 - head.count("; ") - whole
-    more = f"+{left} more; " if left and "; " in text else ""
+    more = ""
+    if items and text.endswith(items):  # the list ends the text, so is cut: count its items
+        listed = head[len(text) - len(items) :]  # what of it is shown, maybe nothing
+        whole = listed.count("; ") + bool(listed and text[len(head) :].startswith("; "))
+        more = f"+{items.count('; ') + 1 - whole} more; "
     return f"{head.rstrip()}… ({more}{pointer})"
+
+
+def detail_cell(
+    text: str, name: str, distribution: str | None, said_by: tuple[str, ...], items: str = ""
+) -> Cell:
+    """*text*, about plugin *name* from *distribution*, as a cell of a row whose *said_by*
+    columns give both, which its lead (:func:`naming_lead`) need not repeat; ending with
+    *items*, a ``"; "``-joined list.
+    """
+    lead = naming_lead(text, name, distribution) if distribution else ""
+    return Cell(text, lead=lead, items=items, said_by=said_by)
 
 
 #: Default number of plugin-loading workers run at once: the CPU count, at most 4.

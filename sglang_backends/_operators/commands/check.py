@@ -10,7 +10,12 @@ from cliff.lister import Lister
 
 from sglang_backends._core.console import printable
 from sglang_backends._core.discovery import PluginEntryPoint
-from sglang_backends._core.findings import distributions_of, shadowed_text, unmet_clause
+from sglang_backends._core.findings import (
+    distributions_of,
+    shadowed_text,
+    unmet_clause,
+    unmet_text,
+)
 from sglang_backends._core.inventory import Inventory
 from sglang_backends._core.selection import (
     PluginRecord,
@@ -22,15 +27,18 @@ from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
     DEFAULT_JOBS,
     SelectionOptions,
+    detail_cell,
     needs_sglang,
     positive_seconds,
 )
 from sglang_backends._operators.worker import Job, WorkerResult, last_line, run_loads
-from sglang_backends.errors import did_you_mean
+from sglang_backends.errors import backend_named, did_you_mean
 
 COLUMNS = ("Name", "Origin", "Distribution", "Version", "Result", "Seconds", "Detail")
 #: Results that make ``check`` exit with status 1.
 FAILURES = frozenset({"error", "timeout", "crashed", "not installed"})
+#: The columns that name a row's plugin and its distribution.
+_SAID_BY = ("Name", "Distribution")
 #: The SGLang column of a row whose plugin was not loaded.
 _NOT_LOADED = "not checked: not loaded"
 
@@ -181,8 +189,10 @@ class CheckBackends(SelectionOptions, Lister):
             clause = unmet.get(record.distribution or "")
             if clause and not detail.endswith(clause):  # a failed load's message ends with it
                 detail = f"{detail}; {clause}"
+            items = unmet_text(record.plugin) if clause else ""
+            cell = detail_cell(detail, record.name, record.distribution, _SAID_BY, items or "")
             head = (record.name, "plugin", record.distribution, record.version)
-            rows.append((*head, result, seconds, detail, sglang))
+            rows.append((*head, result, seconds, cell, sglang))
         rows += _not_installed(inventory)
         self.failed = any(row[4] in FAILURES for row in rows)
         if not parsed_args.contract:  # whether SGLang's own host was asked too: --contract
@@ -203,7 +213,9 @@ def _checked(
     seconds = round(worker.seconds, 3)
     result = worker.result
     if result is None:
-        detail = f"{record.name!r} from {record.plugin.provider}: {worker.detail}"
+        detail = (
+            f"{backend_named(record.name, record.plugin.provider, start=True)}: {worker.detail}"
+        )
         if worker.failure == "crashed" and (last := last_line(worker.stderr)):
             detail += f" (last output: {last})"
         return worker.failure, seconds, detail, _NOT_LOADED

@@ -19,16 +19,20 @@ from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
     DEFAULT_JOBS,
+    Cell,
     SelectionOptions,
+    detail_cell,
     needs_sglang,
     option_spans,
     positive_seconds,
 )
-from sglang_backends._operators.worker import Job, run_isolated, run_loads
+from sglang_backends._operators.worker import Job, Outcome, run_isolated, run_loads
 from sglang_backends._serve.argv import HELP, parse_host_options
 from sglang_backends.errors import ServeBackendError
 
 COLUMNS = ("Backend", "Distribution", "Verdict", "Seconds", "Detail")
+#: The columns that name a row's backend and its distribution.
+_SAID_BY = COLUMNS[:2]
 
 
 #: Seconds the detecting process gets by default beyond ``load_timeout + detect_timeout``
@@ -312,7 +316,7 @@ class DetectBackend(SelectionOptions, Lister):
             raise ServeBackendError(result.error)
 
         rows: list[tuple[Any, ...]] = [
-            (o.name, o.distribution, o.verdict, round(o.seconds, 4), o.detail)
+            (o.name, o.distribution, o.verdict, round(o.seconds, 4), _detail(o))
             for o in result.outcomes
         ]
         seconds = round(result.seconds, 4)
@@ -345,3 +349,10 @@ class DetectBackend(SelectionOptions, Lister):
             rows.append((result.selected, selected.distribution, "selected", seconds, detail))
             self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         return COLUMNS, self.safe_rows(parsed_args, rows)
+
+
+def _detail(outcome: Outcome) -> Cell | None:
+    """*outcome*'s Detail cell, whose lead its row's Backend and Distribution may say."""
+    if outcome.detail is None:
+        return None
+    return detail_cell(outcome.detail, outcome.name, outcome.distribution, _SAID_BY)

@@ -10,7 +10,7 @@ from cliff.lister import Lister
 
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.findings import general_plugins, unmet_text
-from sglang_backends._operators.commands.base import SelectionOptions, builtin_row, plugin_row
+from sglang_backends._operators.commands.base import Cell, SelectionOptions, builtin_row, plugin_row
 from sglang_backends._sglang.installed import sglang_installed
 
 #: What every backend row says of it (``show`` gives the same fields first).
@@ -84,7 +84,7 @@ class ListBackends(SelectionOptions, Lister):
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
 
-def _requirements(plugin: PluginEntryPoint) -> str | None:
+def _requirements(plugin: PluginEntryPoint) -> Cell | str | None:
     """How ``list`` shows *plugin*'s distribution's requirements (:func:`~sglang_backends.
     _core.findings.unmet_text`, read once per distribution): ``met``, ``unmet: …``, or
     nothing when its metadata could not be read or its distribution is unknown.
@@ -92,4 +92,4 @@ def _requirements(plugin: PluginEntryPoint) -> str | None:
     unmet = unmet_text(plugin) if plugin.distribution else None
     if unmet is None:
         return None
-    return f"unmet: {unmet}" if unmet else "met"
+    return Cell(f"unmet: {unmet}", items=unmet) if unmet else "met"
