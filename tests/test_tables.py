@@ -9,6 +9,7 @@ import json
 
 import pytest
 from clitools import run_cli
+from sglang_standin import install_sglang
 
 GOOD = """
 from sglang_backends import ServeBackend
@@ -122,3 +123,21 @@ def test_only_a_lists_items_are_counted_never_a_sentence_split_at_a_semicolon(si
     [cell] = [line for line in value.stdout.splitlines() if "long-runtime" in line]
     assert cell.endswith("… (see check -f json)"), cell
     assert "more;" not in cell
+
+
+def test_check_contract_says_sglang_refused_a_plugin_it_was_asked_of(site, install_backend):
+    install_sglang(site)
+    install_backend("plain-runtime", "plainrt")  # sglang_backends' ServeBackend, not SGLang's
+    checked = run_cli(site, "check", "--contract", "plainrt", "-f", "json")
+    [row] = json.loads(checked.stdout)
+    assert row["Detail"].startswith("SGLang's registry refuses serve backend 'plainrt'"), row
+    assert row["SGLang"] == "refused"
+
+
+def test_check_contract_says_sglang_was_not_asked_of_a_plugin_breaking_ours(site, install_backend):
+    install_sglang(site)
+    install_backend("raising-runtime", "raiser", detect="raise RuntimeError('boom')")
+    checked = run_cli(site, "check", "--contract", "raiser", "-f", "json")
+    [row] = json.loads(checked.stdout)
+    assert row["Result"] == "error", row
+    assert row["SGLang"] == "not checked: contract broken"

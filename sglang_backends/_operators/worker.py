@@ -67,7 +67,8 @@ class Result:
     #: A loaded backend's declarations, and with ``contract`` the checks it passed, as
     #: ``check`` words them.
     detail: str = ""
-    #: With ``contract``: whether SGLang's own host accepted the backend, or why it was not asked.
+    #: With ``contract``: whether SGLang's own host accepted the backend, refused it, or why it
+    #: was not asked.
     sglang: str | None = None
     outcomes: Sequence[Outcome] = ()
     matches: Sequence[str] = ()

@@ -33,6 +33,7 @@ from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import (
     ContractViolation,
     SGLangNotCheckedWarning,
+    SGLangRefusal,
     assert_backend_contract,
 )
 
@@ -62,9 +63,12 @@ def _load(job: Job) -> Result:
                 report = assert_backend_contract(
                     job.name, registry=registry, timeout=job.contract_timeout
                 )
-        except ContractViolation as exc:
+        except ContractViolation as exc:  # SGLang's host refused it, or ours did first
             provider = registered.distribution or "an unknown distribution"
-            return Result(error=f"{exc} (provided by {provider})")
+            refused = (
+                "refused" if isinstance(exc, SGLangRefusal) else "not checked: contract broken"
+            )
+            return Result(error=f"{exc} (provided by {provider})", sglang=refused)
         detail += (
             f"; contract kept (--help in {report.help_seconds:.2f} s, "
             f"{len(report.detections)} detector requests answered)"

@@ -70,7 +70,8 @@ class CheckBackends(SelectionOptions, Lister):
     answers awkward requests without raising. A breach is an error whose
     Detail says what the plugin does wrong. Where SGLang is installed it also
     checks that SGLang's own host accepts the plugin, and an SGLang column
-    says so: accepted, or not checked and why (SGLang is not installed).
+    says so: accepted, refused (Detail says how), or not checked and why
+    (SGLang is not installed, the contract broken first, not loaded).
 
     Result column:
       ok
@@ -219,8 +220,8 @@ def _checked(
         if worker.failure == "crashed" and (last := last_line(worker.stderr)):
             detail += f" (last output: {last})"
         return worker.failure, seconds, detail, _NOT_LOADED
-    if result.error is not None:
-        return "error", seconds, result.error, _NOT_LOADED
+    if result.error is not None:  # with --contract, a load SGLang's host was asked of or not
+        return "error", seconds, result.error, result.sglang or _NOT_LOADED
     return "ok", seconds, result.detail, result.sglang or "not checked"
 
 
