@@ -256,3 +256,14 @@ def test_omni_in_the_documents_is_the_real_sglang_omni():
                 if version != "0.1.9":
                     wrong.append(f"{document.relative_to(ROOT)}: {line.strip()}")
     assert wrong == []
+
+
+def test_no_quoted_table_cell_is_longer_than_a_table_prints_one():
+    """A table shortens a cell to :data:`MAX_CELL` characters; a quoted one shows none longer."""
+    from sglang_backends._operators.commands.base import MAX_CELL
+
+    guide = (ROOT / "doc/source/user/operators.rst").read_text(encoding="utf-8")
+    rows = re.findall(r"^ +\|.*\|$", guide, re.M)
+    cells = [cell.strip() for row in rows for cell in row.strip().strip("|").split(" | ")]
+    assert cells
+    assert [cell for cell in cells if len(cell) > MAX_CELL] == []
