@@ -389,7 +389,8 @@ def assert_sglang_accepts(
                 said = describe(exc)
                 if isinstance(exc, TypeError):  # its sentence ends where the hint's begins
                     said = f"{said.removesuffix('.')}; {_PORTABLE_HINT}"
-                return ContractViolation(f"SGLang's registry refuses serve backend {name!r}: {said}")
+                refusal = f"SGLang's registry refuses serve backend {name!r}: {said}"
+                return ContractViolation(refusal)
 
             def load() -> Any:
                 return upstream.ServeBackendRegistry({}).get(name).backend
