@@ -17,7 +17,6 @@ import logging
 import os
 import sys
 import time
-import warnings
 
 from sglang_backends._core import console
 from sglang_backends._core.processes import StopSignals
@@ -32,9 +31,8 @@ from sglang_backends.errors import describe
 from sglang_backends.registry import ServeBackendRegistry
 from sglang_backends.testing import (
     ContractViolation,
-    SGLangNotCheckedWarning,
-    SGLangRefusal,
     assert_backend_contract,
+    assert_sglang_accepts,
 )
 
 
@@ -56,24 +54,25 @@ def _load(job: Job) -> Result:
     )
     sglang = None
     if job.action == "contract":
-        try:
-            with warnings.catch_warnings():  # said in the SGLang column instead
-                warnings.simplefilter("ignore", SGLangNotCheckedWarning)
-                # SGLang's host too, where it is installed (importing it takes seconds).
-                report = assert_backend_contract(
-                    job.name, registry=registry, timeout=job.contract_timeout
-                )
-        except ContractViolation as exc:  # SGLang's host refused it, or ours did first
-            provider = registered.distribution or "an unknown distribution"
-            refused = (
-                "refused" if isinstance(exc, SGLangRefusal) else "not checked: contract broken"
+        provider = registered.distribution or "an unknown distribution"
+        try:  # this package's contract first: SGLang's host is not asked of a breach
+            report = assert_backend_contract(
+                job.name, registry=registry, timeout=job.contract_timeout, sglang=False
             )
-            return Result(error=f"{exc} (provided by {provider})", sglang=refused)
+        except ContractViolation as exc:
+            broken = "not checked: contract broken"
+            return Result(error=f"{exc} (provided by {provider})", sglang=broken)
+        sglang = "not checked: SGLang is not installed"
+        if sglang_installed():  # SGLang's host too, where it is installed (seconds to import)
+            try:
+                assert_sglang_accepts(job.name, timeout=job.contract_timeout)
+            except ContractViolation as exc:
+                return Result(error=f"{exc} (provided by {provider})", sglang="refused")
+            sglang = "accepted"
         detail += (
             f"; contract kept (--help in {report.help_seconds:.2f} s, "
             f"{len(report.detections)} detector requests answered)"
         )
-        sglang = "accepted" if report.sglang_checked else "not checked: SGLang is not installed"
     return Result(seconds=time.perf_counter() - started, detail=detail, sglang=sglang)
 
 

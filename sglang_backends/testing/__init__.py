@@ -5,8 +5,7 @@
   installing a distribution again replaces it, as pip does, at any version.
 - :func:`assert_backend_contract` checks a factory or an installed backend, and
   where SGLang is installed that SGLang's own host accepts it too
-  (:func:`assert_sglang_accepts`: :class:`SGLangRefusal`, a :class:`ContractViolation`,
-  when it does not); it warns (:class:`SGLangNotCheckedWarning`)
+  (:func:`assert_sglang_accepts`); it warns (:class:`SGLangNotCheckedWarning`)
   and says so in its report when SGLang is not there to check.
 - :func:`assert_stops_cleanly` serves the backend under each installed host
   and stops it as Ctrl+C does: no traceback, no process left.
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
         ContractReport,
         ContractViolation,
         SGLangNotCheckedWarning,
-        SGLangRefusal,
         assert_backend_contract,
         assert_sglang_accepts,
         awkward_requests,
@@ -44,7 +42,6 @@ __all__ = [
     "ContractViolation",
     "PluginSite",
     "SGLangNotCheckedWarning",
-    "SGLangRefusal",
     "assert_backend_contract",
     "assert_sglang_accepts",
     "assert_stops_cleanly",

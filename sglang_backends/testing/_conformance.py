@@ -54,11 +54,6 @@ class ContractViolation(ServeBackendError, AssertionError):
     """A backend breaks the serve-backend contract; the message says how (a pytest failure)."""
 
 
-class SGLangRefusal(ContractViolation):
-    """SGLang's own host refuses a backend, or one of its answers, that may keep this
-    package's contract (:func:`assert_sglang_accepts`)."""
-
-
 @dataclass
 class ContractReport:
     """What :func:`assert_backend_contract` checked, for tests that want details."""
@@ -375,54 +370,48 @@ def assert_sglang_accepts(
     :func:`awkward_requests`), the detector must answer with SGLang's
     ``ServeBackendDetection``. :func:`sglang_backends.portable_backend` passes.
 
-    :raises SGLangRefusal: SGLang refuses the backend or an answer.
-    :raises ContractViolation: SGLang is not installed.
+    :raises ContractViolation: SGLang refuses the backend or an answer, or is not installed.
     """
     __tracebackhide__ = True
     upstream = _sglang_contract(required=True)
     assert isinstance(upstream, ModuleType)
-    try:  # whatever SGLang's host does not accept: a refusal
-        if isinstance(factory_or_name, str):
-            name = factory_or_name
+    if isinstance(factory_or_name, str):
+        name = factory_or_name
 
-            def refused(exc: BaseException) -> ContractViolation:
-                said = describe(exc)
-                if isinstance(exc, TypeError):  # its sentence ends where the hint's begins
-                    said = f"{said.removesuffix('.')}; {_PORTABLE_HINT}"
-                refusal = f"SGLang's registry refuses serve backend {name!r}: {said}"
-                return ContractViolation(refusal)
+        def refused(exc: BaseException) -> ContractViolation:
+            said = describe(exc)
+            if isinstance(exc, TypeError):  # its sentence ends where the hint's begins
+                said = f"{said.removesuffix('.')}; {_PORTABLE_HINT}"
+            refusal = f"SGLang's registry refuses serve backend {name!r}: {said}"
+            return ContractViolation(refusal)
 
-            def load() -> Any:
-                return upstream.ServeBackendRegistry({}).get(name).backend
+        def load() -> Any:
+            return upstream.ServeBackendRegistry({}).get(name).backend
 
-            # Whatever it lets through (it catches Exception only) is the plugin's, as in ours.
-            backend = _loaded(functools.partial(call_plugin_code, load, refused), name)
-        else:
-            name = _factory_name(factory_or_name)
-            backend = _produce(factory_or_name, name, " when called with SGLang's contract loaded")
-            if not isinstance(backend, upstream.ServeBackend):
-                raise ContractViolation(
-                    f"SGLang refuses factory {name!r}: it returned {type(backend).__name__} from "
-                    f"{type(backend).__module__}; expected {SGLANG_CONTRACT_MODULE}.ServeBackend; "
-                    + _PORTABLE_HINT
-                )
-        detection_class = upstream.ServeBackendDetection
-        with _spread(requests) as spread:
-            their_requests = [
-                (label, upstream.ServeRequest(**asdict(req))) for label, req in spread
-            ]
-            _check_detector(
-                backend,
-                name,
-                their_requests,
-                timeout,
-                # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own count.
-                accept=lambda value: value if isinstance(value, detection_class) else None,
-                expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
-                + _PORTABLE_HINT,
+        # Whatever it lets through (it catches Exception only) is the plugin's, as in ours.
+        backend = _loaded(functools.partial(call_plugin_code, load, refused), name)
+    else:
+        name = _factory_name(factory_or_name)
+        backend = _produce(factory_or_name, name, " when called with SGLang's contract loaded")
+        if not isinstance(backend, upstream.ServeBackend):
+            raise ContractViolation(
+                f"SGLang refuses factory {name!r}: it returned {type(backend).__name__} from "
+                f"{type(backend).__module__}; expected {SGLANG_CONTRACT_MODULE}.ServeBackend; "
+                + _PORTABLE_HINT
             )
-    except ContractViolation as exc:  # its cause kept, not this function's own frame
-        raise SGLangRefusal(str(exc)) from exc.__cause__
+    detection_class = upstream.ServeBackendDetection
+    with _spread(requests) as spread:
+        their_requests = [(label, upstream.ServeRequest(**asdict(req))) for label, req in spread]
+        _check_detector(
+            backend,
+            name,
+            their_requests,
+            timeout,
+            # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own count.
+            accept=lambda value: value if isinstance(value, detection_class) else None,
+            expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
+            + _PORTABLE_HINT,
+        )
 
 
 def _factory_name(factory: object) -> str:
