@@ -251,24 +251,30 @@ def factory():
 """
 
 
+def _run_starting(site, tmp_path, source, *args):
+    """Install *source* as backend ``starter`` and run the CLI with *args*; return the
+    result and the pids of the processes still running that the plugin recorded (in
+    ``$PIDS``, and ``$PIDS.2`` for a grandchild, if it got to start one)."""
+    psutil = pytest.importorskip("psutil")
+    site.install("starter-runtime", entry_points={"starter": "starter_plugin:factory"},
+                 modules={"starter_plugin.py": source})  # fmt: skip
+    pids = tmp_path / "pids"
+    result = run_cli(site, *args, env={"PIDS": str(pids)}, timeout=30)
+    files = [pids, tmp_path / "pids.2"]
+    started = [int(pid) for path in files if path.exists() for pid in path.read_text().split()]
+    running = [p for p in started if psutil.pid_exists(p)]
+    return result, started, [p for p in running if psutil.Process(p).status() != "zombie"]
+
+
 def test_show_leaves_nothing_the_plugin_started_running(site, tmp_path):
     """As check's workers do, show stops what the plugin started while loading: its own
     output, which those processes hold, then ends when show does."""
-    psutil = pytest.importorskip("psutil")
-    site.install(
-        "forking-runtime",
-        entry_points={"forking": "forking_plugin:factory"},
-        modules={"forking_plugin.py": FORKING},
+    result, started, running = _run_starting(
+        site, tmp_path, FORKING, "show", "-f", "json", "starter"
     )
-    pids = tmp_path / "pids"
-    result = run_cli(site, "show", "-f", "json", "forking", env={"PIDS": str(pids)}, timeout=30)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["Name"] == "forking"
-    started = [int(pid) for pid in pids.read_text().split()]
-    assert len(started) == 2
-    alive = [p for p in map(int, started) if psutil.pid_exists(p)]
-    alive = [p for p in alive if psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
+    assert json.loads(result.stdout)["Name"] == "starter"
+    assert (len(started), running) == (2, [])
 
 
 #: A factory that starts a child, holding the output, which starts a grandchild.
@@ -297,20 +303,8 @@ def test_a_backends_help_leaves_nothing_the_plugin_started_as_it_loaded(site, tm
     """Its help runs unsupervised, as in SGLang; what the plugin started at load, holding
     the help's output (| less waits for it), is killed with its own children once the help
     is written."""
-    psutil = pytest.importorskip("psutil")
-    site.install(
-        "server-runtime",
-        entry_points={"server": "server_plugin:factory"},
-        modules={"server_plugin.py": STARTS_A_SERVER},
-    )
-    pids = tmp_path / "pids"
-    args = ("serve", "--model-type", "server", "--help")
-    result = run_cli(site, *args, env={"PIDS": str(pids)}, timeout=30)
+    args = ("serve", "--model-type", "starter", "--help")
+    result, started, running = _run_starting(site, tmp_path, STARTS_A_SERVER, *args)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "usage: started\n"
-    started = [int(pids.read_text())]
-    grandchild = tmp_path / "pids.2"
-    if grandchild.exists():  # unless the child was killed before it started one
-        started.append(int(grandchild.read_text()))
-    alive = [p for p in started if psutil.pid_exists(p)]
-    assert [p for p in alive if psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []
+    assert started and running == []
