@@ -172,6 +172,9 @@ def test_check_skips_disabled_plugins_and_passes_when_the_rest_is_good(zoo):
     assert results[("good", "good-runtime")] == "ok"
     assert results[("hang", "hang-runtime")] == "skipped"
     assert results[("llm", "llm-impostor")] == "skipped"
+    # Which list left it out, and where that list was set, as serve and show say it.
+    details = {r["Name"]: r["Detail"] for r in rows(result)}
+    assert details["hang"] == "disabled by --disable on the command line; not loaded"
 
 
 def test_check_never_imports_plugins_in_its_own_process(zoo, markers):

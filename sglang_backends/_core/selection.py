@@ -232,7 +232,7 @@ def refuse_conflicts(conflicts: Sequence[PluginEntryPoint]) -> None:
         )
 
 
-def _left_out(name: str, inventory: Inventory) -> str | None:
+def left_out(name: str, inventory: Inventory) -> str | None:
     """Why *inventory*'s enabled/disabled lists leave installed plugin *name* out (``is
     disabled by WHERE``, or not enabled), or ``None`` when they let it be used.
 
@@ -264,7 +264,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
         values = ("auto", *inventory.available_names)
         raise unknown_backend(name, values, inventory, selected=True)
     plain = candidates[0].name
-    why = _left_out(plain, inventory)
+    why = left_out(plain, inventory)
     if why:
         remedy = "remove it from" if plain in inventory.disabled else "add it to"
         raise DisabledBackendError(
@@ -318,7 +318,7 @@ def unknown_backend(
         close = closest(name, offers)
     found = None if close is None else offers[close]
     suggestion = meant(close)
-    why = _left_out(found.name, inventory) if found and selected else None
+    why = left_out(found.name, inventory) if found and selected else None
     if found and why:
         suggestion = (
             f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
@@ -397,7 +397,7 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
     reasons: list[str] = []
     names: set[str] = set()
     for record in inventory.records:
-        why = _left_out(record.name, inventory)
+        why = left_out(record.name, inventory)
         if why:
             names.add(record.name)
             reasons.append(

@@ -21,6 +21,7 @@ from sglang_backends._core.selection import (
     PluginRecord,
     PluginStatus,
     conflict_warning,
+    left_out,
     unknown_backend,
 )
 from sglang_backends._core.settings import Settings
@@ -186,7 +187,7 @@ class CheckBackends(SelectionOptions, Lister):
             if not names or name in names
         ]
         for record, key in chosen:
-            result, seconds, detail, sglang = _checked(record, results.get(key))
+            result, seconds, detail, sglang = _checked(record, results.get(key), inventory)
             clause = unmet.get(record.distribution or "")
             if clause and not detail.endswith(clause):  # a failed load's message ends with it
                 detail = f"{detail}; {clause}"
@@ -202,13 +203,15 @@ class CheckBackends(SelectionOptions, Lister):
 
 
 def _checked(
-    record: PluginRecord, worker: WorkerResult | None
+    record: PluginRecord, worker: WorkerResult | None, inventory: Inventory
 ) -> tuple[str | None, float, str, str]:
     """Plugin *record*'s Result, Seconds, Detail and SGLang cells, from the *worker* that
-    loaded it (``None``: not loaded, as disabled or claiming a built-in name).
+    loaded it (``None``: not loaded, as disabled, where the list was set, or claiming a
+    built-in name).
     """
     if worker is None and record.status is PluginStatus.DISABLED:
-        return "skipped", 0.0, "disabled by the selection; not loaded", _NOT_LOADED
+        why = (left_out(record.name, inventory) or "").removeprefix("is ")
+        return "skipped", 0.0, f"{why}; not loaded", _NOT_LOADED
     if worker is None:
         return "error", 0.0, conflict_warning(record.plugin), _NOT_LOADED
     seconds = round(worker.seconds, 3)
