@@ -47,7 +47,10 @@ def test_model_type_from_a_configuration_file(recorder, tmp_path):
     path = conf(tmp_path, "model_type = recorder\n")
     result = run_serve(["--config-file", str(path), "org/model", "--tp", "2"], env)
     assert result.returncode == 0, result.stderr
-    assert "Using serve backend 'recorder'" in result.stderr
+    assert (
+        "Using serve backend 'recorder' (from recorder-dist), set by [serve_backends] "
+        f"model_type in {path}"
+    ) in result.stderr  # which file chose it, as the operator must know to change it
     assert read_json(record)["argv"] == ["--model-path", "org/model", "--tp", "2"]
 
 

@@ -149,6 +149,8 @@ def _backend(
     else:
         registered = _get(registry, settings, progress)
         chosen = "Using serve backend %s%s"
+        if where := settings.set_in("model_type"):  # configuration's, not --model-type's
+            why = f", set by [serve_backends] model_type in {where}"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
     if registered.backend.requires_model_path and request.model_path is None:
