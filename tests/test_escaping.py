@@ -293,3 +293,13 @@ def test_show_shell_output_is_escaped_and_safe_to_evaluate(site, tmp_path):
     assert distribution == RINGING_ESCAPED
     tail = "${HOME} and \\ \\x1b[2J \\u202e."
     assert summary == f'Serves "$(touch {marker})", `touch {marker}`, {tail}'
+
+
+def test_the_packages_lines_reach_stderr_where_a_plugin_set_sys_stderr_to_none(monkeypatch, capfd):
+    """print() would write them to stdout, then flushing None would raise."""
+    from sglang_backends._core import console
+
+    monkeypatch.setattr(sys, "stderr", None)
+    console.error("prog", "a plugin took stderr")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "prog: error: a plugin took stderr\n")

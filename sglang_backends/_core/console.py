@@ -99,11 +99,16 @@ def _folded(line: str) -> str:
 
 
 def _write_lines(lines: Iterable[str]) -> None:
-    """The one place this package writes its own lines to stderr; nothing when it is gone."""
-    with contextlib.suppress(OSError, ValueError):
+    """The one place this package writes its own lines to stderr; nothing when it is gone.
+    Where plugin code set ``sys.stderr`` to ``None``, the process's own stderr still gets
+    them (``print`` would write them to stdout)."""
+    stream = sys.stderr if sys.stderr is not None else sys.__stderr__
+    if stream is None:  # no stderr at all (pythonw)
+        return
+    with contextlib.suppress(AttributeError, OSError, ValueError):
         for line in lines:
-            print(line, file=sys.stderr)
-        sys.stderr.flush()
+            print(line, file=stream)
+        stream.flush()
 
 
 def flush() -> None:
