@@ -479,3 +479,18 @@ def test_a_distribution_of_another_finder_is_served(monkeypatch):
     assert (plugin.distribution, plugin.version) == ("finder-runtime", "3.0")
     registered = ServeBackendRegistry(default_builtins()).get("found")
     assert registered.distribution == "finder-runtime"
+
+
+@pytest.mark.parametrize(
+    "group", ["sglang.serve_backend", "sglang_serve_backends", "SGLang.Serve-Backends"]
+)
+def test_entry_points_in_a_misspelt_group_are_warned_about_once(site, registry_warnings, group):
+    """No host reads them, so the plugin is silently missing: say so, with the group meant."""
+    info = site.install("typo-rt", entry_points={"typo": "typo:factory"}, group=group)
+    registry = ServeBackendRegistry(default_builtins())
+    assert "typo" not in registry
+    messages = [r.getMessage() for r in registry_warnings.records if str(info) in r.getMessage()]
+    assert messages == [
+        f"Ignoring the entry points of distribution typo-rt at {info} in group {group!r}, "
+        "which nothing reads; did you mean 'sglang.serve_backends'?"
+    ]

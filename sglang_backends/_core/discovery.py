@@ -60,6 +60,10 @@ class InstalledDistribution:
         found = has_metadata(self.distribution, "entry_points.txt")
         return tuple(self.distribution.entry_points) if found else ()
 
+    def entry_points_in_all_groups(self) -> tuple[EntryPoint, ...]:
+        """Its entry points, whatever their group, read as :meth:`entry_points` reads them."""
+        return self._entry_points
+
     def entry_points(self, group: str) -> list[EntryPoint]:
         """Its entry points in *group*, read only from a regular file.
 
@@ -243,17 +247,21 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     try:
         selected = installed.entry_points(group)
     except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
-        try:
-            named = f"distribution {_identity(installed.distribution)[0]} at"
-        except Exception:  # noqa: BLE001 - its METADATA is in trouble too
-            named = "the distribution at"
         _warn_once(
-            "Ignoring the entry points of %s %s: its entry_points.txt cannot be read (%s)",
-            named,
-            installed.location,
+            "Ignoring the entry points of %s: its entry_points.txt cannot be read (%s)",
+            _named(installed),
             _malformed_line(installed.distribution) or describe_typed(exc),
         )
         return []
+    for other in sorted({ep.group for ep in installed.entry_points_in_all_groups()} - {group}):
+        if _spelt(other) == _spelt(group):  # a typo no host forgives: its plugins are never seen
+            _warn_once(
+                "Ignoring the entry points of %s in group %r, which nothing reads; "
+                "did you mean %r?",
+                _named(installed),
+                other,
+                group,
+            )
     if not selected:
         return []
     problem = None
@@ -275,6 +283,20 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
         PluginEntryPoint(ep.name, ep.value, name, version, ep, problem, installed)
         for ep in selected
     ]
+
+
+def _named(installed: InstalledDistribution) -> str:
+    """``distribution NAME at PATH``, or ``the distribution at PATH`` when it has no name."""
+    try:
+        return f"distribution {_identity(installed.distribution)[0]} at {installed.location}"
+    except Exception:  # noqa: BLE001 - its METADATA is in trouble too
+        return f"the distribution at {installed.location}"
+
+
+@functools.cache  # a few group names, met in every distribution
+def _spelt(group: str) -> str:
+    """*group* as a typo would not change it: case, separators and a plural ``s`` dropped."""
+    return re.sub(r"[-_.\s]+", ".", group.lower()).rstrip("s")
 
 
 def _malformed_line(dist: Distribution) -> str | None:
