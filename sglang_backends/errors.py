@@ -159,12 +159,22 @@ def naming_lead(text: str, name: str, provider: str | None) -> str:
     return max((lead for lead in leads if text.startswith(lead)), key=len, default="")
 
 
+#: Characters of a message from plugin code shown in a line; ``--debug`` shows it whole.
+_LONGEST = 1000
+
+
 def _message(exc: BaseException) -> str | None:
-    """*exc*'s message on one line; ``None`` when its ``__str__`` raised (plugin code's may)."""
+    """*exc*'s message on one line; ``None`` when its ``__str__`` raised (plugin code's may).
+    A message of plugin code (not this package's own) past 1,000 characters is cut
+    there: a line quotes it, maybe several lines do, and a terminal gets each."""
     try:
-        return " ".join(str(exc).split())
+        text = " ".join(str(exc).split())
     except Exception:  # noqa: BLE001 - the failure being worded matters, not this one
         return None
+    if len(text) <= _LONGEST or isinstance(exc, ServeBackendError):
+        return text
+    left = len(text) - _LONGEST
+    return f"{text[:_LONGEST]}… ({left} more characters; --debug shows them)"
 
 
 def describe(exc: BaseException) -> str:

@@ -340,3 +340,15 @@ def test_a_backend_whose_fields_raise_is_a_failed_load_in_one_line(site, name, c
     assert single_error(served, 1).endswith(expected)
     shown = run_cli(site, "show", name)
     assert (shown.returncode, shown.stderr.strip()) == (1, expected)
+
+
+def test_a_huge_message_from_a_plugin_is_cut_in_its_line_and_whole_with_debug(site):
+    """A line quotes it (maybe several lines: the warning, the fallback, the error): a
+    terminal gets the first thousand characters and how many more --debug shows."""
+    source = "raise RuntimeError('x' * 5000)\n"
+    site.install("huge-rt", entry_points={"huge": "huge_plugin:factory"},
+                 modules={"huge_plugin.py": source})  # fmt: skip
+    line = single_error(run_serve(["/m", "--model-type", "huge"], site.environ()), 1)
+    assert line.endswith(f"from huge-rt: {'x' * 1000}… (4000 more characters; --debug shows them)")
+    debugged = run_serve(["--debug", "/m", "--model-type", "huge"], site.environ())
+    assert "x" * 5000 in debugged.stderr
