@@ -388,7 +388,7 @@ def warn_unknown_selection(
 
 def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
     """Why automatic detection asked none of the plugins *inventory* leaves out (one reason
-    each), and their names.
+    for those one list leaves out, one for each duplicate name), and their names.
 
     A plugin the lists refuse, saying which list and where; a name several
     distributions provide, with how to pick one.
@@ -396,13 +396,19 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
     discovered = inventory.discovered
     reasons: list[str] = []
     names: set[str] = set()
+    left: dict[str, list[str]] = {}  # the plugins each list left out, by why: one clause
     for record in inventory.records:
         why = left_out(record.name, inventory)
         if why:
             names.add(record.name)
-            reasons.append(
-                f"plugin {record.name!r} from {record.plugin.provider} {why}, so it was not asked"
+            left.setdefault(why.removeprefix("is "), []).append(
+                f"{record.name!r} from {record.plugin.provider}"
             )
+    for why, plugins in left.items():
+        if len(plugins) == 1:
+            reasons.append(f"plugin {plugins[0]} is {why}, so it was not asked")
+        else:
+            reasons.append(f"plugins {', '.join(plugins)} are {why}, so they were not asked")
     for name in sorted({r.name for r in inventory.records if r.status is PluginStatus.DUPLICATE}):
         names.add(name)
         listed = ", ".join(p.provider for p in discovered[name])
