@@ -416,7 +416,10 @@ def test_a_dist_name_in_a_list_is_offered_its_backend_name(install_backend, regi
     [message] = [
         r.getMessage() for r in registry_warnings.records if r.name.startswith("sglang_backends")
     ]
-    assert "'on-runtime:on' in the enabled list is not installed; did you mean 'on'?" in message
+    # Not "not installed": it is, and the list's form is the slip.
+    assert (
+        "'on-runtime:on' in the enabled list: it takes names, not DIST:NAME; did you mean 'on'?"
+    ) in message
 
 
 def test_empty_enabled_list_allows_no_plugin(install_backend):

@@ -366,12 +366,15 @@ def warn_unknown_selection(
                 unknown[label].append(name)
                 if listed is None:
                     listed = ", ".join(sorted(installed)) or "none"
-                dist, plain = split_qualified_name(name)  # the lists take no DIST:NAME
+                dist, plain = split_qualified_name(name)
+                # The lists take no DIST:NAME: one that picks an installed plugin is no typo.
+                missing = ": it takes names, not DIST:NAME" if dist and plain in installed else None
                 LOG.warning(
-                    "Serve backend %r in the %s list is not installed%s Installed plugins: %s%s",
+                    "Serve backend %r in the %s list%s%s Installed plugins: %s%s",
                     name,
                     label,
-                    meant(plain) if dist and plain in installed else did_you_mean(name, installed),
+                    missing or " is not installed",
+                    meant(plain) if missing else did_you_mean(name, installed),
                     listed,
                     f" (check {origin})" if origin else "",
                 )
