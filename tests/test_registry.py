@@ -451,10 +451,12 @@ def test_selection_naming_installed_plugins_does_not_warn(install_backend, regis
 
 
 @pytest.mark.parametrize("option", ["detect_timeout", "load_timeout"])
-@pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan"), 1e10, 10**400])
+@pytest.mark.parametrize(
+    "value", [0, -1, float("inf"), float("nan"), 1e10, 10**400, True, b"5", None]
+)
 def test_invalid_timeout_is_refused(option, value):
     # 1e10 s is past what a thread may wait (threading.TIMEOUT_MAX): refused, not an OverflowError;
-    # so is an int too large for a float.
+    # so is an int too large for a float. A bool, or bytes float() would read, is no number.
     with pytest.raises(ConfigurationError, match=option):
         ServeBackendRegistry(default_builtins(), **{option: value})
 

@@ -92,8 +92,8 @@ def seconds(value: str | float, *, least: float = MIN_TIMEOUT) -> float:
 
     :raises ValueError: not a number (NaN included) or out of range; the message states the rule.
     """
-    try:
-        number = float(value)
+    try:  # a bool is no number of seconds, nor are bytes, which float() would read
+        number = math.nan if isinstance(value, (bool, bytes)) else float(value)
     except (TypeError, ValueError, OverflowError):  # None from an empty value; an int past floats
         number = math.nan
     if not least <= number <= MAX_TIMEOUT:  # NaN compares false
