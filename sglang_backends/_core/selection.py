@@ -233,16 +233,17 @@ def refuse_conflicts(conflicts: Sequence[PluginEntryPoint]) -> None:
 
 
 def left_out(name: str, inventory: Inventory) -> str | None:
-    """Why *inventory*'s enabled/disabled lists leave installed plugin *name* out (``is
-    disabled by WHERE``, or not enabled), or ``None`` when they let it be used.
+    """Why *inventory*'s enabled/disabled lists leave installed plugin *name* out
+    (``disabled by WHERE``, or not enabled), or ``None`` when they let it be used.
 
-    The one wording of it, for every message that says so, with where that list
-    was set (:meth:`~sglang_backends._core.settings.Settings.list_origins`).
+    The one wording of it, for every message that says so (of one plugin or several),
+    with where that list was set
+    (:meth:`~sglang_backends._core.settings.Settings.list_origins`).
     """
     if name in inventory.disabled:
-        return f"is disabled by {inventory.origins.get('disabled', 'the disabled list')}"
+        return f"disabled by {inventory.origins.get('disabled', 'the disabled list')}"
     if inventory.enabled is not None and name not in inventory.enabled:
-        return f"is not enabled by {inventory.origins.get('enabled', 'the enabled list')}"
+        return f"not enabled by {inventory.origins.get('enabled', 'the enabled list')}"
     return None
 
 
@@ -269,7 +270,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
         remedy = "remove it from" if plain in inventory.disabled else "add it to"
         raise DisabledBackendError(
             f"{backend_named(plain, ', '.join(c.provider for c in candidates), start=True)} "
-            f"{why}; {remedy} that list to use it.",
+            f"is {why}; {remedy} that list to use it.",
             name=plain,
             distribution=candidates[0].distribution,
         )
@@ -321,7 +322,7 @@ def unknown_backend(
     why = left_out(found.name, inventory) if found and selected else None
     if found and why:
         suggestion = (
-            f"; did you mean {close!r}? It is installed (from {found.provider}) but {why}, "
+            f"; did you mean {close!r}? It is installed (from {found.provider}) but is {why}, "
             "so it is not available."
         )
     return UnknownBackendError(
@@ -404,9 +405,7 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
         why = left_out(record.name, inventory)
         if why:
             names.add(record.name)
-            left.setdefault(why.removeprefix("is "), []).append(
-                f"{record.name!r} from {record.plugin.provider}"
-            )
+            left.setdefault(why, []).append(f"{record.name!r} from {record.plugin.provider}")
     for why, plugins in left.items():
         if len(plugins) == 1:
             reasons.append(f"plugin {plugins[0]} is {why}, so it was not asked")

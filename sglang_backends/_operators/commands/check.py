@@ -210,8 +210,7 @@ def _checked(
     built-in name).
     """
     if worker is None and record.status is PluginStatus.DISABLED:
-        why = (left_out(record.name, inventory) or "").removeprefix("is ")
-        return "skipped", 0.0, f"{why}; not loaded", _NOT_LOADED
+        return "skipped", 0.0, f"{left_out(record.name, inventory)}; not loaded", _NOT_LOADED
     if worker is None:
         return "error", 0.0, conflict_warning(record.plugin), _NOT_LOADED
     seconds = round(worker.seconds, 3)
