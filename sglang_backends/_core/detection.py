@@ -147,9 +147,15 @@ def what_happened(outcome: DetectionOutcome) -> str:
     detail = outcome.detail or ""
     if outcome.verdict in _HAPPENED:
         return f"{who} {_HAPPENED[outcome.verdict].format(detail)}"
-    if detail.startswith("detector"):  # it loaded: its detector raised or answered wrong
+    if _about_detector(detail):  # it loaded: its detector raised or answered wrong
         return f"{who} was asked, but its {detail}"
     return detail[:1].lower() + detail[1:]  # a failed load's message names the plugin itself
+
+
+def _about_detector(cause: str) -> bool:
+    """Whether *cause* is a loaded backend's detector's (it raised, overran or answered
+    wrong), which, unlike a failed load's, does not name the plugin."""
+    return cause.startswith("detector")
 
 
 def preferred_note(selected: str, matches: Sequence[str]) -> str:
@@ -317,10 +323,11 @@ def skip_with_warning(
 ) -> DetectionOutcome:
     """Log a WARNING for a candidate that could not take part and return its outcome.
 
-    :param cause: one line; the warning names *distribution* too, unless *cause* does.
+    :param cause: one line; the warning names *distribution* too where *cause* is a
+        detector's, as a failed load's names it already.
     """
-    # A failed load's cause names the distribution already; a detector's does not.
-    of = "" if distribution is None or distribution in cause else f" (from {distribution})"
+    # A failed load's cause names the plugin and its distribution; a detector's does not.
+    of = f" (from {distribution})" if distribution and _about_detector(cause) else ""
     LOG.warning("Skipping automatic detection for serve backend %r%s: %s", name, of, cause)
     return DetectionOutcome(name, verdict, seconds, cause, distribution)
 
