@@ -40,7 +40,9 @@ def _load(job: Job) -> Result:
     """Load one backend by name and report what it declares; with ``contract``, check it."""
     registry = ServeBackendRegistry.from_settings(job.settings)
     started = time.perf_counter()
-    if job.action == "contract" and sglang_installed():
+    # With --contract, SGLang's host is checked too where it is installed.
+    sglang_host = job.action == "contract" and sglang_installed()
+    if sglang_host:
         # SGLang's contract first, as sglang serve and the kit import it: a backend built
         # at import is then SGLang's. Should it fail to import, the kit says so below.
         with contextlib.suppress(Exception):
@@ -63,7 +65,7 @@ def _load(job: Job) -> Result:
             broken = "not checked: contract broken"
             return Result(error=f"{exc} (provided by {provider})", sglang=broken)
         sglang = "not checked: SGLang is not installed"
-        if sglang_installed():  # SGLang's host too, where it is installed (seconds to import)
+        if sglang_host:  # importing SGLang takes seconds
             try:
                 assert_sglang_accepts(job.name, timeout=job.contract_timeout)
             except ContractViolation as exc:
