@@ -209,15 +209,14 @@ def stop_tree(
             reap()
 
 
-def footprint(pid: int) -> tuple[set[tuple[str, int]], set[int]]:
-    """The listening sockets and the descendants of process *pid*; empty when psutil cannot tell."""
+def listening(pid: int) -> set[tuple[str, int]]:
+    """The sockets process *pid* listens on, ``(address, port)``; empty when psutil cannot
+    tell. Its processes are :func:`descendants`."""
     try:
-        process = psutil.Process(pid)
-        conns = process.net_connections(kind="inet")
-        children = {child.pid for child in process.children(recursive=True)}
+        conns = psutil.Process(pid).net_connections(kind="inet")
     except psutil.Error:
-        return set(), set()
-    return {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}, children
+        return set()
+    return {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
 
 
 def kill_trees(*pids: int, groups: bool = False) -> None:

@@ -103,7 +103,7 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     """
     __tracebackhide__ = True
     pid = os.getpid()
-    sockets_before, _ = tree.footprint(pid)
+    sockets_before = tree.listening(pid)
     children_before = set(tree.descendants(pid))
     opened: set[tuple[str, int]] = set()
     spawned: set[psutil.Process] = set()
@@ -114,8 +114,7 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     done = False
     while not done:  # a last look once it has returned
         done = run.wait(0.01) or time.perf_counter() >= deadline
-        sockets, _ = tree.footprint(pid)
-        opened.update(sockets - sockets_before)
+        opened.update(tree.listening(pid) - sockets_before)
         spawned.update(set(tree.descendants(pid)) - children_before)
     left = tree.running(spawned)
     tree.kill_trees(*(process.pid for process in left))
