@@ -96,6 +96,9 @@ _NAME = _Name(listed=True)
 _POSITIVE = _Seconds(MIN_TIMEOUT)
 #: The defaults without configuration, which the options share.
 _DEFAULT = Settings()
+#: The variable setting ``stop_timeout``, as oslo.config names it; :data:`STOP_TIMEOUT_ENV`
+#: is its deprecated name, read in its place only while it is not set.
+_STOP_TIMEOUT_VARIABLE = f"{ENVIRONMENT_PREFIX}STOP_TIMEOUT"
 
 _OPTS = [
     cfg.Opt(
@@ -145,7 +148,7 @@ _OPTS = [
         default=_DEFAULT.stop_timeout,
         help="Seconds the serve command gives its processes between SIGTERM and SIGKILL; 0 kills "
         f"at once. {STOP_TIMEOUT_ENV} is its deprecated variable, read (with a warning) when "
-        "OS_SERVE_BACKENDS__STOP_TIMEOUT is not set.",
+        f"{_STOP_TIMEOUT_VARIABLE} is not set.",
     ),
 ]
 
@@ -205,7 +208,7 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
     for problem in _unknown(parsed):
         LOG.warning("%s", problem)
     legacy = os.environ.get(STOP_TIMEOUT_ENV)
-    variable = ENVIRONMENT_PREFIX + "STOP_TIMEOUT"
+    variable = _STOP_TIMEOUT_VARIABLE
     if legacy is not None and variable in os.environ:
         LOG.warning("%s is ignored: %s is set", STOP_TIMEOUT_ENV, variable)
     elif legacy is not None:
@@ -266,7 +269,7 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
         if where:
             located.append((opt.dest, where))
     variables = [name for name in _VARIABLES if name in os.environ]
-    if STOP_TIMEOUT_ENV in os.environ and ENVIRONMENT_PREFIX + "STOP_TIMEOUT" not in variables:
+    if STOP_TIMEOUT_ENV in os.environ and _STOP_TIMEOUT_VARIABLE not in variables:
         variables.append(STOP_TIMEOUT_ENV)  # read in its place
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
