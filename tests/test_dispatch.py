@@ -114,11 +114,17 @@ def test_any_model_type_but_empty_is_the_registrys_to_know_as_upstream_defers_it
     assert parse_host_options(["m", f"--model-type={name}"]).model_type == name
 
 
+@pytest.mark.parametrize("name", ["-x", "--port", "--help", "--model-type=y"])
+def test_model_type_takes_the_next_argument_whatever_it_is_as_upstream(name):
+    """Upstream's ``--model-type V`` takes V unread: an option-like name is a backend's too."""
+    host = parse_host_options(["m", "--model-type", name, "--tp", "2"])
+    assert (host.model_type, host.argv) == (name, ("m", "--tp", "2"))
+
+
 @pytest.mark.parametrize(
     ("argv", "phrase"),
     [
         (["--model-type"], "--model-type expects a value"),
-        (["--model-type", "--port", "1"], "--model-type expects a value"),
         (["--model-type="], "empty value"),
         (["--model-type", ""], "empty value"),
         (["--config-file"], "--config-file expects a value"),

@@ -142,6 +142,7 @@ def test_debug_raises_the_log_level(recorder):
         (["m", "--model-type="], "empty value"),
         (["m", "--model-type", "org/x"], "Unknown serve backend 'org/x'. Available values: "),
         (["m", "--model-type", "a b"], "Unknown serve backend 'a b'. Available values: "),
+        (["m", "--model-type", "--port", "1"], "Unknown serve backend '--port'. Available "),
     ],
 )
 def test_bad_model_type_is_a_usage_error(recorder, args, phrase):
@@ -364,14 +365,22 @@ def test_plugin_whose_distribution_has_no_name_is_never_called_built_in(site):
     assert str(info) in warnings[0]
 
 
-@pytest.mark.parametrize("name", ["my model", "org/omni", "-dashed"])
-def test_a_plugin_whatever_its_name_is_served_by_it_as_upstream_routes(site, name):
+@pytest.mark.parametrize(
+    ("name", "given"),
+    [
+        ("my model", ["--model-type=my model"]),
+        ("org/omni", ["--model-type=org/omni"]),
+        ("-dashed", ["--model-type=-dashed"]),
+        ("-dashed", ["--model-type", "-dashed"]),
+    ],
+)
+def test_a_plugin_whatever_its_name_is_served_by_it_as_upstream_routes(site, name, given):
     """Upstream leaves names to the registry: an entry point named with a space, a slash or
-    a leading hyphen is served when --model-type gives that name."""
+    a leading hyphen is served when --model-type gives that name, in either form."""
     site.install(
         "odd-dist",
         entry_points={name: "quiet_plugin:factory"},
         modules={"quiet_plugin.py": QUIET},
     )
-    line = single_error(run_serve(["m", f"--model-type={name}"], site.environ()), 1)
+    line = single_error(run_serve(["m", *given], site.environ()), 1)
     assert line.endswith(f"serve backend {name!r} (from odd-dist) failed: EngineGone")

@@ -89,7 +89,9 @@ def _arguments(
     """Each argument of *argv*: ``serve``'s option (else ``None``), its value, its arguments.
 
     A value comes as ``--opt V`` or ``--opt=V``; it is ``None`` for a flag
-    and for an option missing its value.
+    and for an option missing its value. ``--model-type`` takes the next
+    argument whatever it is, as upstream does (``--model-type -x`` names
+    ``-x``); the others take one that is not an option.
     """
     index = 0
     while index < len(argv):
@@ -101,7 +103,7 @@ def _arguments(
         if option is not None and option.metavar is not None:
             if arg != name:
                 value = arg[len(name) + 1 :]
-            elif end < len(argv) and not argv[end].startswith("-"):
+            elif end < len(argv) and (option is MODEL_TYPE or not argv[end].startswith("-")):
                 value = argv[end]
                 end += 1
         elif arg != name:

@@ -303,9 +303,10 @@ def test_a_conflict_is_refused_before_the_general_plugins_run_as_upstream(probe_
     assert logs == {"upstream": [], "ours": []}
 
 
-@pytest.mark.parametrize("name", ["org/probe", "my probe"])
+@pytest.mark.parametrize("name", ["org/probe", "my probe", "-probe"])
 def test_a_name_with_a_slash_or_a_space_routes_as_upstream(probe_site, tmp_path, name):
-    """Upstream leaves every --model-type value to the registry: so do we."""
+    """Upstream leaves every --model-type value to the registry, even one spelled like an
+    option (``--model-type -probe``): so do we."""
     probe_site.install("odd-backend", entry_points={name: "probe_plugin:backend"})
     logs = {}
     for label, command in (("upstream", UPSTREAM), ("ours", OURS)):
