@@ -229,7 +229,13 @@ class ServeBackendRegistry:
         it is an ``error`` or ``timeout`` outcome, logged as a warning.
 
         :param progress: told as each load and detector starts and ends.
+        :raises ConfigurationError: *request* is no ``ServeRequest`` (a ``TypeError``
+            too), which every detector would be blamed for.
         """
+        # SGLang's request class is taken by its name, as its backend class is.
+        if type(request).__name__ != ServeRequest.__name__:
+            kind = type(request).__name__
+            raise errors.ConfigurationError(f"request must be a ServeRequest, got {kind}")
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         fresh = partial(self._load, progress=progress)
         loaded = load_each_within(self._loads, names, fresh, timeout=self.load_timeout)
@@ -252,6 +258,7 @@ class ServeBackendRegistry:
         :param progress: told as each load and detector starts and ends.
         :raises AmbiguousDetectionError: several backends matched (a
             ``RuntimeError``).
+        :raises ConfigurationError: *request* is no ``ServeRequest`` (a ``TypeError`` too).
         """
         return self.get(self.explain(request, progress=progress).choice())
 

@@ -94,6 +94,22 @@ def test_a_command_line_given_as_one_string_is_refused_not_split_into_letters():
     assert isinstance(raised.value, TypeError) and isinstance(raised.value, ValueError)
 
 
+@pytest.mark.parametrize("request_", [None, "org/model", ("--model-path", "m")])
+def test_detection_refuses_what_is_no_request_rather_than_blame_the_detectors(
+    install_backend, caplog, request_
+):
+    """A host's slip is the host's: no detector is run, warned about or blamed."""
+    module = install_backend("acme-rt", "acme", detect="return ServeBackendDetection.MATCH")
+    registry = ServeBackendRegistry()
+    for call in (registry.explain, registry.auto_detect):
+        with pytest.raises(ConfigurationError) as raised:
+            call(request_)
+        assert str(raised.value) == f"request must be a ServeRequest, got {type(request_).__name__}"
+        assert isinstance(raised.value, TypeError)
+    assert "Skipping" not in caplog.text
+    assert module not in sys.modules
+
+
 def test_every_list_argument_may_be_an_iterator_read_once():
     """A generator is a collection of names as a tuple is: read once, nothing lost."""
     own = ServeBackend(api_version=1, run=print)
