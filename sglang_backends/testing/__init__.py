@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from sglang_backends._core import lazy as _lazy
 
-TYPE_CHECKING = False  # typing itself costs milliseconds a pytest session need not pay
+# typing itself costs milliseconds a pytest session need not pay.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

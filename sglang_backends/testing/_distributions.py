@@ -96,12 +96,15 @@ def _uninstall(root: Path, name: str) -> None:
     for info in sorted(root.glob("*.dist-info")):
         if normalize_distribution(info.name.partition("-")[0]) != wanted:
             continue
-        for recorded in PathDistribution(info).files or ():  # None without a RECORD
+        # Its files are None without a RECORD.
+        for recorded in PathDistribution(info).files or ():
             path = (root / recorded).resolve()
+            # Skip a path outside the site, or in the dist-info itself (removed below).
             if root not in path.parents or info in path.parents:
-                continue  # outside the site, or the dist-info itself (removed below)
+                continue
             files = [path]
-            if path.suffix == ".py":  # and its bytecode, for every interpreter and level
+            # A module's bytecode goes too, for every interpreter and level.
+            if path.suffix == ".py":
                 files += path.parent.glob(f"__pycache__/{path.stem}.*.pyc")
             for file in files:
                 if file.is_file() or file.is_symlink():
@@ -116,7 +119,8 @@ def _uninstall(root: Path, name: str) -> None:
     for module_name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
         if removed and origin and Path(origin).resolve() in removed:
-            del sys.modules[module_name]  # the next import reads the new copy
+            # The next import reads the new copy.
+            del sys.modules[module_name]
 
 
 class PluginSite:
@@ -139,7 +143,8 @@ class PluginSite:
         Modules it ships that were already imported are dropped from
         :data:`sys.modules`, so the next import sees the new code.
         """
-        info = write_distribution(self.path, name, modules=modules, **options)  # checks them
+        # write_distribution checks the options.
+        info = write_distribution(self.path, name, modules=modules, **options)
         tops = {Path(relative).parts[0].removesuffix(".py") for relative in modules or {}}
         self._modules |= tops
         self._forget(tops)

@@ -92,8 +92,10 @@ def assert_stops_cleanly(
             stacklevel=2,
         )
     statuses: dict[str, int] = {}
-    script = Path(sys.executable).with_name("sglang")  # SGLang's console script, if installed
-    for host in chosen:  # a loop, not a comprehension: its frame would show in a failure
+    # SGLang's console script, if installed.
+    script = Path(sys.executable).with_name("sglang")
+    # A loop, not a comprehension: its frame would show in a failure.
+    for host in chosen:
         if host == "sglang serve" and script.is_file():
             command = [str(script), "serve", "--model-type", name, *argv]
         else:
@@ -101,9 +103,10 @@ def assert_stops_cleanly(
         who = f"Serve backend {name!r} under {host}"
         shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
         lines: list[str] = []
+        # With env None, this process's environment.
         proc = subprocess.Popen(
             command,
-            env=env,  # None: this process's
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
