@@ -79,12 +79,11 @@ def _name(expr: ast.expr) -> str | None:
 
 def _api_version_argument(node: ast.Call) -> ast.expr | None:
     """The ``api_version`` *node* passes to a backend builder, directly or through ``partial``."""
+    builder = node.func
     args = node.args
-    if _name(node.func) == "partial":
-        if not args or _name(args[0]) not in _BUILDERS:
-            return None
-        args = args[1:]
-    elif _name(node.func) not in _BUILDERS:
+    if _name(builder) == "partial" and args:
+        builder, *args = args
+    if _name(builder) not in _BUILDERS:
         return None
     value = next((k.value for k in node.keywords if k.arg == "api_version"), None)
     return args[0] if value is None and args else value
