@@ -77,7 +77,8 @@ class SGLangNotCheckedWarning(UserWarning):
 def awkward_requests(directory: str) -> dict[str, ServeRequest]:
     """Requests a detector must survive, by label; *directory* is an empty local dir."""
     missing = os.path.join(directory, "does-not-exist")
-    argvs = {  # each as serve hands it over (ServeRequest.from_argv)
+    # Each as serve hands it over (ServeRequest.from_argv).
+    argvs = {
         "no model path": [],
         "empty model path": ["--model-path", ""],
         "local directory": [directory],
@@ -112,16 +113,19 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
     deadline = time.perf_counter() + timeout
     done = False
-    while not done:  # a last look once it has returned
+    # A last look once it has returned.
+    while not done:
         done = run.wait(0.01) or time.perf_counter() >= deadline
         opened.update(tree.listening(pid) - sockets_before)
         spawned.update(set(tree.descendants(pid)) - children_before)
     left = tree.running(spawned)
     tree.kill_trees(*(process.pid for process in left))
     error = run.error
+    # argparse's --help exits 0.
     if isinstance(error, SystemExit) and error.code in (0, None):
-        error = None  # argparse's --help exits 0
-    if not run.within(timeout):  # its own seconds: one holding the GIL outlasts any wait
+        error = None
+    # Its own seconds: one holding the GIL outlasts any wait.
+    if not run.within(timeout):
         problem = (
             f"did not return within {timeout:g} s; "
             "print the help and return without launching a server"
@@ -159,7 +163,8 @@ def _check_detector(
         run_each([run], timeout=timeout)
         detection = accept(run.value)
         asked = f" for a request with {label}"
-        if not run.within(timeout):  # its own seconds: one holding the GIL outlasts any wait
+        # Its own seconds: one holding the GIL outlasts any wait.
+        if not run.within(timeout):
             problem = (
                 f"did not return within {timeout:g} s{asked}; "
                 "detectors must be cheap and return UNKNOWN when unsure"
@@ -207,7 +212,8 @@ def _loaded(load: Callable[[], _T], name: str) -> _T:
     __tracebackhide__ = True
     run = TimedRun(load, f"load-{name}")
     run_each([run], timeout=math.inf)
-    if run.error is not None:  # without the worker's frames (the kit's); its cause has the plugin's
+    # Without the worker's frames (the kit's); its cause has the plugin's.
+    if run.error is not None:
         raise run.error.with_traceback(None)
     return cast(_T, run.value)
 
@@ -254,11 +260,66 @@ def assert_backend_contract(
     :returns: what was checked.
     """
     __tracebackhide__ = True
-    name = factory_or_name if isinstance(factory_or_name, str) else _factory_name(factory_or_name)
+    name = _name_of(factory_or_name)
     before = set(tree.descendants())
     try:
-        report = _check_contract(factory_or_name, name, registry, requests, timeout, sglang)
-    finally:  # whatever the outcome, nothing the plugin started outlives the check
+        # SGLang's contract, or why it is not checked; imported before any plugin is loaded,
+        # as sglang serve imports it.
+        upstream = (
+            "sglang=False was given" if sglang is False else _sglang_contract(required=bool(sglang))
+        )
+        unchecked = None if isinstance(upstream, ModuleType) else upstream
+        if isinstance(factory_or_name, str):
+            found: Any = _registry(name) if registry is None else registry
+            try:
+                registered = _loaded(functools.partial(found.get, name), name)
+            except Exception as exc:
+                raise ContractViolation(str(exc)) from exc
+            backend = registered.backend
+            # The factory, for its source; a built-in has no entry point (plugin_of: None).
+            try:
+                factory = found.plugin_of(registered).entry_point.load()
+            except Exception:  # noqa: BLE001 - the registry loaded it already
+                factory = None
+        else:
+            factory = factory_or_name
+            if not callable(factory):
+                raise ContractViolation(f"{name!r} is not callable; a factory takes no arguments")
+            produced = _produce(factory, name)
+            # The registry's own check of what a factory returned.
+            try:
+                backend = validated(name, produced)
+            except ServeBackendError as exc:
+                raise ContractViolation(str(exc)) from exc
+        # A built-in has no factory, so no source to read.
+        for value in declared_api_versions(factory):
+            if not isinstance(value, ast.Constant):
+                raise _breach(
+                    name,
+                    f"api_version is given as {ast.unparse(value)!r}; declare it as a literal "
+                    f"(api_version={SERVE_BACKEND_API_VERSION}) so a later host can tell which "
+                    "contract the plugin was written for",
+                )
+        if not callable(backend.run):
+            raise _breach(name, "run is not callable")
+        if backend.detect is not None and not callable(backend.detect):
+            raise _breach(name, "detect is neither None nor callable")
+        if not isinstance(backend.requires_model_path, bool):
+            raise _breach(name, "requires_model_path must be a bool")
+
+        help_seconds = _check_help(backend, name, timeout)
+        with _spread(requests) as spread:
+            detections = _check_detector(backend, name, spread, timeout)
+            if unchecked is None:
+                assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
+            elif sglang is not False:
+                warnings.warn(
+                    f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
+                    SGLangNotCheckedWarning,
+                    stacklevel=2,
+                )
+    finally:
+        # Whatever the outcome, nothing the plugin started outlives the check.
         left = [process for process in tree.descendants() if process not in before]
         tree.kill_trees(*(process.pid for process in left))
     if left:
@@ -268,71 +329,6 @@ def assert_backend_contract(
             f"{sorted(p.pid for p in left)} (killed now); start processes in run() only: "
             "one started as the plugin loads outlives a backend's --help under both hosts",
         )
-    return report
-
-
-def _check_contract(
-    factory_or_name: Callable[[], object] | str,
-    name: str,
-    registry: object | None,
-    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None,
-    timeout: float,
-    sglang: bool | None,
-) -> ContractReport:
-    """:func:`assert_backend_contract`'s checks of backend *name*."""
-    __tracebackhide__ = True
-    # SGLang's contract, or why it is not checked; imported before any plugin is loaded,
-    # as sglang serve imports it.
-    upstream = (
-        "sglang=False was given" if sglang is False else _sglang_contract(required=bool(sglang))
-    )
-    unchecked = None if isinstance(upstream, ModuleType) else upstream
-    if isinstance(factory_or_name, str):
-        found: Any = _registry(name) if registry is None else registry
-        try:
-            registered = _loaded(functools.partial(found.get, name), name)
-        except Exception as exc:
-            raise ContractViolation(str(exc)) from exc
-        backend = registered.backend
-        try:  # the factory, for its source; a built-in has no entry point (plugin_of: None)
-            factory = found.plugin_of(registered).entry_point.load()
-        except Exception:  # noqa: BLE001 - the registry loaded it already
-            factory = None
-    else:
-        factory = factory_or_name
-        if not callable(factory):
-            raise ContractViolation(f"{name!r} is not callable; a factory takes no arguments")
-        produced = _produce(factory, name)
-        try:  # the registry's own check of what a factory returned
-            backend = validated(name, produced)
-        except ServeBackendError as exc:
-            raise ContractViolation(str(exc)) from exc
-    for value in declared_api_versions(factory):  # none for a built-in (no factory)
-        if not isinstance(value, ast.Constant):
-            raise _breach(
-                name,
-                f"api_version is given as {ast.unparse(value)!r}; declare it as a literal "
-                f"(api_version={SERVE_BACKEND_API_VERSION}) so a later host can tell which "
-                "contract the plugin was written for",
-            )
-    if not callable(backend.run):
-        raise _breach(name, "run is not callable")
-    if backend.detect is not None and not callable(backend.detect):
-        raise _breach(name, "detect is neither None nor callable")
-    if not isinstance(backend.requires_model_path, bool):
-        raise _breach(name, "requires_model_path must be a bool")
-
-    help_seconds = _check_help(backend, name, timeout)
-    with _spread(requests) as spread:
-        detections = _check_detector(backend, name, spread, timeout)
-        if isinstance(upstream, ModuleType):
-            assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
-        elif sglang is not False:
-            warnings.warn(
-                f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
-                SGLangNotCheckedWarning,
-                stacklevel=3,
-            )
     return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
 
 
@@ -374,15 +370,15 @@ def assert_sglang_accepts(
     __tracebackhide__ = True
     upstream = _sglang_contract(required=True)
     assert isinstance(upstream, ModuleType)
+    name = _name_of(factory_or_name)
     if isinstance(factory_or_name, str):
-        name = factory_or_name
 
         def refused(exc: BaseException) -> ContractViolation:
             said = describe(exc)
-            if isinstance(exc, TypeError):  # its sentence ends where the hint's begins
+            # Its sentence ends where the hint's begins.
+            if isinstance(exc, TypeError):
                 said = f"{said.removesuffix('.')}; {_PORTABLE_HINT}"
-            refusal = f"SGLang's registry refuses serve backend {name!r}: {said}"
-            return ContractViolation(refusal)
+            return ContractViolation(f"SGLang's registry refuses serve backend {name!r}: {said}")
 
         def load() -> Any:
             return upstream.ServeBackendRegistry({}).get(name).backend
@@ -390,7 +386,6 @@ def assert_sglang_accepts(
         # Whatever it lets through (it catches Exception only) is the plugin's, as in ours.
         backend = _loaded(functools.partial(call_plugin_code, load, refused), name)
     else:
-        name = _factory_name(factory_or_name)
         backend = _produce(factory_or_name, name, " when called with SGLang's contract loaded")
         if not isinstance(backend, upstream.ServeBackend):
             raise ContractViolation(
@@ -398,7 +393,6 @@ def assert_sglang_accepts(
                 f"{type(backend).__module__}; expected {SGLANG_CONTRACT_MODULE}.ServeBackend; "
                 + _PORTABLE_HINT
             )
-    detection_class = upstream.ServeBackendDetection
     with _spread(requests) as spread:
         their_requests = [(label, upstream.ServeRequest(**asdict(req))) for label, req in spread]
         _check_detector(
@@ -407,15 +401,20 @@ def assert_sglang_accepts(
             their_requests,
             timeout,
             # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own count.
-            accept=lambda value: value if isinstance(value, detection_class) else None,
+            accept=lambda value: (
+                value if isinstance(value, upstream.ServeBackendDetection) else None
+            ),
             expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
             + _PORTABLE_HINT,
         )
 
 
-def _factory_name(factory: object) -> str:
+def _name_of(factory: object) -> str:
+    """The name a check calls a backend by: an installed one's name, or its factory's."""
+    if isinstance(factory, str):
+        return factory
     if isinstance(factory, functools.partial):
-        return f"partial({_factory_name(factory.func)})"
+        return f"partial({_name_of(factory.func)})"
     return str(getattr(factory, "__qualname__", repr(factory)))
 
 
@@ -443,7 +442,8 @@ def _sglang_contract(*, required: bool) -> ModuleType | str:
             f"Checking that SGLang accepts the backend needs SGLang's {SGLANG_CONTRACT_MODULE}"
             " (SGLang 0.5.18 or later)"
         )
-        if unusable is not None:  # nothing of the fork was imported: no error to chain
+        # Nothing of the fork was imported: no error to chain.
+        if unusable is not None:
             raise ContractViolation(f"{needs}, but {unusable}") from None
         raise ContractViolation(f"{needs}, which is not importable: {missing}") from missing
     if unusable is None:
