@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 import psutil
 
@@ -48,6 +48,8 @@ from sglang_backends.errors import (
 from sglang_backends.testing._sources import declared_api_versions
 
 _T = TypeVar("_T")
+#: A detector's requests as the checks take them: ``(label, request)`` pairs, or a mapping.
+_Requests: TypeAlias = Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest]
 
 
 class ContractViolation(ServeBackendError, AssertionError):
@@ -185,7 +187,7 @@ def _check_detector(
 
 @contextmanager
 def _spread(
-    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None,
+    requests: _Requests | None,
 ) -> Iterator[list[tuple[str, ServeRequest]]]:
     """*requests* as a list of pairs (a mapping's items); by default :func:`awkward_requests`
     in a temporary directory."""
@@ -234,7 +236,7 @@ def assert_backend_contract(
     factory_or_name: Callable[[], object] | str,
     *,
     registry: object | None = None,
-    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None = None,
+    requests: _Requests | None = None,
     timeout: float = 10.0,
     sglang: bool | None = None,
 ) -> ContractReport:
@@ -354,7 +356,7 @@ _PORTABLE_HINT = "build it with sglang_backends.portable_backend(...) so that bo
 def assert_sglang_accepts(
     factory_or_name: Callable[[], object] | str,
     *,
-    requests: Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRequest] | None = None,
+    requests: _Requests | None = None,
     timeout: float = 10.0,
 ) -> None:
     """Check that SGLang's own ``sglang serve`` host accepts the backend; SGLang must be installed.
