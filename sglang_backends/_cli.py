@@ -23,7 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sglang-backends ARGS`` and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     index = 0
-    kept = []  # serve's options before the command name, for it
+    # serve's options before the command name, kept for it.
+    kept = []
     while index < len(args) and args[index].startswith("-"):
         name, sep, _ = args[index].partition("=")
         width = 2 if not sep and name in _VALUED else 1

@@ -103,7 +103,8 @@ _STOP_TIMEOUT_VARIABLE = f"{ENVIRONMENT_PREFIX}STOP_TIMEOUT"
 _OPTS = [
     cfg.Opt(
         "model_type",
-        type=_Name(listed=False),  # any name, as --model-type takes it: plugins decide
+        # Any name, as --model-type takes it: plugins decide.
+        type=_Name(listed=False),
         default=_DEFAULT.model_type,
         help="The serve backend to use: 'auto' (automatic detection, falling back to 'llm'), a "
         "built-in ('llm', 'diffusion'), an installed plugin's name, or DIST:NAME to pick one "
@@ -152,8 +153,10 @@ _OPTS = [
     ),
 ]
 
-_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in _OPTS)  # as oslo.config reads
-_Sections = dict[str, dict[str, list[str]]]  # a file, as oslo.config's parser reads it
+#: The environment variables, as oslo.config names them.
+_VARIABLES = tuple(ENVIRONMENT_PREFIX + opt.dest.upper() for opt in _OPTS)
+#: A file, as oslo.config's parser reads it.
+_Sections = dict[str, dict[str, list[str]]]
 #: ``(path, sections)`` per file read, in order; ``None`` for a pipe, which is read only once.
 _Parsed = list[tuple[str, "_Sections | None"]]
 
@@ -198,21 +201,22 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
     _check_pairs(args)
     problems: list[str] = []
     parsed = _read(args, problems)
-    checked = _args([path for path, _ in parsed], ())  # exactly the files checked
+    # Exactly the files checked.
+    checked = _args([path for path, _ in parsed], ())
     conf = cfg.ConfigOpts()
     register_opts(conf)
     try:
         conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
-    except (cfg.Error, OSError, ValueError) as exc:  # a pipe's; or a file changed since
+    # A pipe's problem; or a file changed since it was checked.
+    except (cfg.Error, OSError, ValueError) as exc:
         return Settings(), [*problems, f"Invalid configuration: {exc}"]
     for problem in _unknown(parsed):
         LOG.warning("%s", problem)
     legacy = os.environ.get(STOP_TIMEOUT_ENV)
-    variable = _STOP_TIMEOUT_VARIABLE
-    if legacy is not None and variable in os.environ:
-        LOG.warning("%s is ignored: %s is set", STOP_TIMEOUT_ENV, variable)
+    if legacy is not None and _STOP_TIMEOUT_VARIABLE in os.environ:
+        LOG.warning("%s is ignored: %s is set", STOP_TIMEOUT_ENV, _STOP_TIMEOUT_VARIABLE)
     elif legacy is not None:
-        LOG.warning("%s is deprecated; set %s instead", STOP_TIMEOUT_ENV, variable)
+        LOG.warning("%s is deprecated; set %s instead", STOP_TIMEOUT_ENV, _STOP_TIMEOUT_VARIABLE)
         try:
             conf.set_override("stop_timeout", legacy, _GROUP)
         except ValueError as exc:
@@ -238,8 +242,7 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
 
 def _check_pairs(args: Sequence[str]) -> None:
     """Refuse *args* that are not ``--config-file PATH`` and ``--config-dir DIR`` pairs."""
-    flags = args[::2]
-    if isinstance(args, str) or len(args) % 2 or any(f not in _SOURCE_FLAGS for f in flags):
+    if isinstance(args, str) or len(args) % 2 or any(f not in _SOURCE_FLAGS for f in args[::2]):
         raise ConfigurationError(
             f"args must be --config-file PATH and --config-dir DIR pairs, got {args!r}"
         )
@@ -270,7 +273,8 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
             located.append((opt.dest, where))
     variables = [name for name in _VARIABLES if name in os.environ]
     if STOP_TIMEOUT_ENV in os.environ and _STOP_TIMEOUT_VARIABLE not in variables:
-        variables.append(STOP_TIMEOUT_ENV)  # read in its place
+        # Read in its place.
+        variables.append(STOP_TIMEOUT_ENV)
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
         model_type=values["model_type"],
@@ -292,18 +296,21 @@ def _where(location: cfg.LocationInfo | None, name: str, parsed: _Parsed) -> str
     """
     if location is None or location.location is cfg.Locations.opt_default:
         return None
-    if location.location is cfg.Locations.environment:
-        return f"environment variable {location.detail}"
-    if location.location is cfg.Locations.set_override and STOP_TIMEOUT_ENV in os.environ:
-        return f"environment variable {STOP_TIMEOUT_ENV}"  # see read_settings
-    if location.location is cfg.Locations.user and (setter := _set_by(name, parsed)[1]):
-        return setter
+    kind = location.location
+    if kind is cfg.Locations.set_override and STOP_TIMEOUT_ENV in os.environ:
+        # read_settings sets the deprecated variable's value as an override.
+        return f"environment variable {STOP_TIMEOUT_ENV}"
+    # The file or variable that set it, which _set_by finds.
+    if kind in (cfg.Locations.user, cfg.Locations.environment) and (
+        where := _set_by(name, parsed)[1]
+    ):
+        return where
     if location.detail:
         return str(location.detail)
     # A service's own doing, which oslo.config locates nowhere: say which call.
-    if location.location is cfg.Locations.command_line:
+    if kind is cfg.Locations.command_line:
         return "the service's command line"
-    return f"the service's {location.location.name}()"
+    return f"the service's {kind.name}()"
 
 
 def _invalid(name: str, text: str, where: str, cause: object) -> str:
@@ -315,10 +322,12 @@ def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
     """The error for option *name*, refused with *exc*, and where it was set."""
     # oslo.config raises its source error while handling the type's ValueError: the cause.
     cause: object = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
-    if isinstance(exc, RecursionError):  # oslo.config substitutes until the stack runs out
+    # oslo.config substitutes until the stack runs out.
+    if isinstance(exc, RecursionError):
         cause = "its $ substitutions refer back to it; write $$ for a literal $"
     value, where = _set_by(name, parsed)
-    return _invalid(name, value, where or "configuration", cause)  # a service's override, say
+    # Set nowhere in a file or variable: a service's override, say.
+    return _invalid(name, value, where or "configuration", cause)
 
 
 def _set_by(name: str, parsed: _Parsed) -> tuple[str, str]:
@@ -328,7 +337,8 @@ def _set_by(name: str, parsed: _Parsed) -> tuple[str, str]:
     variable = ENVIRONMENT_PREFIX + name.upper()
     found = [("", "")]
     for path, sections in parsed:
-        if sections is None:  # a pipe, which may have
+        # A pipe, which may have.
+        if sections is None:
             found.append(("", path))
         for section, options in (sections or {}).items():
             if section.lower() == _GROUP and options.get(name):
@@ -338,10 +348,10 @@ def _set_by(name: str, parsed: _Parsed) -> tuple[str, str]:
     return found[-1]
 
 
-def _unreadable(what: str, path: str, exc: OSError) -> ConfigurationError:
+def _unreadable(what: str, path: str, exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
-        return ConfigurationError(f"Configuration {what} not found: {path}")
-    return ConfigurationError(f"Configuration {what} {path} is not readable: {exc.strerror}")
+        return f"Configuration {what} not found: {path}"
+    return f"Configuration {what} {path} is not readable: {exc.strerror}"
 
 
 def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
@@ -352,16 +362,20 @@ def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
     parsed: _Parsed = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
         what = "directory" if flag == "--config-dir" else "file"
-        if not given:  # as oslo.config finds none: never the working directory
+        # oslo.config finds none: never the working directory.
+        if not given:
             problems.append(f"Configuration {what} not found: ''")
             continue
-        try:  # an unreadable directory is an error, never an empty one
+        # An unreadable directory is an error, never an empty one.
+        try:
             path = os.path.abspath(os.path.expanduser(given))
             names = sorted(os.listdir(path)) if what == "directory" else []
-        except OSError as exc:  # no filename when the working directory is gone
-            problems.append(str(_unreadable(what, exc.filename or given, exc)))
+        # No filename when the working directory is gone.
+        except OSError as exc:
+            problems.append(_unreadable(what, exc.filename or given, exc))
             continue
-        names = [n for n in names if n.endswith(".conf") and n[0] != "."]  # as oslo.config's glob
+        # As oslo.config's glob finds them.
+        names = [n for n in names if n.endswith(".conf") and n[0] != "."]
         found = [os.path.join(path, n) for n in names] if what == "directory" else [path]
         read: _Parsed = []
         refused = len(problems)
@@ -370,7 +384,8 @@ def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
                 read.append((name, _parse(name, as_file=what == "file")))
             except ConfigurationError as exc:
                 problems.append(str(exc))
-        if len(problems) == refused:  # else oslo.config could not read it either
+        # Else oslo.config could not read it either.
+        if len(problems) == refused:
             parsed += read
     return parsed
 
@@ -378,7 +393,8 @@ def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
 def _parse(path: str, *, as_file: bool) -> _Sections | None:
     """The file at *path*, by oslo.config's parser; ``None`` for a pipe (oslo.config reads it)."""
     try:
-        mode = os.stat(path).st_mode  # a broken link in a directory, say
+        # Raises for a broken link in a directory, say.
+        mode = os.stat(path).st_mode
         if stat.S_ISDIR(mode) and as_file:
             raise ConfigurationError(
                 f"Configuration file {path} is a directory; pass directories with --config-dir"
@@ -390,7 +406,7 @@ def _parse(path: str, *, as_file: bool) -> _Sections | None:
         sections: _Sections = {}
         cfg.ConfigParser(path, sections).parse()
     except OSError as exc:
-        raise _unreadable("file", path, exc) from None
+        raise ConfigurationError(_unreadable("file", path, exc)) from None
     except cfg.ParseError as exc:
         raise ConfigurationError(f"Cannot parse configuration file {path}: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -407,7 +423,8 @@ def _unknown(parsed: _Parsed) -> Iterator[str]:
     known = [opt.dest for opt in _OPTS]
     for path, sections in parsed:
         for section, options in (sections or {}).items():
-            if section.lower() == _GROUP:  # oslo.config folds group names to lower case
+            # oslo.config folds group names to lower case.
+            if section.lower() == _GROUP:
                 yield from (
                     f"Ignoring unknown option {option!r} in [{_GROUP}] of {path}"
                     f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
@@ -454,7 +471,8 @@ def select_backend(
     :raises UnknownBackendError, DisabledBackendError: as the registry's, saying which file
         set ``model_type``.
     """
-    settings = settings_from_conf(conf)  # the files read once
+    # The files read once.
+    settings = settings_from_conf(conf)
     if registry is None:
         registry = sglang_backends.ServeBackendRegistry.from_settings(settings)
     if settings.model_type == "auto":

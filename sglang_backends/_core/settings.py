@@ -92,10 +92,13 @@ def seconds(value: str | float, *, least: float = MIN_TIMEOUT) -> float:
 
     :raises ValueError: not a number (NaN included) or out of range; the message states the rule.
     """
-    try:  # a bool is no number of seconds, nor are bytes, which float() would read
+    # A bool is no number of seconds, nor are bytes, which float() would read.
+    try:
         number = math.nan if isinstance(value, (bool, bytes)) else float(value)
-    except (TypeError, ValueError, OverflowError):  # None from an empty value; an int past floats
+    # None from an empty value; an int past floats.
+    except (TypeError, ValueError, OverflowError):
         number = math.nan
-    if not least <= number <= MAX_TIMEOUT:  # NaN compares false
+    # NaN compares false.
+    if not least <= number <= MAX_TIMEOUT:
         raise ValueError(f"must be a number of seconds from {least:g} to {MAX_TIMEOUT:g}")
     return number

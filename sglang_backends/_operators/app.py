@@ -35,20 +35,25 @@ class _GlobalOptions(argparse.ArgumentParser):
     given: list[str] = []
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        args = sys.argv[1:] if args is None else list(args)  # as argparse reads them
+        # As argparse reads them.
+        args = sys.argv[1:] if args is None else list(args)
         mine: list[str] = []
         rest: list[str] = []
-        commanded = False  # whether the command name has been read
-        span_of = option_spans(self)  # a cluster of short options too: -vv, -vx
+        # Whether the command name has been read.
+        commanded = False
+        # A cluster of short options too: -vv, -vx.
+        span_of = option_spans(self)
         tokens = iter(args)
         for token in tokens:
-            if token == "--":  # argparse reads no option after it
+            # argparse reads no option after it.
+            if token == "--":
                 rest += [token, *tokens]
                 break
             span = span_of(token)
             config = token.partition("=")[0] in CONFIG_FLAGS
             if span is not None and not (commanded and config):
-                mine += [token, *itertools.islice(tokens, span - 1)]  # --log-file FILE: both
+                # The option and its value: --log-file FILE.
+                mine += [token, *itertools.islice(tokens, span - 1)]
             else:
                 rest.append(token)
                 commanded = commanded or not token.startswith("-")
@@ -57,7 +62,8 @@ class _GlobalOptions(argparse.ArgumentParser):
         found, extras = super().parse_known_args(mine, copy.copy(namespace))
         if extras:
             return super().parse_known_args(args, namespace)
-        self.given = mine  # as given, for a command suggesting the line to run instead
+        # As given, for a command suggesting the line to run instead.
+        self.given = mine
         if namespace is None:
             return found, rest
         vars(namespace).update(vars(found))
@@ -101,7 +107,8 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.cmd == ["serve"]:
-            console.show(metadata_help(Settings()))  # as serve --help shows it
+            # As serve --help shows it.
+            console.show(metadata_help(Settings()))
             return 0
         return super().take_action(parsed_args)
 
@@ -181,7 +188,8 @@ class OperatorApp(App):
         level = levels.get(self.options.verbose_level, logging.DEBUG)
         # As serve's: messages escaped; each is given once as each command reads metadata once.
         for handler in logging.getLogger().handlers:
-            if isinstance(handler, logging.FileHandler):  # --log-file: cliff's format, escaped
+            # --log-file: cliff's format, escaped.
+            if isinstance(handler, logging.FileHandler):
                 handler.addFilter(console.printable_record)
             elif isinstance(handler, logging.StreamHandler):
                 handler.setLevel(level)

@@ -101,7 +101,8 @@ class ShowBackend(SelectionOptions, ShowOne):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
-        settings, inventory = self.inventory(parsed_args)  # read and warned of once
+        # Read and warned of once.
+        settings, inventory = self.inventory(parsed_args)
         registry = sglang_backends.ServeBackendRegistry.from_settings(settings, inventory=inventory)
         started = time.perf_counter()
         # Stop signals watched, a plugin's own KeyboardInterrupt is its failed load, as in serve.
@@ -121,9 +122,11 @@ class ShowBackend(SelectionOptions, ShowOne):
             head = builtin_row(registered.name, backend)
             foretold: tuple[str | None, str | None] = (None, None)
         else:
-            head = plugin_row(plugin, ENABLED)  # registry.get() refuses any other status
+            # registry.get() refuses any other status.
+            head = plugin_row(plugin, ENABLED)
             foretold = (unmet_text(plugin), shadowed_text(plugin))
-        while isinstance(documented, functools.partial):  # its function's, not partial's own
+        # Its function's docstring, not partial's own.
+        while isinstance(documented, functools.partial):
             documented = documented.func
         doc = (inspect.getdoc(documented) or "").strip()
         summary = doc.splitlines()[0] if doc else None
