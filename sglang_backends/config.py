@@ -267,10 +267,9 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
         except (cfg.Error, RecursionError) as exc:
             problems.append(_refused(opt.dest, exc, parsed))
             values[opt.dest] = opt.default
-            continue
-        where = _where(conf.get_location(opt.dest, _GROUP), opt.dest, parsed)
-        if where:
-            located.append((opt.dest, where))
+        else:
+            if where := _where(conf.get_location(opt.dest, _GROUP), opt.dest, parsed):
+                located.append((opt.dest, where))
     variables = [name for name in _VARIABLES if name in os.environ]
     if STOP_TIMEOUT_ENV in os.environ and _STOP_TIMEOUT_VARIABLE not in variables:
         # Read in its place.
@@ -377,43 +376,41 @@ def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
         # As oslo.config's glob finds them.
         names = [n for n in names if n.endswith(".conf") and n[0] != "."]
         found = [os.path.join(path, n) for n in names] if what == "directory" else [path]
-        read: _Parsed = []
         refused = len(problems)
-        for name in found:
-            try:
-                read.append((name, _parse(name, as_file=what == "file")))
-            except ConfigurationError as exc:
-                problems.append(str(exc))
+        read = [(name, _parse(name, problems, as_file=what == "file")) for name in found]
         # Else oslo.config could not read it either.
         if len(problems) == refused:
             parsed += read
     return parsed
 
 
-def _parse(path: str, *, as_file: bool) -> _Sections | None:
-    """The file at *path*, by oslo.config's parser; ``None`` for a pipe (oslo.config reads it)."""
+def _parse(path: str, problems: list[str], *, as_file: bool) -> _Sections | None:
+    """The file at *path*, by oslo.config's parser; ``None`` for a pipe (oslo.config reads it).
+    A file in trouble adds its problem to *problems*, what it gives then to be left out.
+    """
+    sections: _Sections = {}
     try:
         # Raises for a broken link in a directory, say.
         mode = os.stat(path).st_mode
-        if stat.S_ISDIR(mode) and as_file:
-            raise ConfigurationError(
-                f"Configuration file {path} is a directory; pass directories with --config-dir"
-            )
         if stat.S_ISFIFO(mode) and as_file:
             return None
-        if not stat.S_ISREG(mode):
-            raise ConfigurationError(f"Configuration file {path} is not a regular file")
-        sections: _Sections = {}
-        cfg.ConfigParser(path, sections).parse()
+        if stat.S_ISDIR(mode) and as_file:
+            problems.append(
+                f"Configuration file {path} is a directory; pass directories with --config-dir"
+            )
+        elif not stat.S_ISREG(mode):
+            problems.append(f"Configuration file {path} is not a regular file")
+        else:
+            cfg.ConfigParser(path, sections).parse()
     except OSError as exc:
-        raise ConfigurationError(_unreadable("file", path, exc)) from None
+        problems.append(_unreadable("file", path, exc))
     except cfg.ParseError as exc:
-        raise ConfigurationError(f"Cannot parse configuration file {path}: {exc}") from None
+        problems.append(f"Cannot parse configuration file {path}: {exc}")
     except UnicodeDecodeError as exc:
-        raise ConfigurationError(
+        problems.append(
             f"Cannot read configuration file {path}: it is not {exc.encoding} text "
             f"({exc.reason} at byte {exc.start})"
-        ) from None
+        )
     return sections
 
 
