@@ -250,26 +250,29 @@ def _check_pairs(args: Sequence[str]) -> None:
 
 def _args(files: Sequence[str], dirs: Sequence[str]) -> list[str]:
     """``--config-file`` for each of *files*, then ``--config-dir`` for each of *dirs*."""
-    pairs = [("--config-file", path) for path in files] + [("--config-dir", p) for p in dirs]
-    return [item for pair in pairs for item in pair]
+    args: list[str] = []
+    for path in files:
+        args += ["--config-file", path]
+    for path in dirs:
+        args += ["--config-dir", path]
+    return args
 
 
 def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Settings:
     """:func:`settings_from_conf`, knowing the files *conf* read, in its order; a value its
     type refuses is added to *problems* and read as its default.
     """
-    values: dict[str, Any] = {}
+    values = {opt.dest: opt.default for opt in _OPTS}
     located: list[tuple[str, str]] = []
-    for opt in _OPTS:
+    for name in values:
         try:
-            values[opt.dest] = conf[_GROUP][opt.dest]
+            values[name] = conf[_GROUP][name]
         # A value its type refuses, a $substitution naming nothing or referring back to it.
         except (cfg.Error, RecursionError) as exc:
-            problems.append(_refused(opt.dest, exc, parsed))
-            values[opt.dest] = opt.default
+            problems.append(_refused(name, exc, parsed))
         else:
-            if where := _where(conf.get_location(opt.dest, _GROUP), opt.dest, parsed):
-                located.append((opt.dest, where))
+            if where := _where(conf.get_location(name, _GROUP), name, parsed):
+                located.append((name, where))
     variables = [name for name in _VARIABLES if name in os.environ]
     if STOP_TIMEOUT_ENV in os.environ and _STOP_TIMEOUT_VARIABLE not in variables:
         # Read in its place.
@@ -360,7 +363,8 @@ def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
     problem added to *problems*."""
     parsed: _Parsed = []
     for flag, given in zip(args[::2], args[1::2], strict=True):
-        what = "directory" if flag == "--config-dir" else "file"
+        as_file = flag == "--config-file"
+        what = "file" if as_file else "directory"
         # oslo.config finds none: never the working directory.
         if not given:
             problems.append(f"Configuration {what} not found: ''")
@@ -368,16 +372,16 @@ def _read(args: Sequence[str], problems: list[str]) -> _Parsed:
         # An unreadable directory is an error, never an empty one.
         try:
             path = os.path.abspath(os.path.expanduser(given))
-            names = sorted(os.listdir(path)) if what == "directory" else []
+            names = [] if as_file else sorted(os.listdir(path))
         # No filename when the working directory is gone.
         except OSError as exc:
             problems.append(_unreadable(what, exc.filename or given, exc))
             continue
         # As oslo.config's glob finds them.
         names = [n for n in names if n.endswith(".conf") and n[0] != "."]
-        found = [os.path.join(path, n) for n in names] if what == "directory" else [path]
+        found = [path] if as_file else [os.path.join(path, n) for n in names]
         refused = len(problems)
-        read = [(name, _parse(name, problems, as_file=what == "file")) for name in found]
+        read = [(name, _parse(name, problems, as_file=as_file)) for name in found]
         # Else oslo.config could not read it either.
         if len(problems) == refused:
             parsed += read

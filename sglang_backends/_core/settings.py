@@ -28,8 +28,6 @@ MAX_TIMEOUT = min(1e9, threading.TIMEOUT_MAX / 4)
 #: The shortest detect or load timeout: a millisecond (0 would end every detection at once).
 MIN_TIMEOUT = 0.001
 
-#: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
-DEFAULT_STOP_TIMEOUT = 5.0
 #: The deprecated name of ``OS_SERVE_BACKENDS__STOP_TIMEOUT``, read with a warning.
 STOP_TIMEOUT_ENV = "SGLANG_BACKENDS_STOP_TIMEOUT"
 
@@ -45,7 +43,8 @@ class Settings(NamedTuple):
     disabled: tuple[str, ...] = ()
     detect_timeout: float = DEFAULT_DETECT_TIMEOUT
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
-    stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    #: Seconds ``serve``'s processes get between SIGTERM and SIGKILL.
+    stop_timeout: float = 5.0
     preferred: tuple[str, ...] = ()
     source: str = "defaults"
     located: tuple[tuple[str, str], ...] | None = None
