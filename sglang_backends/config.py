@@ -183,8 +183,8 @@ def load_settings(
         or the sources are given in another shape (a string for a list of paths, say).
     """
     _check_pairs(args)
-    for label, paths in (("config_files", config_files), ("config_dirs", config_dirs)):
-        refuse_string(paths, f"{label} must be a sequence of paths")
+    refuse_string(config_files, "config_files must be a sequence of paths")
+    refuse_string(config_dirs, "config_dirs must be a sequence of paths")
     settings, problems = read_settings([*args, *_args(config_files, config_dirs)])
     if problems:
         raise ConfigurationError("\n".join(problems))

@@ -64,7 +64,7 @@ class Settings(NamedTuple):
         """Where the ``"enabled"``, ``"disabled"`` and ``"preferred"`` lists were set (by a flag,
         or configuration when any was read), for warnings about their names."""
         lists = () if self.located is None else ("enabled", "disabled", "preferred")
-        return {**{x: self.describe(f"{x}_backends") for x in lists}, **dict(self.flag_origins)}
+        return {x: self.describe(f"{x}_backends") for x in lists} | dict(self.flag_origins)
 
 
 def configured(config_args: Sequence[str]) -> bool:
