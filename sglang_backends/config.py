@@ -275,7 +275,7 @@ def _settings(conf: cfg.ConfigOpts, parsed: _Parsed, problems: list[str]) -> Set
                 located.append((name, where))
     variables = [name for name in _VARIABLES if name in os.environ]
     if STOP_TIMEOUT_ENV in os.environ and _STOP_TIMEOUT_VARIABLE not in variables:
-        # Read in its place.
+        # The deprecated variable, read in its place.
         variables.append(STOP_TIMEOUT_ENV)
     sources = [path for path, _ in parsed] + [f"environment variable {v}" for v in variables]
     return Settings(
@@ -328,7 +328,7 @@ def _refused(name: str, exc: Exception, parsed: _Parsed) -> str:
     if isinstance(exc, RecursionError):
         cause = "its $ substitutions refer back to it; write $$ for a literal $"
     value, where = _set_by(name, parsed)
-    # Set nowhere in a file or variable: a service's override, say.
+    # In "configuration" when no file or variable set it: a service's override, say.
     return _invalid(name, value, where or "configuration", cause)
 
 
@@ -339,7 +339,7 @@ def _set_by(name: str, parsed: _Parsed) -> tuple[str, str]:
     variable = ENVIRONMENT_PREFIX + name.upper()
     found = [("", "")]
     for path, sections in parsed:
-        # A pipe, which may have.
+        # A pipe, which may have set it.
         if sections is None:
             found.append(("", path))
         for section, options in (sections or {}).items():

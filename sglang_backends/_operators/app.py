@@ -35,13 +35,13 @@ class _GlobalOptions(argparse.ArgumentParser):
     given: list[str] = []
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        # As argparse reads them.
+        # The line, as argparse reads it when none is given.
         args = sys.argv[1:] if args is None else list(args)
         mine: list[str] = []
         rest: list[str] = []
         # Whether the command name has been read.
         commanded = False
-        # A cluster of short options too: -vv, -vx.
+        # How many arguments an option spans; a cluster of short options too: -vv, -vx.
         span_of = option_spans(self)
         tokens = iter(args)
         for token in tokens:
@@ -50,19 +50,19 @@ class _GlobalOptions(argparse.ArgumentParser):
                 rest += [token, *tokens]
                 break
             span = span_of(token)
-            config = token.partition("=")[0] in CONFIG_FLAGS
-            if span is not None and not (commanded and config):
-                # The option and its value: --log-file FILE.
-                mine += [token, *itertools.islice(tokens, span - 1)]
-            else:
+            # Not a global option; nor, after the command name, --config-file or --config-dir.
+            if span is None or (commanded and token.partition("=")[0] in CONFIG_FLAGS):
                 rest.append(token)
                 commanded = commanded or not token.startswith("-")
+            else:
+                # The option and its value: --log-file FILE.
+                mine += [token, *itertools.islice(tokens, span - 1)]
         # Into a copy: should argparse read them otherwise than this scan assumed (-vx:
         # Python 3.13 takes -v and leaves -x), it reads the whole line into the original.
         found, extras = super().parse_known_args(mine, copy.copy(namespace))
         if extras:
             return super().parse_known_args(args, namespace)
-        # As given, for a command suggesting the line to run instead.
+        # The global options as given, for a command suggesting the line to run instead.
         self.given = mine
         if namespace is None:
             return found, rest
@@ -107,7 +107,7 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.cmd == ["serve"]:
-            # As serve --help shows it.
+            # serve's help, as serve --help shows it.
             console.show(metadata_help(Settings()))
             return 0
         return super().take_action(parsed_args)

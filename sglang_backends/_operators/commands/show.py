@@ -101,7 +101,7 @@ class ShowBackend(SelectionOptions, ShowOne):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Sequence[Any]]:
-        # Read and warned of once.
+        # The settings and inventory, read and warned of once.
         settings, inventory = self.inventory(parsed_args)
         registry = sglang_backends.ServeBackendRegistry.from_settings(settings, inventory=inventory)
         started = time.perf_counter()
