@@ -81,7 +81,7 @@ class _Name(types.String):
         self.listed = listed
 
     def __call__(self, value: Any) -> str:
-        name = str(super().__call__(value))
+        name = super().__call__(value)
         if not name.strip() or (self.listed and name.startswith(",")):
             raise ValueError("an empty backend name")
         if self.listed and any(char.isspace() or char == "," for char in name):
