@@ -54,15 +54,12 @@ class InstalledDistribution:
         return repr(self.distribution) if root is None else str(root).rstrip("/" + os.sep)
 
     @functools.cached_property
-    def _entry_points(self) -> tuple[EntryPoint, ...]:
-        """Every entry point of ``entry_points.txt``, parsed once: a listing asks the same
-        distributions for several groups."""
+    def all_entry_points(self) -> tuple[EntryPoint, ...]:
+        """Its entry points, whatever their group, read as :meth:`entry_points` reads them:
+        ``entry_points.txt`` parsed once, as a listing asks the same distributions for
+        several groups."""
         found = has_metadata(self.distribution, "entry_points.txt")
         return tuple(self.distribution.entry_points) if found else ()
-
-    def entry_points_in_all_groups(self) -> tuple[EntryPoint, ...]:
-        """Its entry points, whatever their group, read as :meth:`entry_points` reads them."""
-        return self._entry_points
 
     def entry_points(self, group: str) -> list[EntryPoint]:
         """Its entry points in *group*, read only from a regular file.
@@ -70,7 +67,7 @@ class InstalledDistribution:
         :raises OSError: ``entry_points.txt`` is not a regular file, or cannot be read.
         :raises ValueError: it is malformed, or not UTF-8.
         """
-        return [ep for ep in self._entry_points if ep.group == group]
+        return [ep for ep in self.all_entry_points if ep.group == group]
 
 
 class PluginEntryPoint(NamedTuple):
@@ -174,12 +171,20 @@ def read_metadata(dist: Distribution, filename: str) -> str | None:
     return dist.read_text(filename) if has_metadata(dist, filename) else None
 
 
+def metadata_text(dist: Distribution) -> str | None:
+    """*dist*'s ``METADATA``, else an egg's ``PKG-INFO`` (:func:`read_metadata`), else ``None``.
+
+    :raises OSError, UnicodeDecodeError: as :func:`read_metadata`.
+    """
+    return read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
+
+
 def _identity(dist: Distribution) -> tuple[str, str | None]:
     """*dist*'s ``Name`` and ``Version``; raises when its ``METADATA`` is missing or unreadable."""
     # Only the two header fields are needed: read them from the header block
     # rather than parse the whole file (a long description included) with
     # the email parser, as ``dist.metadata`` would, for every plugin listed.
-    text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO")
+    text = metadata_text(dist)
     if text is None:
         raise ValueError("it has no METADATA")
     fields: dict[str, str] = {}
@@ -253,7 +258,7 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
             _malformed_line(installed.distribution) or describe_typed(exc),
         )
         return []
-    for other in sorted({ep.group for ep in installed.entry_points_in_all_groups()} - {group}):
+    for other in sorted({ep.group for ep in installed.all_entry_points} - {group}):
         if _spelt(other) == _spelt(group):  # a typo no host forgives: its plugins are never seen
             _warn_once(
                 "Ignoring the entry points of %s in group %r, which nothing reads; "

@@ -36,6 +36,7 @@ from sglang_backends._core.discovery import (
     PluginEntryPoint,
     discover,
     header_block,
+    metadata_text,
     normalize_distribution,
     read_metadata,
 )
@@ -100,27 +101,23 @@ def _requires(dist: Distribution) -> list[str]:
         metadata = read_metadata(dist, "METADATA")
         if metadata is None and read_metadata(dist, "requires.txt"):
             return list(dist.requires or ())
-        return _header(dist, "Requires-Dist", metadata or None)
+        return _header(metadata or read_metadata(dist, "PKG-INFO"), "Requires-Dist")
     except Exception as exc:  # noqa: BLE001 - discovery already warned about its metadata
         LOG.debug("Cannot read the requirements of %r: %s", dist, exc)
         return []
 
 
-def _header(dist: Distribution, field: str, text: str | None = None) -> list[str]:
-    """Every value of *field* in *dist*'s ``METADATA`` (or ``PKG-INFO``) header block, or in
-    *text*, its ``METADATA`` already read: the header alone, as discovery reads Name.
-
-    :raises OSError: the file is not a regular file (a FIFO would block the read).
-    """
-    if text is None:
-        text = read_metadata(dist, "METADATA") or read_metadata(dist, "PKG-INFO") or ""
-    return [value for key, value in header_block(text) if key.strip().lower() == field.lower()]
+def _header(text: str | None, field: str) -> list[str]:
+    """Every value of *field* in the header block of *text*, a distribution's ``METADATA``
+    (:func:`~sglang_backends._core.discovery.metadata_text`): the header alone, as
+    discovery reads Name."""
+    return [v for key, v in header_block(text or "") if key.strip().lower() == field.lower()]
 
 
 def _installed_version(name: str) -> str | None:
     """The installed version of distribution *name*, ``None`` when it is not installed."""
     try:
-        versions = _header(importlib.metadata.distribution(name), "Version")
+        versions = _header(metadata_text(importlib.metadata.distribution(name)), "Version")
     except importlib.metadata.PackageNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - unreadable metadata: installed, version unknown
@@ -209,7 +206,7 @@ def shadowed_text(plugin: PluginEntryPoint) -> str:
     copies = []
     for dist in plugin.installed.shadowed if plugin.installed is not None else ():
         try:
-            version = next(iter(_header(dist, "Version")), None)
+            version = next(iter(_header(metadata_text(dist), "Version")), None)
         except Exception:  # noqa: BLE001 - an unreadable copy is still a copy
             version = None
         copies.append(f"{version or 'unknown version'} at {dist.locate_file('')}")
