@@ -147,9 +147,11 @@ def what_happened(outcome: DetectionOutcome) -> str:
     detail = outcome.detail or ""
     if outcome.verdict in _HAPPENED:
         return f"{who} {_HAPPENED[outcome.verdict].format(detail)}"
-    if _about_detector(detail):  # it loaded: its detector raised or answered wrong
+    # It loaded: its detector raised or answered wrong.
+    if _about_detector(detail):
         return f"{who} was asked, but its {detail}"
-    return detail[:1].lower() + detail[1:]  # a failed load's message names the plugin itself
+    # A failed load's message names the plugin itself.
+    return detail[:1].lower() + detail[1:]
 
 
 def _about_detector(cause: str) -> bool:
@@ -206,7 +208,8 @@ def run_each(items: Iterable[TimedRun[Any]], *, timeout: float) -> None:
         pool.add()
     left = pool.left
     while not pool.done.wait(GROW_AFTER) and not pool.settled():
-        if pool.left == left:  # no item finished meanwhile: the workers may be stuck
+        # No item finished meanwhile: the workers may be stuck.
+        if pool.left == left:
             pool.grow()
         left = pool.left
 
@@ -220,19 +223,22 @@ class _Pool:
         # When each worker took its current item: inf while between items,
         # -inf once it died of an exception (busy for ever, so replaced).
         self.since: list[float] = []
-        self.left = len(self.queue)  # items not finished
+        # The items not finished yet.
+        self.left = len(self.queue)
         self.lock = threading.Lock()
         self.done = threading.Event()
 
     def add(self) -> None:
-        index = len(self.since)  # only the caller adds workers
+        # Only the caller adds workers: no other takes this index.
+        index = len(self.since)
         self.since.append(math.inf)
         threading.Thread(target=self._serve, args=(index,), daemon=True).start()
 
     def _serve(self, index: int) -> None:
         while True:
             try:
-                item = self.queue.popleft()  # atomic: each item is taken once
+                # popleft is atomic: each item is taken once.
+                item = self.queue.popleft()
             except IndexError:
                 return
             self.since[index] = time.monotonic()
@@ -291,7 +297,8 @@ class TimedRun(Generic[_T]):
         self.started = time.perf_counter()
         try:
             self.value = self.function()
-        except BaseException as exc:  # noqa: BLE001 - kept, for the run's owner to judge
+        except BaseException as exc:  # noqa: BLE001
+            # Kept, for the run's owner to judge.
             self.error = exc
         self.seconds = time.perf_counter() - self.started
         self.finished = True
@@ -302,7 +309,8 @@ class TimedRun(Generic[_T]):
         if self.finished:
             return True
         if self._running.acquire(timeout=-1 if timeout is None else timeout):
-            self._running.release()  # for the next waiter
+            # Released again, for the next waiter.
+            self._running.release()
         return self.finished
 
     def within(self, timeout: float) -> bool:

@@ -198,11 +198,13 @@ def _identity(dist: Distribution) -> tuple[str, str | None]:
 def _key(dist: Distribution) -> str | int:
     """*dist*'s normalized name (PEP 503), as :mod:`importlib.metadata` compares them: its
     directory's, else its ``METADATA``'s; its id if neither, so that it stands alone."""
-    name = _directory_name(dist)  # what importlib.metadata reads first, opening no file
+    # What importlib.metadata reads first, opening no file.
+    name = _directory_name(dist)
     if name is None:
         try:
             name = _identity(dist)[0]
-        except Exception:  # noqa: BLE001 - reported when its entry points are read
+        except Exception:  # noqa: BLE001
+            # Reported when its entry points are read.
             return id(dist)
     return normalize_distribution(name)
 
@@ -251,7 +253,8 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     """*installed*'s entry points of *group*; each problem with its metadata logged once."""
     try:
         selected = installed.entry_points(group)
-    except Exception as exc:  # noqa: BLE001 - one broken distribution must not hide all
+    except Exception as exc:  # noqa: BLE001
+        # One broken distribution must not hide all.
         _warn_once(
             "Ignoring the entry points of %s: its entry_points.txt cannot be read (%s)",
             _named(installed),
@@ -259,7 +262,8 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
         )
         return []
     for other in sorted({ep.group for ep in installed.all_entry_points} - {group}):
-        if _spelt(other) == _spelt(group):  # a typo no host forgives: its plugins are never seen
+        # A typo no host forgives: its plugins are never seen.
+        if _spelt(other) == _spelt(group):
             _warn_once(
                 "Ignoring the entry points of %s in group %r, which nothing reads; "
                 "did you mean %r?",
@@ -273,8 +277,9 @@ def _plugins(installed: InstalledDistribution, group: str) -> list[PluginEntryPo
     name: str | None
     try:
         name, version = _identity(installed.distribution)
-    except Exception as exc:  # noqa: BLE001 - its entry points are still served
-        # As importlib.metadata.entry_points() (and so `sglang serve`) still gives them.
+    except Exception as exc:  # noqa: BLE001
+        # Its entry points are still served, as importlib.metadata.entry_points() (and so
+        # `sglang serve`) still gives them.
         name = _directory_name(installed.distribution)
         version = None
         problem = f"metadata unreadable: {installed.location}"
@@ -294,11 +299,13 @@ def _named(installed: InstalledDistribution) -> str:
     """``distribution NAME at PATH``, or ``the distribution at PATH`` when it has no name."""
     try:
         return f"distribution {_identity(installed.distribution)[0]} at {installed.location}"
-    except Exception:  # noqa: BLE001 - its METADATA is in trouble too
+    except Exception:  # noqa: BLE001
+        # Its METADATA is in trouble too.
         return f"the distribution at {installed.location}"
 
 
-@functools.cache  # a few group names, met in every distribution
+# Cached: a few group names, met in every distribution.
+@functools.cache
 def _spelt(group: str) -> str:
     """*group* as a typo would not change it: case, separators and a plural ``s`` dropped."""
     return re.sub(r"[-_.\s]+", ".", group.lower()).rstrip("s")
@@ -310,7 +317,8 @@ def _malformed_line(dist: Distribution) -> str | None:
     ``[group]``, must hold ``=``), or ``None``."""
     try:
         text = read_metadata(dist, "entry_points.txt") or ""
-    except Exception:  # noqa: BLE001 - the caller says why it cannot be read
+    except Exception:  # noqa: BLE001
+        # The caller says why it cannot be read.
         return None
     for number, line in enumerate(text.splitlines(), 1):
         entry = line.strip()
@@ -343,9 +351,11 @@ def split_qualified_name(name: object) -> tuple[str | None, str]:
     point's name can (``dist-a:ns:omni`` is ``ns:omni`` from ``dist-a``). A value that is
     no string (``get(None)``) names nothing: ``(None, "")``.
     """
-    if not isinstance(name, str):  # unknown, as upstream answers it
+    # No string names nothing, as upstream answers it.
+    if not isinstance(name, str):
         return None, ""
     dist, colon, backend = name.partition(":")
-    if not colon or not dist:  # no colon, or nothing before it
+    # A plain name: no colon, or nothing before it.
+    if not colon or not dist:
         return None, name
     return dist, backend

@@ -65,9 +65,11 @@ def _unmet(line: str, dist: Distribution) -> str | None:
     """What requirement *line* of *dist* lacks here; ``None`` when it is met or not for
     this environment (its marker). A line no tool could read cannot be met: it is said to
     be invalid. Only a line that is more than a name is parsed."""
-    if _BARE_NAME.fullmatch(line):  # no version, marker or extra: installed is enough
+    # No version, marker or extra: installed is enough.
+    if _BARE_NAME.fullmatch(line):
         return f"{line} (not installed)" if _installed_version(line) is None else None
-    from packaging import requirements, version  # not for a requirement that is a name
+    # Imported here: a requirement that is a name needs no parser.
+    from packaging import requirements, version
 
     try:
         requirement = requirements.Requirement(line)
@@ -102,7 +104,8 @@ def _requires(dist: Distribution) -> list[str]:
         if metadata is None and read_metadata(dist, "requires.txt"):
             return list(dist.requires or ())
         return _header(metadata or read_metadata(dist, "PKG-INFO"), "Requires-Dist")
-    except Exception as exc:  # noqa: BLE001 - discovery already warned about its metadata
+    except Exception as exc:  # noqa: BLE001
+        # Discovery already warned about its metadata.
         LOG.debug("Cannot read the requirements of %r: %s", dist, exc)
         return []
 
@@ -120,7 +123,8 @@ def _installed_version(name: str) -> str | None:
         versions = _header(metadata_text(importlib.metadata.distribution(name)), "Version")
     except importlib.metadata.PackageNotFoundError:
         return None
-    except Exception:  # noqa: BLE001 - unreadable metadata: installed, version unknown
+    except Exception:  # noqa: BLE001
+        # Unreadable metadata: installed, version unknown.
         return "unknown"
     return versions[0] if versions and versions[0] else "unknown"
 
@@ -207,7 +211,8 @@ def shadowed_text(plugin: PluginEntryPoint) -> str:
     for dist in plugin.installed.shadowed if plugin.installed is not None else ():
         try:
             version = next(iter(_header(metadata_text(dist), "Version")), None)
-        except Exception:  # noqa: BLE001 - an unreadable copy is still a copy
+        except Exception:  # noqa: BLE001
+            # An unreadable copy is still a copy.
             version = None
         copies.append(f"{version or 'unknown version'} at {dist.locate_file('')}")
     return "; ".join(copies)

@@ -107,7 +107,8 @@ def _shown(code: object) -> str:
     """``repr(code)``, or ``<Type>`` when plugin code gave it a ``__repr__`` that raises."""
     try:
         return repr(code)
-    except Exception:  # noqa: BLE001 - plugin code's object
+    except Exception:  # noqa: BLE001
+        # Its __repr__ is plugin code, which may raise anything.
         return f"<{type(code).__name__}>"
 
 
@@ -131,7 +132,8 @@ def _chosen_driver_manager() -> type[Any]:
     stevedore imported on first use."""
     from stevedore import DriverManager
 
-    class ChosenDriverManager(DriverManager):  # type: ignore[type-arg]  # generic only in newer stevedore
+    # DriverManager is generic only in newer stevedore.
+    class ChosenDriverManager(DriverManager):  # type: ignore[type-arg]
         def __init__(self, entry_point: EntryPoint) -> None:
             self._chosen = _GuardedEntryPoint(
                 entry_point.name, entry_point.value, entry_point.group
@@ -154,8 +156,9 @@ def load_failure(
         return BackendLoadError(str(exc), name=name, distribution=dist)
     failed = load_failed(name, plugin.provider if plugin else None, builtin=plugin is None)
     unmet = ""
-    if plugin is not None:  # a mismatched requirement is the commonest cause: say so
-        from sglang_backends._core.findings import unmet_clause  # only once a load failed
+    # A mismatched requirement is the commonest cause: say so (read only once a load failed).
+    if plugin is not None:
+        from sglang_backends._core.findings import unmet_clause
 
         unmet = f"; {clause}" if (clause := unmet_clause(plugin)) else ""
     return BackendLoadError(f"{failed}: {_cause(exc)}{unmet}", name=name, distribution=dist)
@@ -321,10 +324,12 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
         for it: a factory asked the registry for its own backend, maybe through others'
         (``a`` asks for ``b``, which asks for ``a``), in this thread or across threads.
     """
-    load = loads.setdefault(fresh.key, fresh)  # atomic: one caller claims it
+    # setdefault is atomic: one caller claims it.
+    load = loads.setdefault(fresh.key, fresh)
     me = threading.current_thread()
     if load is not fresh:
-        with _AWAITED_LOCK:  # two threads about to await each other: the second sees it
+        # Two threads about to await each other: the second sees it.
+        with _AWAITED_LOCK:
             if not load.finished and _awaits(load, me):
                 raise BackendLoadError(
                     f"{load_failed(load.backend, load.provider)}: its factory "
@@ -340,7 +345,8 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
         if load is fresh:
             try:
                 load.run()
-            except BaseException:  # the user's Ctrl-C: forget this load, so it may be retried
+            except BaseException:
+                # The user's Ctrl-C: forget this load, so it may be retried.
                 del loads[load.key]
                 raise
         load.wait()
@@ -379,7 +385,8 @@ def _within(name: str, load: BackendLoad, mine: bool, timeout: float) -> Loaded 
     if not load.within(timeout):
         cause = f"loading from {load.provider} did not finish within {timeout:g} s (load_timeout)"
         return skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
-    if isinstance(load.error, Exception):  # a plugin's failure is its outcome
+    # A plugin's failure is its outcome.
+    if isinstance(load.error, Exception):
         return skip_with_warning(name, load.distribution, load.seconds, str(load.error))
     return Loaded(load.result(), load.seconds if mine else 0.0, load.label)
 

@@ -142,7 +142,8 @@ def _duplicate_text(
         for group in groups.values()
         if len(group) > 1
     ]
-    if len(groups) == 1:  # all from one distribution: no DIST:NAME picks one of them
+    # All from one distribution: no DIST:NAME picks one of them.
+    if len(groups) == 1:
         return (
             f"Distribution {repeated[0]} No DIST:NAME picks one entry point of a distribution: "
             "uninstall it or choose another backend name, and ask its authors to register the "
@@ -351,11 +352,13 @@ def warn_unknown_selection(
     :returns: by list (``enabled``, ``disabled``, ``preferred``), the names warned about
         as not installed, sorted; a built-in's name, warned about apart, is not among them.
     """
-    listed: str | None = None  # the installed names, joined once however many are unknown
+    # The installed names, joined once however many are unknown.
+    listed: str | None = None
     lists = {
         "enabled": frozenset(settings.enabled or ()),
         "disabled": frozenset(settings.disabled),
-        "preferred": settings.preferred,  # as given: a name given twice is warned about twice
+        # As given: a name given twice is warned about twice.
+        "preferred": settings.preferred,
     }
     unknown: dict[str, list[str]] = {label: [] for label in lists}
     for label, names in lists.items():
@@ -379,7 +382,8 @@ def warn_unknown_selection(
                     listed,
                     f" (check {origin})" if origin else "",
                 )
-            elif label != "preferred":  # a built-in's detector may be preferred
+            elif label != "preferred":
+                # A built-in's detector may be preferred.
                 LOG.warning(
                     "Built-in %r in the %s list changes nothing: the lists apply to plugins "
                     "only and built-ins are always available; remove it%s",
@@ -400,7 +404,8 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
     discovered = inventory.discovered
     reasons: list[str] = []
     names: set[str] = set()
-    left: dict[str, list[str]] = {}  # the plugins each list left out, by why: one clause
+    # The plugins each list left out, by why: one clause.
+    left: dict[str, list[str]] = {}
     for record in inventory.records:
         why = left_out(record.name, inventory)
         if why:
