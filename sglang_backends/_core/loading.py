@@ -219,12 +219,13 @@ def validated(
     return backend
 
 
-def _log_still_loading(load: BackendLoad, running: float, timeout: float | None = None) -> None:
-    """The one "still loading" line; *timeout* is the bound, when there is one."""
+def _log_still_loading(load: BackendLoad, since: float, timeout: float | None = None) -> None:
+    """The one "still loading" line, with the load's own age (from *since* while it has not
+    started); *timeout* is the bound, when there is one."""
     LOG.info(
         "Still loading serve backend %s after %.0f s%s",
         load.label,
-        running,
+        time.perf_counter() - (load.started or since),
         "" if timeout is None else f"; giving up on it after {timeout:g} s (load_timeout)",
     )
 
@@ -242,7 +243,6 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         builtin: object,
         progress: Progress | None,
     ) -> None:
-        self.name = name
         #: The backend's own name (a plugin's entry point's), whatever it was asked for as.
         self.backend = plugin.name if plugin else name
         self.provider = plugin.provider if plugin else "built-in"
@@ -268,24 +268,25 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         without its frames); the user's Ctrl-C goes on."""
         self.thread = threading.current_thread()
         super().run()
+        error = self.error
         # Each raise of the kept failure starts again from these frames, not from the last
         # raise's: a caller retrying a failed backend would otherwise grow it without end.
-        self._frames = None if self.error is None else self.error.__traceback__
-        if self.error is not None and not isinstance(self.error, Exception):
-            raise self.error
+        self._frames = None if error is None else error.__traceback__
+        if error is not None and not isinstance(error, Exception):
+            raise error
+        if not self.detached:
+            return
         # A detached load's exceptions lose their tracebacks. Each traceback holds
         # every frame of the failed import alive: with thousands of failed loads,
         # every garbage collection walked millions of objects. Automatic detection's
         # failures are outcomes, logged without a traceback; a load that fails for
         # load_once keeps them.
+        self._frames = None
         seen: set[int] = set()
-        exc: BaseException | None = self.error if self.detached else None
-        while exc is not None and id(exc) not in seen:
-            seen.add(id(exc))
-            exc.__traceback__ = None
-            exc = exc.__cause__ or exc.__context__
-        if self.detached:
-            self._frames = None
+        while error is not None and id(error) not in seen:
+            seen.add(id(error))
+            error.__traceback__ = None
+            error = error.__cause__ or error.__context__
 
     def result(self) -> RegisteredServeBackend:
         """The loaded backend; raises the load's exception if it failed."""
@@ -338,7 +339,7 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
                     distribution=load.distribution,
                 )
             _AWAITED[me] = load
-    timer = threading.Timer(SLOW_LOAD_NOTICE, _log_slow_wait, (load, time.perf_counter()))
+    timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, time.perf_counter()))
     timer.daemon = True
     timer.start()
     try:
@@ -356,11 +357,6 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
     return load.result()
 
 
-def _log_slow_wait(load: BackendLoad, since: float) -> None:
-    """The "still loading" line for a caller of :func:`load_once`, with the load's own age."""
-    _log_still_loading(load, time.perf_counter() - (load.started or since))
-
-
 def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.Event) -> None:
     """Until *done*, log the loads still running after :data:`SLOW_LOAD_NOTICE` s, and later again.
 
@@ -376,7 +372,7 @@ def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.E
             running = now - load.started
             if running >= load.notice_after:
                 load.notice_after = running + _NOTICE_EVERY
-                _log_still_loading(load, running, timeout)
+                _log_still_loading(load, load.started, timeout)
 
 
 def _within(name: str, load: BackendLoad, mine: bool, timeout: float) -> Loaded | DetectionOutcome:
