@@ -28,7 +28,6 @@ from sglang_backends._core.progress import DETECTING, Progress, with_progress
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
-    ServeBackendDetector,
     ServeRequest,
     coerce_detection,
 )
@@ -359,10 +358,19 @@ def report(
         *preferred*, else nothing (ambiguous); none selects
         :data:`~sglang_backends._core.names.FALLBACK_BACKEND`.
     """
-    # Each loaded backend's detector runs concurrently; a backend without one is not asked.
+    # Each loaded backend's detector runs concurrently, on its own copy of the request: one
+    # that mutates it (with object.__setattr__, say) changes neither the others' nor the
+    # backend's. A backend without a detector is not asked.
     runs = {
         c.registered.name: TimedRun(
-            partial(_detect, c.registered.backend.detect, c.label, request, progress),
+            partial(
+                with_progress,
+                c.registered.backend.detect,
+                progress,
+                DETECTING,
+                c.label,
+                replace(request, argv=tuple(request.argv)),
+            ),
             f"detect-{c.registered.name}",
         )
         for c in candidates
@@ -383,16 +391,6 @@ def report(
     else:
         selected = FALLBACK_BACKEND
     return DetectionReport(outcomes, matches, selected, fallback=not matches)
-
-
-def _detect(
-    detect: ServeBackendDetector, named: str, request: ServeRequest, progress: Progress | None
-) -> ServeBackendDetection:
-    """The detector *detect*'s answer to *request*, told to *progress* as *named*."""
-    # Each detector gets its own copy: one that mutates its request (with
-    # object.__setattr__, say) changes neither the others' nor the backend's.
-    own = replace(request, argv=tuple(request.argv))
-    return with_progress(detect, progress, DETECTING, named, own)
 
 
 def _outcome(
