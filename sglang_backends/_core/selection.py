@@ -150,16 +150,15 @@ def _duplicate_text(
             "name once."
         )
     listed = ", ".join(p.provider for p in providers)
+    head = f"Multiple distributions register serve backend {name!r}: {listed}."
     example = _example(providers, discovered)
     if example is None:
-        advice = "Uninstall one provider or choose another backend name; no DIST:NAME picks one."
+        pick = "; no DIST:NAME picks one."
     else:
-        advice = (
-            "Uninstall one provider or choose another backend name, or select one provider "
-            f"as DIST:NAME (e.g. {example!r})."
-        )
-    head = f"Multiple distributions register serve backend {name!r}: {listed}."
-    return " ".join([head, *repeated, advice])
+        pick = f", or select one provider as DIST:NAME (e.g. {example!r})."
+    return " ".join(
+        [head, *repeated, f"Uninstall one provider or choose another backend name{pick}"]
+    )
 
 
 def check_lists(
@@ -259,8 +258,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
     :raises DisabledBackendError: the lists exclude it.
     :raises BackendConflictError: several distributions provide it.
     """
-    discovered = inventory.discovered
-    candidates = _designated(name, discovered)
+    candidates = _designated(name, inventory.discovered)
     never = {*inventory.builtins, *RESERVED_SERVE_BACKEND_NAMES}
     if not candidates or candidates[0].name in never:
         values = ("auto", *inventory.available_names)
@@ -277,7 +275,7 @@ def choose(name: str, inventory: Inventory) -> PluginEntryPoint:
         )
     if len(candidates) > 1:
         raise BackendConflictError(
-            _duplicate_text(plain, candidates, discovered),
+            _duplicate_text(plain, candidates, inventory.discovered),
             name=plain,
             providers=tuple(c.provider for c in candidates),
         )
@@ -420,10 +418,11 @@ def not_asked(inventory: Inventory) -> tuple[list[str], set[str]]:
         names.add(name)
         listed = ", ".join(p.provider for p in discovered[name])
         example = _example(discovered[name], discovered)
-        if example:
-            advice = f"select one as DIST:NAME (e.g. {example!r})"
-        else:
-            advice = "no DIST:NAME picks one of them"
+        advice = (
+            f"select one as DIST:NAME (e.g. {example!r})"
+            if example
+            else "no DIST:NAME picks one of them"
+        )
         reasons.append(
             f"plugin {name!r} has duplicate providers ({listed}), so none was asked; {advice}"
         )
