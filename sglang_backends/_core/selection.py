@@ -204,7 +204,7 @@ def classify(
             status = PluginStatus.DUPLICATE
         else:
             status = PluginStatus.ENABLED
-        records.extend(PluginRecord(plugin=plugin, status=status) for plugin in entries)
+        records.extend(PluginRecord(plugin, status) for plugin in entries)
     return records
 
 
