@@ -481,7 +481,4 @@ def select_backend(
     try:
         return registry.get(settings.model_type)
     except (UnknownBackendError, DisabledBackendError) as exc:
-        origin = settings.set_in("model_type")
-        if origin is None:
-            raise
-        raise set_in_configuration(exc, origin, flag=False) from None
+        raise set_in_configuration(exc, settings.set_in("model_type"), flag=False) from None

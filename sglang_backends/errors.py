@@ -113,12 +113,15 @@ def refuse_string(value: object, wanted: str) -> None:
 
 
 def set_in_configuration(
-    exc: UnknownBackendError | DisabledBackendError, origin: str, *, flag: bool = True
+    exc: UnknownBackendError | DisabledBackendError, origin: str | None, *, flag: bool = True
 ) -> UnknownBackendError | DisabledBackendError:
     """*exc*, about a ``model_type`` configuration set in *origin*, saying so: the one wording
     of it, for ``serve`` and for ``detect``, which answers what serve would do, and (without
-    *flag*, ``--model-type``, to offer instead) for a service's ``select_backend``.
+    *flag*, ``--model-type``, to offer instead) for a service's ``select_backend``. *exc*
+    itself when no configuration set the name (*origin* ``None``).
     """
+    if origin is None:
+        return exc
     instead = ", or give --model-type" if flag else ""
     return type(exc)(
         f"{exc} It was set by [serve_backends] model_type in {origin}; correct it there{instead}.",

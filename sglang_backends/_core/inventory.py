@@ -92,8 +92,6 @@ class Inventory(NamedTuple):
         try:
             return None if name in self.builtins else selection.choose(name, self)
         except (UnknownBackendError, DisabledBackendError) as exc:
-            if set_in is None:
-                raise
             raise set_in_configuration(exc, set_in) from None
 
 

@@ -46,10 +46,7 @@ def _get(
     try:
         return registry.get(settings.model_type, progress=progress)
     except (errors.UnknownBackendError, errors.DisabledBackendError) as exc:
-        origin = settings.set_in("model_type")
-        if origin is None:
-            raise
-        raise errors.set_in_configuration(exc, origin) from None
+        raise errors.set_in_configuration(exc, settings.set_in("model_type")) from None
 
 
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
