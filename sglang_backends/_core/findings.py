@@ -180,7 +180,7 @@ def general_plugins(
     """
     installed = tuple(installed)
     found = discover(GENERAL_PLUGINS_GROUP, installed)
-    allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
+    allowed = general_plugins_allowed()
     # The distributions providing a platform SGLANG_PLATFORM did not pick (normalized).
     platform = os.environ.get("SGLANG_PLATFORM", "")
     platforms = discover(PLATFORM_PLUGINS_GROUP, installed) if platform else {}

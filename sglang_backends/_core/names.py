@@ -1,13 +1,15 @@
 """The backend names, the entry-point groups and serve's command name and help flags, which
 every layer shares.
 
-It imports nothing, so the general help and listing, which need these but
+It imports nothing but :mod:`os`, so the general help and listing, which need these but
 not the contract's classes, never import :mod:`dataclasses` (tens of
 milliseconds at each start). :mod:`sglang_backends.contract` re-exports the
 group and the reserved names for plugins.
 """
 
 from __future__ import annotations
+
+import os
 
 TYPE_CHECKING = False  # typing itself costs milliseconds the general help need not pay
 if TYPE_CHECKING:
@@ -34,9 +36,10 @@ def wants_help(argv: Sequence[str]) -> bool:
     return any(arg in HELP_FLAGS for arg in argv)
 
 
-def general_plugins_allowed(value: str) -> frozenset[str] | None:
-    """The general plugins an ``SGLANG_PLUGINS`` *value* allows, as SGLang reads it:
-    comma-separated names, stripped, empty ones dropped; ``None`` (all) when *value* is
+def general_plugins_allowed() -> frozenset[str] | None:
+    """The general plugins this process's ``SGLANG_PLUGINS`` allows, as SGLang reads it:
+    comma-separated names, stripped, empty ones dropped; ``None`` (all) when it is unset or
     empty, so ``SGLANG_PLUGINS=,`` allows none.
     """
+    value = os.environ.get("SGLANG_PLUGINS", "")
     return frozenset(n.strip() for n in value.split(",") if n.strip()) if value else None

@@ -7,7 +7,6 @@ when one would load (:envvar:`SGLANG_PLUGINS` as SGLang filters it).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable
@@ -37,7 +36,7 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
             return False
         _done = True
         found = discover(GENERAL_PLUGINS_GROUP, installed)
-        allowed = general_plugins_allowed(os.environ.get("SGLANG_PLUGINS", ""))
+        allowed = general_plugins_allowed()
         names = set(found) if allowed is None else set(found) & allowed  # SGLang's own filter
         if not names:
             LOG.debug("No SGLang general plugin to load")
