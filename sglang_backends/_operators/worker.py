@@ -94,7 +94,8 @@ class WorkerResult:
 
 def _kill(*pids: int) -> None:
     """Kill workers *pids*, each with its tree and group."""
-    from sglang_backends._core.tree import kill_trees  # psutil: only to kill, not to run
+    # psutil: only to kill, not to run.
+    from sglang_backends._core.tree import kill_trees
 
     kill_trees(*pids, groups=True)
 
@@ -195,8 +196,10 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     """
     started = time.perf_counter()
     with (
-        StopSignals(on_signal=_WORKERS.stop),  # a stop signal kills them all (main thread only)
-        tempfile.TemporaryFile() as given,  # the job, on the worker's stdin
+        # A stop signal kills them all (main thread only).
+        StopSignals(on_signal=_WORKERS.stop),
+        # The job, on the worker's stdin.
+        tempfile.TemporaryFile() as given,
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
     ):
@@ -220,7 +223,8 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
             return WorkerResult(None, "timeout", detail, time.perf_counter() - started, _read(err))
         finally:
             _WORKERS.discard(process.pid)
-            send(process.pid, signal.SIGKILL, group=True)  # what is left of its group
+            # Kill what is left of its group.
+            send(process.pid, signal.SIGKILL, group=True)
         seconds = time.perf_counter() - started
         stdout = _read(out)
         stderr = _read(err)
@@ -235,7 +239,8 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
         else:
             detail = f"the interpreter exited with status {code} before reporting"
         return WorkerResult(None, "crashed", detail, seconds, stderr)
-    outcomes = [Outcome(*o) for o in result.get("outcomes", ())]  # JSON arrays
+    # Outcomes come as JSON arrays.
+    outcomes = [Outcome(*o) for o in result.get("outcomes", ())]
     return WorkerResult(Result(**{**result, "outcomes": outcomes}), None, None, seconds, stderr)
 
 

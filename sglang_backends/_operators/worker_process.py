@@ -57,7 +57,8 @@ def _load(job: Job) -> Result:
     sglang = None
     if job.action == "contract":
         provider = registered.distribution or "an unknown distribution"
-        try:  # this package's contract first: SGLang's host is not asked of a breach
+        try:
+            # This package's contract first: SGLang's host is not asked of a breach.
             report = assert_backend_contract(
                 job.name, registry=registry, timeout=job.contract_timeout, sglang=False
             )
@@ -65,7 +66,8 @@ def _load(job: Job) -> Result:
             broken = "not checked: contract broken"
             return Result(error=f"{exc} (provided by {provider})", sglang=broken)
         sglang = "not checked: SGLang is not installed"
-        if sglang_host:  # importing SGLang takes seconds
+        # Only where SGLang is installed: importing it takes seconds.
+        if sglang_host:
             try:
                 assert_sglang_accepts(job.name, timeout=job.contract_timeout)
             except ContractViolation as exc:
@@ -103,11 +105,13 @@ def main() -> None:
     it, write the result to the saved stdout.
     """
     result_fd = os.dup(1)
-    os.dup2(2, 1)  # whatever a plugin prints goes to stderr
+    # Whatever a plugin prints goes to stderr.
+    os.dup2(2, 1)
     logging.basicConfig(level=logging.WARNING, format=console.LOG_FORMAT, stream=sys.stderr)
     become_subreaper()
     data = json.load(sys.stdin)
-    job = Job(**{**data, "settings": Settings(*data["settings"])})  # a JSON array
+    # The settings come as a JSON array.
+    job = Job(**{**data, "settings": Settings(*data["settings"])})
     # As in serve's backend process: a stop signal unwinds the worker (it dies of it),
     # and a KeyboardInterrupt or SystemExit no signal caused is the plugin's failure.
     with StopSignals():
@@ -115,7 +119,8 @@ def main() -> None:
             result = _explain(job) if job.action == "explain" else _load(job)
         except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
             result = Result(error=describe(exc))
-    stop_tree(descendants, 0, adopted=True)  # what the plugin started, orphans included
+    # Stop what the plugin started, orphans included.
+    stop_tree(descendants, 0, adopted=True)
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(result), out)
     console.flush()

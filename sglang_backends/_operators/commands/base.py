@@ -8,7 +8,6 @@ import functools
 import importlib.metadata
 import io
 import os
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
@@ -52,8 +51,9 @@ class _ConfigArgument(argparse.Action):
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
         if not values:
             raise argparse.ArgumentError(self, "expects a value")
-        given = [self.option_strings[0], values]
-        setattr(namespace, self.dest, [*getattr(namespace, self.dest), *given])
+        setattr(
+            namespace, self.dest, [*getattr(namespace, self.dest), self.option_strings[0], values]
+        )
 
 
 def add_config_options(parser: Any, *, documented: bool = True) -> None:
@@ -100,8 +100,8 @@ class Cell(str):
         cls, text: str, *, lead: str = "", items: str = "", said_by: tuple[str, ...] = ()
     ) -> Cell:
         cell = super().__new__(cls, text)
-        cell.lead = lead if text.startswith(lead) else ""
-        cell.items = items if text.endswith(items) else ""
+        cell.lead = lead
+        cell.items = items
         cell.said_by = said_by
         return cell
 
@@ -186,19 +186,13 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         columns say it, and each cell longer than :data:`MAX_CELL` shortened; for shell,
         quoted for its double quotes.
         """
-        if parsed_args.formatter not in _HUMAN_FORMATS:  # a Cell as the plain text it is
+        # Read by programs (JSON, YAML): a Cell as the plain text it is.
+        if parsed_args.formatter not in _HUMAN_FORMATS:
             return [tuple(str(v) if isinstance(v, Cell) else v for v in row) for row in rows]
-        pointer = f"see {self.command_name} -f json"
-        short = bool(self.command_name) and parsed_args.formatter in _TERMINAL_FORMATS
-        width = MAX_CELL if short else sys.maxsize
+        short = self.command_name and parsed_args.formatter in _TERMINAL_FORMATS
+        pointer = f"see {self.command_name} -f json" if short else ""
         shown = set(parsed_args.columns or ())
-        cells = [
-            tuple(
-                "" if value is None else _shown(value, pointer, width, short, shown)
-                for value in row
-            )
-            for row in rows
-        ]
+        cells = [tuple(_shown(value, pointer, shown) for value in row) for row in rows]
         if parsed_args.formatter == "shell":
             return [tuple(map(_shell_quoted, row)) for row in cells]
         return cells
@@ -232,10 +226,12 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         except (ConfigurationError, UnknownBackendError) as exc:
             if self.app_args is not None and self.app_args.debug:
                 self.app.LOG.exception(exc)
-            else:  # a configuration's problems, a line each
+            else:
+                # A configuration's problems, a line each.
                 for line in str(exc).splitlines():
                     self.app.LOG.error("%s", line)
-            return EXIT_USAGE  # a usage slip (bad configuration, unknown name), as serve's
+            # Exit status 2 for a usage slip (bad configuration, unknown name), as serve's.
+            return EXIT_USAGE
         return status or (1 if self.failed else 0)
 
     def inventory(
@@ -258,7 +254,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         args = [*self.app.options.config_args, *parsed_args.config_args]
         settings = Settings()
         problems: list[str] = []
-        if configured(args):  # else the defaults, without importing oslo.config
+        # Without configuration, the defaults, without importing oslo.config.
+        if configured(args):
             from sglang_backends.config import read_settings
 
             settings, problems = read_settings(args)
@@ -279,7 +276,8 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
             warn_conflicts=warn_conflicts and not problems,
             warn_model_type=warn_model_type and not problems,
         )
-        if problems:  # and the model_type serve would refuse next: every problem at once
+        # With the model_type serve would refuse next: every problem at once.
+        if problems:
             problems += model_type_problems(settings, inventory)
             raise ConfigurationError("\n".join(problems))
         return settings, inventory
@@ -295,39 +293,44 @@ def _shell_quoted(value: Any) -> Any:
     return value.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`")
 
 
-def _shown(value: Any, pointer: str, width: int, short: bool, shown: set[str]) -> Any:
-    """*value* as a human format shows it: escaped (:func:`printable`); a :class:`Cell`
-    without its lead when *short* (table, value) and *shown* (``-c``; empty: every column)
-    holds the columns that say it; then :func:`shortened`.
+def _shown(value: Any, pointer: str, shown: set[str]) -> Any:
+    """*value* as a human format shows it: blank for ``None``, escaped (:func:`printable`);
+    with a *pointer* (table, value), a :class:`Cell` without its lead when *shown* (``-c``;
+    empty: every column) holds the columns that say it; then :func:`shortened`.
     """
+    if value is None:
+        return ""
     if not isinstance(value, Cell):
-        return shortened(printable(value), pointer, width)
+        return shortened(printable(value), pointer)
     text = printable(str(value))
-    lead = printable(value.lead)
-    if short and lead and (not shown or shown.issuperset(value.said_by)):
-        text = text.removeprefix(lead)
-    return shortened(text, pointer, width, printable(value.items))
+    if pointer and (not shown or shown.issuperset(value.said_by)):
+        text = text.removeprefix(printable(value.lead))
+    return shortened(text, pointer, printable(value.items))
 
 
-def shortened(value: Any, pointer: str, width: int = MAX_CELL, items: str = "") -> Any:
-    """*value*, or when its text is longer than *width*, its beginning (to the end of a
-    ``"; "``-separated part if that loses a few characters only, else of a word), ``…``
-    and *pointer*; with how many of *items* (the ``"; "``-joined list the text ends with,
-    if any) are not shown whole: ``unmet: a (installed: 1); b… (+30 more; see list -f
-    json)``. Only a list's items are counted: elsewhere a ``;`` may join one sentence.
+def shortened(value: Any, pointer: str, items: str = "") -> Any:
+    """*value*, or when *pointer* is given and its text is longer than :data:`MAX_CELL`, its
+    beginning (to the end of a ``"; "``-separated part if that loses a few characters only,
+    else of a word), ``…`` and *pointer*; with how many of *items* (the ``"; "``-joined list
+    the text ends with, if any) are not shown whole: ``unmet: a (installed: 1); b… (+30
+    more; see list -f json)``. Only a list's items are counted: elsewhere a ``;`` may join
+    one sentence.
     """
     text = str(value)
-    if len(text) <= width:
+    if not pointer or len(text) <= MAX_CELL:
         return value
-    budget = width - len(pointer) - len(" (+999 more; )…")
+    budget = MAX_CELL - len(pointer) - len(" (+999 more; )…")
     head = text[:budget]
     if "; " in head and head.rindex("; ") >= budget - 12:
         head = head[: head.rindex("; ")]
-    elif " " in head[budget // 2 :]:  # not in the middle of a word
+    elif " " in head[budget // 2 :]:
+        # Else at a word's end, not in the middle of a word.
         head = head[: head.rindex(" ")].removesuffix(";")
     more = ""
-    if items and text.endswith(items):  # the list ends the text, so is cut: count its items
-        listed = head[len(text) - len(items) :]  # what of it is shown, maybe nothing
+    # The list ends the text, so is cut: count its items.
+    if items and text.endswith(items):
+        # What of it is shown, maybe nothing.
+        listed = head[len(text) - len(items) :]
         whole = listed.count("; ") + bool(listed and text[len(head) :].startswith("; "))
         more = f"+{items.count('; ') + 1 - whole} more; "
     return f"{head.rstrip()}… ({more}{pointer})"
@@ -380,13 +383,17 @@ def option_spans(parser: argparse.ArgumentParser) -> Callable[[str], int | None]
     @functools.cache
     def span(token: str) -> int | None:
         if not token.startswith("-") or token == "-":
-            return None  # argparse's positionals
+            # One of argparse's positionals.
+            return None
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # --help and --version print
+            # --help and --version print: not here.
+            with contextlib.redirect_stdout(io.StringIO()):
                 _, extras = probe.parse_known_args([token])
-        except SystemExit:  # --help or --version, which take nothing
+        except SystemExit:
+            # --help or --version, which take nothing.
             return 1
-        except argparse.ArgumentError:  # its value is missing (or refused if joined)
+        except argparse.ArgumentError:
+            # Its value is missing (or refused if joined).
             joined = "=" in token if token.startswith("--") else len(token) > 2
             return 1 if joined else 2
         return None if extras == [token] else 1

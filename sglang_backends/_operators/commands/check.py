@@ -8,7 +8,6 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends._core.console import printable
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.findings import (
     distributions_of,
@@ -172,7 +171,8 @@ class CheckBackends(SelectionOptions, Lister):
         )
         to_load = sorted({key for record, key in chosen if record.status.usable})
         results = run_loads(job, to_load, timeout=parsed_args.timeout, concurrency=parsed_args.jobs)
-        rows: list[tuple[Any, ...]] = [  # a built-in: ok, or the SGLang it needs (as list, show)
+        # A built-in's row: ok, or the SGLang it needs (as list and show say).
+        rows: list[tuple[Any, ...]] = [
             (
                 name,
                 "built-in",
@@ -189,7 +189,8 @@ class CheckBackends(SelectionOptions, Lister):
         for record, key in chosen:
             result, seconds, detail, sglang = _checked(record, results.get(key), inventory)
             clause = unmet.get(record.distribution or "")
-            if clause and not detail.endswith(clause):  # a failed load's message ends with it
+            # Unless the detail ends with the clause already, as a failed load's message does.
+            if clause and not detail.endswith(clause):
                 detail = f"{detail}; {clause}"
             items = unmet_text(record.plugin) if clause else ""
             cell = detail_cell(detail, record.name, record.distribution, _SAID_BY, items or "")
@@ -197,7 +198,8 @@ class CheckBackends(SelectionOptions, Lister):
             rows.append((*head, result, seconds, cell, sglang))
         rows += _not_installed(inventory)
         self.failed = any(row[4] in FAILURES for row in rows)
-        if not parsed_args.contract:  # whether SGLang's own host was asked too: --contract
+        # The SGLang column (whether SGLang's own host was asked too) comes with --contract.
+        if not parsed_args.contract:
             return COLUMNS, self.safe_rows(parsed_args, [row[:-1] for row in rows])
         return (*COLUMNS, "SGLang"), self.safe_rows(parsed_args, rows)
 
@@ -222,7 +224,8 @@ def _checked(
         if worker.failure == "crashed" and (last := last_line(worker.stderr)):
             detail += f" (last output: {last})"
         return worker.failure, seconds, detail, _NOT_LOADED
-    if result.error is not None:  # with --contract, a load SGLang's host was asked of or not
+    # With --contract, a load SGLang's host was asked of or not.
+    if result.error is not None:
         return "error", seconds, result.error, result.sglang or _NOT_LOADED
     return "ok", seconds, result.detail, result.sglang or "not checked"
 
@@ -236,15 +239,13 @@ def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
         clause = unmet_clause(plugin)
         if clause:
             unmet[plugin.distribution or ""] = clause
-            log.warning(printable(f"Serve backend {plugin.name!r}: {clause}"))
+            log.warning(f"Serve backend {plugin.name!r}: {clause}")
         shadowed = shadowed_text(plugin)
         if shadowed:
             log.warning(
-                printable(
-                    f"Distribution {plugin.provider} is on the module search path more than "
-                    f"once: {plugin.release}, found first, is the one used; later "
-                    f"copies, never loaded: {shadowed}"
-                )
+                f"Distribution {plugin.provider} is on the module search path more than "
+                f"once: {plugin.release}, found first, is the one used; later "
+                f"copies, never loaded: {shadowed}"
             )
     return unmet
 
@@ -270,7 +271,8 @@ def _warn_of_sglang_scripts(log: Any, plugins: Iterable[PluginEntryPoint]) -> No
     which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
     for key, plugin in distributions_of(plugins).items():
-        if key == "sglang" or plugin.installed is None:  # SGLang's own distribution installs it
+        # SGLang's own distribution installs it, rightly.
+        if key == "sglang" or plugin.installed is None:
             continue
         try:
             scripts = [
@@ -283,13 +285,11 @@ def _warn_of_sglang_scripts(log: Any, plugins: Iterable[PluginEntryPoint]) -> No
             continue
         if scripts:
             log.warning(
-                printable(
-                    f"Distribution {plugin.distribution_label} (serve backend {plugin.name!r}) "
-                    f"installs a console script named 'sglang' ({scripts[0].value}): it "
-                    "replaces SGLang's own 'sglang' command, and uninstalling it removes that "
-                    "command. SGLang reserves the executable for the sglang distribution; the "
-                    "plugin should install its script under another name"
-                )
+                f"Distribution {plugin.distribution_label} (serve backend {plugin.name!r}) "
+                f"installs a console script named 'sglang' ({scripts[0].value}): it "
+                "replaces SGLang's own 'sglang' command, and uninstalling it removes that "
+                "command. SGLang reserves the executable for the sglang distribution; the "
+                "plugin should install its script under another name"
             )
 
 
@@ -308,7 +308,8 @@ def _chosen(inventory: Inventory, names: Sequence[str]) -> list[tuple[PluginReco
         if not found and name not in inventory.builtins:
             values = list(dict.fromkeys([*inventory.builtins, *sorted(inventory.installed)]))
             raise unknown_backend(name, values, inventory)
-        for record in found:  # the first DIST:NAME that designates it stays its key
+        # The first DIST:NAME that designates it stays its key.
+        for record in found:
             if chosen.get(id(record), (record, record.name))[1] == record.name:
                 chosen[id(record)] = (record, name)
     return list(chosen.values())

@@ -10,7 +10,6 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from sglang_backends._core.console import printable
 from sglang_backends._core.detection import AMBIGUITY_WAY_OUT, preferred_note
 from sglang_backends._core.inventory import Inventory
 from sglang_backends._core.names import AUTO
@@ -73,12 +72,11 @@ def _culprits(inventory: Inventory, settings: Settings, timeout: float) -> str:
     stuck, so each enabled plugin is loaded alone, given ``max(timeout,
     CULPRIT_TIMEOUT)`` seconds, and blamed only if it crashes or does not load.
     """
-    enabled = [r.plugin for r in inventory.records if r.status is PluginStatus.ENABLED]
-    bound = max(timeout, CULPRIT_TIMEOUT)
-    names = sorted(plugin.name for plugin in enabled)
-    job = Job(action="load", settings=settings)
-    loads = run_loads(job, names, timeout=bound, concurrency=DEFAULT_JOBS)
+    enabled = (r.plugin for r in inventory.records if r.status is PluginStatus.ENABLED)
     labels = {plugin.name: label(plugin.name, plugin.provider) for plugin in enabled}
+    bound = max(timeout, CULPRIT_TIMEOUT)
+    job = Job(action="load", settings=settings)
+    loads = run_loads(job, sorted(labels), timeout=bound, concurrency=DEFAULT_JOBS)
     broken = []
     slow = []
     for name, result in loads.items():
@@ -146,17 +144,21 @@ class _RequestParser(argparse.ArgumentParser):
         corrected: list[str] = []
         if args is not None:
             args = list(args)
-            start = None  # where the request starts
-            kept: list[str] = []  # the request's own arguments
+            # Where the request starts.
+            start = None
+            # The request's own arguments.
+            kept: list[str] = []
             index = 0
-            while index < len(args) and args[index] != "--":  # an explicit -- ends the search
+            # An explicit -- ends the search.
+            while index < len(args) and args[index] != "--":
                 span = self.span_of(args[index])
                 if span is None or (start is not None and args[index] in HELP.flags):
                     if start is None:
                         start = index
                     kept.append(args[index])
                     span = 1
-                elif start is not None:  # one of its own options, after the request's start
+                elif start is not None:
+                    # One of its own options, after the request's start.
                     misplaced.append(args[index : index + span])
                 index += span
             if start is not None:
@@ -258,7 +260,8 @@ class DetectBackend(SelectionOptions, Lister):
             "gives up (default: load_timeout + detect_timeout + 10, so that it never cuts "
             "short a load or a detector serve would still wait for)",
         )
-        parser.span_of = option_spans(parser)  # its options, before the request
+        # Its own options are all added: those before the request.
+        parser.span_of = option_spans(parser)
         parser.add_argument(
             "request",
             metavar="REQUEST",
@@ -271,17 +274,17 @@ class DetectBackend(SelectionOptions, Lister):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        request = parsed_args.request  # after the -- the parser inserts or was given
+        # The request, after the -- the parser inserts or was given.
+        request = parsed_args.request
         host = parse_host_options(request[1:] if request[:1] == ["--"] else request)
         if parsed_args.misplaced:
             given = ", ".join(" ".join(option) for option in parsed_args.misplaced)
-            before = getattr(self.app.parser, "given", [])  # the global options, kept
+            # The global options, kept.
+            before = getattr(self.app.parser, "given", [])
             command = shlex.join(["sglang-backends", *before, "detect", *parsed_args.corrected])
             self.app.LOG.warning(
-                printable(
-                    f"detect's own options after MODEL are taken as part of the request, "
-                    f"not as detect's: {given}. If they were meant for detect, run: {command}"
-                )
+                f"detect's own options after MODEL are taken as part of the request, "
+                f"not as detect's: {given}. If they were meant for detect, run: {command}"
             )
         elif host.config_args:
             self.app.LOG.warning(
@@ -290,10 +293,12 @@ class DetectBackend(SelectionOptions, Lister):
             )
 
         configured, inventory = self.inventory(parsed_args, warn_model_type=False)
-        chosen = _chosen(host.model_type, configured, inventory)  # as serve, before detecting
+        # The backend chosen by name, as serve does before detecting.
+        chosen = _chosen(host.model_type, configured, inventory)
         if chosen is not None:
             self.app.LOG.warning("Configured: %s", chosen[2])
-        settings = Settings(  # the registry's, for the worker
+        # The registry's settings, for the worker.
+        settings = Settings(
             enabled=configured.enabled,
             disabled=configured.disabled,
             detect_timeout=parsed_args.detect_timeout or configured.detect_timeout,
@@ -320,7 +325,8 @@ class DetectBackend(SelectionOptions, Lister):
             for o in result.outcomes
         ]
         seconds = round(result.seconds, 4)
-        if chosen is not None:  # the detectors' verdicts were for information
+        # Chosen by name: the detectors' verdicts were for information.
+        if chosen is not None:
             name, distribution, detail = chosen
             loaded = (o for o in result.outcomes if (o.name, o.distribution) == chosen[:2])
             failed = next((o for o in loaded if o.verdict == "error"), None)
