@@ -153,15 +153,21 @@ def interpreter_flags() -> list[str]:
     they change no import, and their output would be the worker's.
     """
     flags = sys.flags
-    found = ["-I"] if flags.isolated else []
-    if not flags.isolated:
-        found += ["-E"] if flags.ignore_environment else []
-        found += ["-s"] if flags.no_user_site else []
-        if sys.version_info >= (3, 11) and flags.safe_path:
-            found.append("-P")
-    found += ["-S"] if flags.no_site else []
-    found += ["-B"] if flags.dont_write_bytecode else []
-    found += ["-" + "O" * flags.optimize] if flags.optimize else []
+    # -I gives -E, -s and -P (safe_path, from Python 3.11) too.
+    apart = not flags.isolated
+    found = [
+        flag
+        for flag, given in (
+            ("-I", flags.isolated),
+            ("-E", apart and flags.ignore_environment),
+            ("-s", apart and flags.no_user_site),
+            ("-P", apart and getattr(flags, "safe_path", False)),
+            ("-S", flags.no_site),
+            ("-B", flags.dont_write_bytecode),
+            ("-" + "O" * flags.optimize, flags.optimize),
+        )
+        if given
+    ]
     if sys.pycache_prefix is not None:
         found += ["-X", f"pycache_prefix={sys.pycache_prefix}"]
     # The one private name: sys._xoptions, documented, the only place -X frozen_modules

@@ -337,12 +337,18 @@ def shortened(value: Any, pointer: str, items: str = "") -> Any:
 
 
 def detail_cell(
-    text: str, name: str, distribution: str | None, said_by: tuple[str, ...], items: str = ""
-) -> Cell:
+    text: str | None,
+    name: str,
+    distribution: str | None,
+    said_by: tuple[str, ...],
+    items: str = "",
+) -> Cell | None:
     """*text*, about plugin *name* from *distribution*, as a cell of a row whose *said_by*
     columns give both, which its lead (:func:`naming_lead`) need not repeat; ending with
-    *items*, a ``"; "``-joined list.
+    *items*, a ``"; "``-joined list. ``None`` without a *text*.
     """
+    if text is None:
+        return None
     lead = naming_lead(text, name, distribution) if distribution else ""
     return Cell(text, lead=lead, items=items, said_by=said_by)
 

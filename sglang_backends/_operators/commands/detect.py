@@ -18,14 +18,13 @@ from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import (
     DEFAULT_JOBS,
-    Cell,
     SelectionOptions,
     detail_cell,
     needs_sglang,
     option_spans,
     positive_seconds,
 )
-from sglang_backends._operators.worker import Job, Outcome, run_isolated, run_loads
+from sglang_backends._operators.worker import Job, run_isolated, run_loads
 from sglang_backends._serve.argv import HELP, parse_host_options
 from sglang_backends.errors import ServeBackendError
 
@@ -320,10 +319,10 @@ class DetectBackend(SelectionOptions, Lister):
         if result.error is not None:
             raise ServeBackendError(result.error)
 
-        rows: list[tuple[Any, ...]] = [
-            (o.name, o.distribution, o.verdict, round(o.seconds, 4), _detail(o))
-            for o in result.outcomes
-        ]
+        rows: list[tuple[Any, ...]] = []
+        for o in result.outcomes:
+            cell = detail_cell(o.detail, o.name, o.distribution, _SAID_BY)
+            rows.append((o.name, o.distribution, o.verdict, round(o.seconds, 4), cell))
         seconds = round(result.seconds, 4)
         # Chosen by name: the detectors' verdicts were for information.
         if chosen is not None:
@@ -355,10 +354,3 @@ class DetectBackend(SelectionOptions, Lister):
             rows.append((result.selected, selected.distribution, "selected", seconds, detail))
             self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         return COLUMNS, self.safe_rows(parsed_args, rows)
-
-
-def _detail(outcome: Outcome) -> Cell | None:
-    """*outcome*'s Detail cell, whose lead its row's Backend and Distribution may say."""
-    if outcome.detail is None:
-        return None
-    return detail_cell(outcome.detail, outcome.name, outcome.distribution, _SAID_BY)
