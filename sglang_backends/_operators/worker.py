@@ -100,37 +100,32 @@ def _kill(*pids: int) -> None:
     kill_trees(*pids, groups=True)
 
 
-class _Workers:
-    """The workers running now, so that a stop signal can kill them all."""
-
-    def __init__(self) -> None:
-        # Re-entrant: the stop handler runs in the main thread, maybe inside add().
-        self.lock = threading.RLock()
-        self.running: set[int] = set()
-        self.stopped = False
-
-    def add(self, pid: int) -> bool:
-        """Count worker *pid* as running; ``False`` (and the worker killed) once stopped."""
-        with self.lock:
-            if not self.stopped:
-                self.running.add(pid)
-                return True
-        _kill(pid)
-        return False
-
-    def discard(self, pid: int) -> None:
-        with self.lock:
-            self.running.discard(pid)
-
-    def stop(self, signum: int) -> None:
-        """On stop signal *signum*: start no further worker and kill every running one."""
-        with self.lock:
-            self.stopped = True
-            pids = list(self.running)
-        _kill(*pids)
+#: The workers running now, so that a stop signal can kill them all; re-entrant: the stop
+#: handler runs in the main thread, maybe inside :func:`_started`.
+_LOCK = threading.RLock()
+_RUNNING: set[int] = set()
+#: Set once a stop signal reached the command: no further worker starts.
+_STOP = threading.Event()
 
 
-_WORKERS = _Workers()
+def _started(pid: int) -> bool:
+    """Count worker *pid* as running; ``False`` (and the worker killed) once stopped."""
+    with _LOCK:
+        if not _STOP.is_set():
+            _RUNNING.add(pid)
+            return True
+    _kill(pid)
+    return False
+
+
+def _stop(signum: int) -> None:
+    """On stop signal *signum*: start no further worker and kill every running one."""
+    with _LOCK:
+        _STOP.set()
+        pids = list(_RUNNING)
+    _kill(*pids)
+
+
 #: What a job comes to once a stop signal has ended the command.
 _STOPPED = WorkerResult(None, "stopped", "the command was stopped", 0.0, "")
 
@@ -203,13 +198,13 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
     started = time.perf_counter()
     with (
         # A stop signal kills them all (main thread only).
-        StopSignals(on_signal=_WORKERS.stop),
+        StopSignals(on_signal=_stop),
         # The job, on the worker's stdin.
         tempfile.TemporaryFile() as given,
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
     ):
-        if _WORKERS.stopped:
+        if _STOP.is_set():
             return _STOPPED
         given.write(json.dumps(dataclasses.asdict(job)).encode())
         given.seek(0)
@@ -217,7 +212,7 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
             _command(), stdin=given, stdout=out, stderr=err, start_new_session=True
         )
         try:
-            if not _WORKERS.add(process.pid):
+            if not _started(process.pid):
                 process.wait()
                 return _STOPPED
             process.wait(timeout=timeout)
@@ -228,16 +223,16 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
             detail = f"did not finish within {timeout:g} s; its process tree was killed"
             return WorkerResult(None, "timeout", detail, time.perf_counter() - started, _read(err))
         finally:
-            _WORKERS.discard(process.pid)
+            with _LOCK:
+                _RUNNING.discard(process.pid)
             # Kill what is left of its group.
             send(process.pid, signal.SIGKILL, group=True)
         seconds = time.perf_counter() - started
-        stdout = _read(out)
         stderr = _read(err)
-    try:
-        result = json.loads(stdout)
-    except ValueError:
-        result = None
+        try:
+            result = json.loads(_read(out))
+        except ValueError:
+            result = None
     code = process.returncode
     if code != 0 or not isinstance(result, dict):
         if code < 0:
@@ -255,6 +250,6 @@ def run_loads(
 ) -> dict[str, WorkerResult]:
     """Run *job* once for each of *names*, at most *concurrency* workers at once."""
     jobs = [dataclasses.replace(job, name=name) for name in names]
-    with StopSignals(on_signal=_WORKERS.stop), ThreadPoolExecutor(max_workers=concurrency) as pool:
+    with StopSignals(on_signal=_stop), ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = pool.map(lambda one: run_isolated(one, timeout=timeout), jobs)
         return dict(zip(names, results, strict=True))

@@ -115,7 +115,8 @@ def main() -> None:
     with StopSignals():
         try:
             result = _explain(job) if job.action == "explain" else _load(job)
-        except Exception as exc:  # noqa: BLE001 - our errors and a plugin's: reported, not raised
+        except Exception as exc:  # noqa: BLE001
+            # Our errors and a plugin's: reported, not raised.
             result = Result(error=describe(exc))
     # Stop what the plugin started, orphans included.
     stop_tree(descendants, 0, adopted=True)

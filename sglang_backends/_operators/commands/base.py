@@ -224,7 +224,7 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
         try:
             status = super().run(parsed_args)
         except (ConfigurationError, UnknownBackendError) as exc:
-            if self.app_args is not None and self.app_args.debug:
+            if self.app.options.debug:
                 self.app.LOG.exception(exc)
             else:
                 # A configuration's problems, a line each.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from cliff.lister import Lister
@@ -250,20 +250,18 @@ def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
     return unmet
 
 
-def _not_installed(inventory: Inventory) -> list[tuple[Any, ...]]:
+def _not_installed(inventory: Inventory) -> Iterator[tuple[Any, ...]]:
     """A failing row for each name ``enabled_backends`` (or ``--enable``) gives that no
     installed plugin provides, as the inventory warned: a deployment gate must not pass a
     service missing one.
     """
     where = inventory.origins.get("enabled", "the enabled list")
-    rows: list[tuple[Any, ...]] = []
     for name in inventory.not_installed["enabled"]:
         detail = (
             f"enabled by {where}, but no installed distribution provides serve backend "
             f"{name!r}{did_you_mean(name, inventory.installed)}"
         )
-        rows.append((name, "plugin", None, None, "not installed", 0.0, detail, _NOT_LOADED))
-    return rows
+        yield (name, "plugin", None, None, "not installed", 0.0, detail, _NOT_LOADED)
 
 
 def _warn_of_sglang_scripts(log: Any, plugins: Iterable[PluginEntryPoint]) -> None:
@@ -271,7 +269,7 @@ def _warn_of_sglang_scripts(log: Any, plugins: Iterable[PluginEntryPoint]) -> No
     which SGLang reserves for itself; read from ``entry_points.txt``, nothing imported.
     """
     for key, plugin in distributions_of(plugins).items():
-        # SGLang's own distribution installs it, rightly.
+        # SGLang's own distribution installs it, as it should.
         if key == "sglang" or plugin.installed is None:
             continue
         try:
@@ -281,7 +279,8 @@ def _warn_of_sglang_scripts(log: Any, plugins: Iterable[PluginEntryPoint]) -> No
                 for ep in plugin.installed.entry_points(group)
                 if ep.name == "sglang"
             ]
-        except Exception:  # noqa: BLE001 - discovery already warned about unreadable metadata
+        except Exception:  # noqa: BLE001
+            # Discovery already warned about unreadable metadata.
             continue
         if scripts:
             log.warning(

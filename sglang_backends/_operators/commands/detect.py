@@ -341,16 +341,18 @@ class DetectBackend(SelectionOptions, Lister):
             rows.append((None, None, "ambiguous", seconds, detail))
             self.app.LOG.warning("No selection: %s", detail)
             self.failed = True
-        elif result.fallback:
-            detail = f"no backend claimed the request; llm is the fallback{_fails(result.selected)}"
-            rows.append((result.selected, None, "fallback", seconds, detail))
-            self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
         else:
-            detail = "the only backend whose detector matched"
-            if len(result.matches) > 1:
+            name = result.selected
+            if result.fallback:
+                detail = f"no backend claimed the request; llm is the fallback{_fails(name)}"
+            elif len(result.matches) > 1:
                 where = configured.describe("preferred_backends")
-                detail = f"{preferred_note(result.selected, result.matches)} ({where})"
-            selected = next(o for o in result.outcomes if o.name == result.selected)
-            rows.append((result.selected, selected.distribution, "selected", seconds, detail))
-            self.app.LOG.warning("Selected: %s (%s)", result.selected, detail)
+                detail = f"{preferred_note(name, result.matches)} ({where})"
+            else:
+                detail = "the only backend whose detector matched"
+            # The fallback, a built-in, has no distribution, as no built-in has.
+            distribution = next((o.distribution for o in result.outcomes if o.name == name), None)
+            verdict = "fallback" if result.fallback else "selected"
+            rows.append((name, distribution, verdict, seconds, detail))
+            self.app.LOG.warning("Selected: %s (%s)", name, detail)
         return COLUMNS, self.safe_rows(parsed_args, rows)
