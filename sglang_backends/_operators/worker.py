@@ -100,18 +100,19 @@ def _kill(*pids: int) -> None:
     kill_trees(*pids, groups=True)
 
 
-#: The workers running now, so that a stop signal can kill them all; re-entrant: the stop
-#: handler runs in the main thread, maybe inside :func:`_started`.
+#: Guards :data:`_RUNNING` and :data:`_STOPPING`; re-entrant: the stop handler runs in the
+#: main thread, maybe inside :func:`_started`.
 _LOCK = threading.RLock()
+#: The workers running now, so that a stop signal can kill them all.
 _RUNNING: set[int] = set()
 #: Set once a stop signal reached the command: no further worker starts.
-_STOP = threading.Event()
+_STOPPING = threading.Event()
 
 
 def _started(pid: int) -> bool:
     """Count worker *pid* as running; ``False`` (and the worker killed) once stopped."""
     with _LOCK:
-        if not _STOP.is_set():
+        if not _STOPPING.is_set():
             _RUNNING.add(pid)
             return True
     _kill(pid)
@@ -121,7 +122,7 @@ def _started(pid: int) -> bool:
 def _stop(signum: int) -> None:
     """On stop signal *signum*: start no further worker and kill every running one."""
     with _LOCK:
-        _STOP.set()
+        _STOPPING.set()
         pids = list(_RUNNING)
     _kill(*pids)
 
@@ -204,7 +205,7 @@ def run_isolated(job: Job, *, timeout: float) -> WorkerResult:
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
     ):
-        if _STOP.is_set():
+        if _STOPPING.is_set():
             return _STOPPED
         given.write(json.dumps(dataclasses.asdict(job)).encode())
         given.seek(0)

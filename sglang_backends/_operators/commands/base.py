@@ -321,8 +321,8 @@ def shortened(value: Any, pointer: str, items: str = "") -> Any:
         return value
     budget = MAX_CELL - len(pointer) - len(" (+999 more; )…")
     head = text[:budget]
-    if "; " in head and head.rindex("; ") >= budget - 12:
-        head = head[: head.rindex("; ")]
+    if head.rfind("; ") >= budget - 12:
+        head = head[: head.rfind("; ")]
     elif " " in head[budget // 2 :]:
         # Else at a word's end, not in the middle of a word.
         head = head[: head.rindex(" ")].removesuffix(";")
