@@ -188,7 +188,7 @@ class CheckBackends(SelectionOptions, Lister):
         ]
         for record, key in chosen:
             result, seconds, detail, sglang = _checked(record, results.get(key), inventory)
-            clause = unmet.get(record.distribution or "")
+            clause = unmet.get(record.distribution)
             # Unless the detail ends with the clause already, as a failed load's message does.
             if clause and not detail.endswith(clause):
                 detail = f"{detail}; {clause}"
@@ -230,15 +230,15 @@ def _checked(
     return "ok", seconds, result.detail, result.sglang or "not checked"
 
 
-def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str, str]:
+def _foretold(log: Any, plugins: Sequence[PluginEntryPoint]) -> dict[str | None, str]:
     """Warn once per distribution of *plugins* with unmet requirements or shadowed copies;
     return the unmet requirements' clause by distribution name.
     """
-    unmet: dict[str, str] = {}
+    unmet: dict[str | None, str] = {}
     for plugin in distributions_of(plugins).values():
         clause = unmet_clause(plugin)
         if clause:
-            unmet[plugin.distribution or ""] = clause
+            unmet[plugin.distribution] = clause
             log.warning(f"Serve backend {plugin.name!r}: {clause}")
         shadowed = shadowed_text(plugin)
         if shadowed:
