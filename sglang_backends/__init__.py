@@ -17,7 +17,8 @@ from sglang_backends import errors as _errors
 from sglang_backends._core import lazy as _lazy
 from sglang_backends.errors import *  # noqa: F403 - every exception is the package's
 
-TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
+# Typing itself costs milliseconds a plugin need not pay.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

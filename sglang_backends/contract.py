@@ -93,7 +93,8 @@ class ServeRequest:
             arguments (a ``TypeError`` too).
         """
         refuse_string(argv, "argv must be a sequence of arguments")
-        from sglang_backends._serve import argv as dispatch  # not on a plugin's import path
+        # serve's argv module, which is not on a plugin's import path.
+        from sglang_backends._serve import argv as dispatch
 
         return cls(*dispatch.request_fields(dispatch.parse_host_options(argv).argv))
 
@@ -264,11 +265,13 @@ def stop_quietly() -> Iterator[None]:
     then exits 130 or 143 as it always does. Outside the main thread,
     only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
     """
-    import signal  # about a millisecond a plugin that never serves need not pay
+    # About a millisecond a plugin that never serves need not pay.
+    import signal
 
     previous = None
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        with contextlib.suppress(ValueError):  # not the main thread, which alone may set one
+        # Not the main thread, which alone may set one.
+        with contextlib.suppress(ValueError):
             previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         yield

@@ -229,12 +229,15 @@ def closest(name: object, known: Iterable[str]) -> str | None:
     Case is ignored (``ECHO`` is offered ``echo``), but never *name* itself is offered: it
     was refused (``auto`` asked of the registry).
     """
-    import difflib  # with heapq, about a millisecond the contract and the help need not pay
+    # With heapq, about a millisecond the contract and the help need not pay.
+    import difflib
 
-    if not isinstance(name, str):  # not a name (``get(None)``): nothing is close to it
+    # Not a name (``get(None)``): nothing is close to it.
+    if not isinstance(name, str):
         return None
 
-    others: dict[str, str] = {}  # each lower-cased name, and the first name it comes from
+    # Each lower-cased name, and the first name it comes from.
+    others: dict[str, str] = {}
     for known_name in known:
         if known_name != name:
             others.setdefault(known_name.lower(), known_name)

@@ -99,7 +99,8 @@ class ServeBackendRegistry:
             builtins = default_builtins() if builtins is None else builtins
             # Before tuple() splits a string into letters; take_inventory trusts its Settings.
             selection.check_lists(builtins, enabled, disabled, preferred)
-            preferred = tuple(preferred)  # read once: it may be an iterator
+            # Read once: it may be an iterator.
+            preferred = tuple(preferred)
             selected = Settings(
                 enabled=None if enabled is None else tuple(enabled),
                 disabled=tuple(disabled),
@@ -114,14 +115,16 @@ class ServeBackendRegistry:
         self.preferred = tuple(preferred)
         #: What is installed and usable under the selection; the commands show the same.
         self.inventory = inventory
-        self._loads: Loads = {}  # one load per backend, shared by every caller
+        # One load per backend, shared by every caller.
+        self._loads: Loads = {}
         # Loaded backends by the name they were asked for: no waiting.
         self._by_name: dict[str, RegisteredServeBackend] = {
             name: RegisteredServeBackend(name=name, backend=backend)
             for name, backend in self._builtins.items()
             if isinstance(backend, ServeBackend)
         }
-        selection.refuse_conflicts(inventory.conflicts)  # as upstream's constructor does
+        # Conflicts are refused as upstream's constructor refuses them.
+        selection.refuse_conflicts(inventory.conflicts)
 
     @classmethod
     def from_settings(

@@ -30,8 +30,9 @@ LOG_FORMAT = "%(message)s"
 EXIT_FAILURE = 1
 #: The exit status of a command given wrong arguments or configuration (argparse's).
 EXIT_USAGE = 2
-#: The exit status of a command whose reader went away, as cliff's commands give it.
-EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
+#: The exit status of a command whose reader went away, as cliff's commands give it:
+#: 128 + SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 def printable(value: Any) -> Any:
@@ -103,7 +104,8 @@ def _write_lines(lines: Iterable[str]) -> None:
     Where plugin code set ``sys.stderr`` to ``None``, the process's own stderr still gets
     them (``print`` would write them to stdout)."""
     stream = sys.stderr if sys.stderr is not None else sys.__stderr__
-    if stream is None:  # no stderr at all (pythonw)
+    # No stderr at all (pythonw).
+    if stream is None:
         return
     with contextlib.suppress(AttributeError, OSError, ValueError):
         for line in lines:
@@ -140,7 +142,8 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
         sys.stdout.flush()
     except OSError as exc:
         # Stdout pointed at the null device: what is still buffered goes nowhere.
-        with contextlib.suppress(OSError, ValueError):  # no file descriptor behind stdout
+        # No file descriptor behind stdout.
+        with contextlib.suppress(OSError, ValueError):
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, sys.stdout.fileno())
             os.close(null)
@@ -160,7 +163,8 @@ def _null_streams() -> None:
     for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
         if getattr(sys, name) is not None:
             continue
-        null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one, or lower
+        # The lowest free descriptor: this one, or lower.
+        null = os.open(os.devnull, os.O_RDWR)
         if null != fd:
             os.dup2(null, fd)
             os.close(null)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import importlib
 
-TYPE_CHECKING = False  # typing itself costs milliseconds a plugin need not pay
+# Typing itself costs milliseconds a plugin need not pay.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping
     from typing import Any

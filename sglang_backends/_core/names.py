@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False  # typing itself costs milliseconds the general help need not pay
+# Typing itself costs milliseconds the general help need not pay.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

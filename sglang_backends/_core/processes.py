@@ -64,9 +64,11 @@ def exit_status(exc: SystemExit) -> int:
     if code is None:
         return 0
     if isinstance(code, int):
-        bound = 1 << (8 * struct.calcsize("l") - 1)  # PyLong_AsLong's range
+        # Python exits with the low byte of a code within PyLong_AsLong's range, else 255.
+        bound = 1 << (8 * struct.calcsize("l") - 1)
         return code & 0xFF if -bound <= code < bound else 0xFF
-    console.say(code)  # as Python prints it, escaped: a plugin wrote it
+    # As Python prints it, escaped: a plugin wrote it.
+    console.say(code)
     return 1
 
 
@@ -110,9 +112,11 @@ class StopSignals:
             _WATCHING.append(self)
         try:
             self.armed = True
-            if self.signum is not None:  # it came while entering
+            # A stop signal that came while entering unwinds now.
+            if self.signum is not None:
                 self._unwind(self.signum)
-        except BaseException:  # nothing stays installed
+        except BaseException:
+            # Nothing of the guard stays installed.
             self.__exit__()
             raise
         return self
@@ -173,7 +177,8 @@ def from_signal(exc: BaseException) -> bool:
     if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return False
     if threading.current_thread() is not threading.main_thread():
-        return False  # signals unwind the main thread alone
+        # Signals unwind the main thread alone.
+        return False
     watching = [stops for stops in _WATCHING if stops._pid == os.getpid()]
     if not watching:
         return isinstance(exc, KeyboardInterrupt)

@@ -81,7 +81,8 @@ class ProgressWriter:
             with contextlib.suppress(OSError):
                 os.write(self._fd, line.encode("utf-8", "replace"))
 
-    progress = say  # a plugin's load or detector starts or ends
+    # Told as a plugin's load or detector starts or ends.
+    progress = say
 
 
 class InFlight:

@@ -84,8 +84,10 @@ class SignalWait:
 
     def __init__(self, waited: Iterable[int]) -> None:
         self.waited = frozenset(waited)
-        self._continues = 0  # SIGCONTs received, counted by on_continue
-        self._answered = 0  # of which continued() has answered
+        # SIGCONTs received, counted by on_continue.
+        self._continues = 0
+        # Of those, how many continued() has answered.
+        self._answered = 0
 
     def on_continue(self, signum: int, frame: object) -> None:
         """The SIGCONT handler: count a continue."""
@@ -105,5 +107,6 @@ class SignalWait:
         if info is None or info.si_signo not in self.waited:
             return None
         if self._continues != continues and time.monotonic() - started >= timeout:
-            return None  # continued past the deadline: CPython returns what it never filled in
+            # Continued past the deadline: CPython returns what it never filled in.
+            return None
         return info

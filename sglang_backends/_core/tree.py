@@ -25,9 +25,12 @@ LOG = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-_FREEZE_BOUND = 10.0  # seconds freeze_and_kill() keeps finding new processes
-_KILL_WAIT = 5.0  # seconds SIGKILLed processes get to disappear
-_POLL = 0.02  # seconds between checks while waiting for processes to end
+# Seconds freeze_and_kill() keeps finding new processes.
+_FREEZE_BOUND = 10.0
+# Seconds SIGKILLed processes get to disappear.
+_KILL_WAIT = 5.0
+# Seconds between checks while waiting for processes to end.
+_POLL = 0.02
 
 
 def _send_all(processes: Iterable[psutil.Process], signum: int) -> None:
@@ -110,11 +113,13 @@ def freeze_and_kill(
     reaped by this process when *adopted* (a subreaper whose every child is
     the tree's).
     """
-    frozen: set[psutil.Process] = set()  # a Process is its pid and start time
+    # A Process compares by its pid and start time.
+    frozen: set[psutil.Process] = set()
     groups: set[int] = set()
     deadline = time.monotonic() + _FREEZE_BOUND
     while time.monotonic() < deadline:
-        found = find()  # running processes only: add our children, exited ones too
+        # Running processes only: add our children, exited ones too.
+        found = find()
         children = psutil.Process().children() if adopted else []
         new_groups = _session_groups([*found, *children]) - groups
         for group in new_groups:
@@ -128,7 +133,8 @@ def freeze_and_kill(
     _send_all(frozen, signal.SIGKILL)
     for group in groups:
         send(group, signal.SIGKILL, group=True)
-    _wait(lambda: not _runs_in(groups), _KILL_WAIT, time.sleep)  # members never seen too
+    # Wait for every member of the groups, those never seen too.
+    _wait(lambda: not _runs_in(groups), _KILL_WAIT, time.sleep)
     return list(frozen)
 
 
@@ -165,7 +171,8 @@ def _session_groups(found: Iterable[psutil.Process]) -> set[int]:
         with contextlib.suppress(OSError):
             session = os.getsid(process.pid)
             group = os.getpgid(process.pid)
-            if session != own and process.is_running():  # the same process: no reused pid
+            # The same process: no reused pid.
+            if session != own and process.is_running():
                 groups.add(group)
     return groups
 
@@ -225,7 +232,8 @@ def kill_trees(*pids: int, groups: bool = False) -> None:
     :param groups: each of *pids* leads a process group: stop it all first, kill it last.
     """
     for pid in pids if groups else ():
-        send(pid, signal.SIGSTOP, group=True)  # nothing in the group forks from now on
+        # Nothing in the group forks from now on.
+        send(pid, signal.SIGSTOP, group=True)
     stop_tree(lambda: trees(pids), 0)
     for pid in pids if groups else ():
         send(pid, signal.SIGKILL, group=True)

@@ -107,7 +107,8 @@ def _arguments(
                 value = argv[end]
                 end += 1
         elif arg != name:
-            option = None  # a flag given a value is not serve's: --debug=1
+            # A flag given a value is not serve's: --debug=1.
+            option = None
         yield option, value, argv[index:end]
         index = end
 
@@ -137,12 +138,14 @@ def parse_host_options(argv: Sequence[str]) -> ServeArguments:
         elif option is DEBUG:
             debug = True
         elif option is MODEL_TYPE and value is not None:
-            model_type = value  # checked once it has won
+            # Checked once it has won.
+            model_type = value
         elif not value:
             raise ConfigurationError(f"{option.flags[0]} expects a value")
         else:
             config += [option.flags[0], value]
-    if model_type == "":  # any other name is the registry's to know, as upstream defers it
+    # Any other name is the registry's to know, as upstream defers it.
+    if model_type == "":
         raise ConfigurationError("--model-type needs a backend name, got an empty value")
     return ServeArguments(model_type, tuple(config), debug, tuple(rest))
 

@@ -72,16 +72,19 @@ def metadata_help(settings: Settings) -> str:
             "to the backend verbatim, in order, which parses it; a MODEL given "
             "first is passed as --model-path MODEL.",
             width=78,
-            break_on_hyphens=False,  # never "--model-" then "path"
+            # Never "--model-" then "path".
+            break_on_hyphens=False,
         ),
         formatter_class=_UnbrokenOptionsFormatter,
         add_help=False,
     )
     parser.add_argument("MODEL", nargs="?", help="model path or hub id (same as --model-path)")
-    usage: dict[bool, list[str]] = {False: [], True: []}  # leading, and taken anywhere
+    # The leading run's options, and those taken anywhere.
+    usage: dict[bool, list[str]] = {False: [], True: []}
     for option in SERVE_OPTIONS:
         metavar = option.metavar
-        if option is MODEL_TYPE:  # the backend names, which help shows
+        # --model-type's value shows the backend names.
+        if option is MODEL_TYPE:
             metavar = f"{{{printable(','.join((AUTO, *inventory.available_names)))}}}"
         if metavar is None:
             parser.add_argument(*option.flags, action="store_true", help=option.help)

@@ -60,7 +60,8 @@ def _settings(host: ServeArguments) -> Settings:
     settings, problems = read_settings(host.config_args)
     if problems and host.model_type is None and settings.model_type != AUTO:
         # and the model_type it would refuse next (unknown, disabled): every problem at once
-        found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))  # by name: none built
+        # The built-ins by name: none is built.
+        found = take_inventory(settings, dict.fromkeys(BUILTIN_NOTES))
         problems += model_type_problems(settings, found, serve=True)
     if problems:
         raise ConfigurationError("\n".join(problems))
@@ -84,11 +85,13 @@ def _serve(host: ServeArguments) -> int:
     serve, and it warns of it), the backend's own help, or serving the request.
     """
     settings = _settings(host)
-    helps = wants_help(host.argv)  # as in the request: normalizing moves no -h
+    # As in the request: normalizing moves no -h.
+    helps = wants_help(host.argv)
     if helps and settings.model_type == AUTO:
         console.show(metadata_help(settings))
         return _sglang_note()
-    from sglang_backends._serve import run  # the registry and the contract: not for that help
+    # The registry and the contract: not for that help.
+    from sglang_backends._serve import run
 
     if not helps:
         return run.serve(host, settings)
@@ -101,7 +104,8 @@ def guarded(step: Callable[[], int], *, debug: bool) -> int:
     """Run *step*; an expected failure becomes one error line and its exit status."""
     try:
         return step()
-    except KeyboardInterrupt:  # while choosing a backend: nothing was started yet
+    except KeyboardInterrupt:
+        # While choosing a backend: nothing was started yet.
         return 128 + signal.SIGINT
     except ServeBackendError as exc:
         if debug:

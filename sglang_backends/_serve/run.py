@@ -69,7 +69,8 @@ def _run(description: str, registered: RegisteredServeBackend, request: ServeReq
         registered.backend.run(request)
     except SystemExit as exc:
         return processes.exit_status(exc)
-    except BaseException as exc:  # any failure of run() is reported, but the user's Ctrl+C
+    except BaseException as exc:
+        # Any failure of run() is reported, but not the user's Ctrl+C.
         if isinstance(exc, KeyboardInterrupt) and processes.from_signal(exc):
             return 128 + signal.SIGINT
         cause = errors.describe_raised(exc, "run()")
@@ -81,7 +82,8 @@ def _launch_here(
     description: str, registered: RegisteredServeBackend, request: ServeRequest, timeout: float
 ) -> int:
     """Run the backend in this process, then stop every descendant (not Linux)."""
-    from sglang_backends._core import tree  # psutil: never in serve's own process on Linux
+    # psutil, which is never imported in serve's own process on Linux.
+    from sglang_backends._core import tree
 
     tree.become_subreaper()
     # A forced stop (second signal, expired deadline) kills at once: no grace period.
@@ -101,7 +103,8 @@ def _launch_here(
                 # a first one caught in this very window, still ends in cleanup.
                 guard.armed = False
         except (KeyboardInterrupt, SystemExit):
-            pass  # a stop signal unwound after run(): guard.signum says which
+            # A stop signal unwound after run(): guard.signum says which.
+            pass
         except errors.ServeBackendError as exc:
             failure = exc
         processes.log_swept(tree.stop_tree(tree.descendants, timeout))
@@ -122,8 +125,9 @@ def _backend(
     Hints follow two slips: serve's options after the model (status 2), and
     the ``llm`` fallback without SGLang.
     """
-    registry = ServeBackendRegistry.from_settings(settings)  # refuses a conflict: as upstream,
-    # before SGLang's hardware and hook plugins run, which it finds in the same distributions
+    # The registry refuses a conflict as upstream's does: before SGLang's hardware and hook
+    # plugins run, which it finds in the same distributions.
+    registry = ServeBackendRegistry.from_settings(settings)
     run_general_plugins(registry.inventory.distributions)
     detection: DetectionReport | None = None
     why = ""
@@ -139,19 +143,22 @@ def _backend(
                 f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
             )
         detection = registry.explain(request, progress=progress)
-        registered = registry.get(detection.choice())  # what auto_detect() does
+        # As auto_detect() does.
+        registered = registry.get(detection.choice())
         chosen = "Selected serve backend %s by automatic detection%s"
         if detection.preferred:
             why = f" ({preferred_note(registered.name, detection.matches)})"
     else:
         registered = _get(registry, settings, progress)
         chosen = "Using serve backend %s%s"
-        if where := settings.set_in("model_type"):  # configuration's, not --model-type's
+        # Where configuration, not --model-type, set it.
+        if where := settings.set_in("model_type"):
             why = f", set by [serve_backends] model_type in {where}"
     description = _describe(registry, registered)
     LOG.info(chosen, description, why)
     if registered.backend.requires_model_path and request.model_path is None:
-        path = "<model-name-or-path>"  # in SGLang's usage line
+        # As SGLang's usage line names it.
+        path = "<model-name-or-path>"
         usage = f"Usage: {PROG} {path} [OPTIONS] or {PROG} --model-path {path} [OPTIONS]"
         raise errors.ConfigurationError(f"serve backend {description} needs a model. {usage}")
     try:
@@ -221,7 +228,8 @@ def backend_help(host: ServeArguments, settings: Settings) -> int | None:
 def serve(host: ServeArguments, settings: Settings) -> int:
     """Serve the request: in a supervised backend process (Linux), or here."""
     request = _request(host)
-    from sglang_backends._serve.supervise import supervisor  # not for a backend's help
+    # The supervision stack, which a backend's help does not need.
+    from sglang_backends._serve.supervise import supervisor
 
     if not supervisor.SUPPORTED:
         return _backend(host, settings, request)

@@ -38,7 +38,8 @@ def _required(backend: str, module: str, name: str) -> Any:
         unusable = fork.sglang_unusable(backend)
         if unusable is None:
             why = f"which is not importable ({exc}); install it with: {INSTALL_COMMANDS[backend]}"
-        else:  # a fork, or an SGLang before the API: nothing of it was imported
+        else:
+            # A fork, or an SGLang before the API: nothing of it was imported.
             why = f"but {unusable}"
         raise BackendLoadError(f"The {backend!r} backend needs SGLang, {why}") from exc
 
@@ -50,7 +51,8 @@ def run_llm(request: ServeRequest) -> None:
     """
     if wants_help(request.argv):
         prepare = _required("llm", "sglang.srt.server_args", "prepare_server_args")
-        with contextlib.suppress(SystemExit):  # argparse's --help exits; the help is wanted
+        # argparse's --help exits; the help is wanted.
+        with contextlib.suppress(SystemExit):
             prepare(["--help"])
         return
     launch = _required("llm", "sglang.launch_server", "run_server")
@@ -91,7 +93,8 @@ def run_diffusion(request: ServeRequest) -> None:
         expected=True,
     )
     apply_plugin_hooks = getattr(hooks, "apply_plugin_hooks", None)
-    if callable(apply_plugin_hooks):  # SGLang 0.5.21+
+    # SGLang 0.5.21 and later have it.
+    if callable(apply_plugin_hooks):
         apply_plugin_hooks()
     add_args = _required("diffusion", _DIFFUSION_SERVE_MODULE, "add_multimodal_gen_serve_args")
     execute = _required("diffusion", _DIFFUSION_SERVE_MODULE, "execute_serve_cmd")
@@ -109,7 +112,8 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
     anything but a readable local directory is ``UNKNOWN``. Never raises.
     """
     path = request.model_path
-    if not path or not os.path.isdir(path):  # isdir and isfile never raise
+    # os.path.isdir and isfile never raise.
+    if not path or not os.path.isdir(path):
         return ServeBackendDetection.UNKNOWN
     for name in _DIFFUSERS_INDEX_FILES:
         index = os.path.join(path, name)

@@ -37,7 +37,8 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
         _done = True
         found = discover(GENERAL_PLUGINS_GROUP, installed)
         allowed = general_plugins_allowed()
-        names = set(found) if allowed is None else set(found) & allowed  # SGLang's own filter
+        # SGLang's own filter.
+        names = set(found) if allowed is None else set(found) & allowed
         if not names:
             LOG.debug("No SGLang general plugin to load")
             return False

@@ -89,7 +89,8 @@ def quiet_sglang() -> None:
     global _quieted
     if _quieted:
         return
-    _quieted = True  # first: load_sglang calls back here
+    # Set first: load_sglang calls back here.
+    _quieted = True
     common = import_sglang(
         "sglang.srt.utils.common", "SGLang's warning filters were not applied: %s", expected=True
     )
@@ -135,7 +136,8 @@ def import_sglang(
         quiet = expected or (
             isinstance(exc, ModuleNotFoundError)
             and absent.startswith("sglang.")
-            and f"{module}.".startswith(f"{absent}.")  # *module* or a parent
+            # *module* or a parent.
+            and f"{module}.".startswith(f"{absent}.")
         )
         (LOG.debug if quiet else LOG.warning)(failure, detail(exc))
         return None

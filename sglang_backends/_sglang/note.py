@@ -22,13 +22,15 @@ _NOTE_NAME = "COOKBOOK_EPILOG"
 
 def help_note() -> str | None:
     """SGLang's closing note after a help (``COOKBOOK_EPILOG``), or ``None``; read, not imported."""
-    if not sglang_installed():  # cheap: no package, no metadata lookup
+    # Cheap: no package, no metadata lookup.
+    if not sglang_installed():
         return None
     try:
         return _static_note()
     except ValueError as exc:
         LOG.debug("Importing sglang.cli.main for its help note: %s", exc)
-    main = import_sglang(  # a note is never worth a failure
+    # A note is never worth a failure.
+    main = import_sglang(
         "sglang.cli.main", "No help note: sglang.cli.main failed to import: %s", expected=True
     )
     note = getattr(main, _NOTE_NAME, None)
@@ -43,7 +45,8 @@ def _static_note() -> str | None:
         raise ValueError("no sglang distribution is installed") from exc
     path = str(dist.locate_file(_NOTE_FILE))
     if not is_regular_file(path):
-        if os.path.lexists(path):  # a FIFO, say: it could block
+        # It exists but is no regular file: a FIFO, say, which could block.
+        if os.path.lexists(path):
             LOG.debug("No help note: %s is not a regular file", path)
             return None
         # RECORD would locate it at the same place: no need to ask
@@ -53,7 +56,8 @@ def _static_note() -> str | None:
 
 def _read_string(path: str, name: str) -> str:
     """Module-level *name* of *path*: strings, ``+``, f-strings of names bound once; not run."""
-    import ast  # about 1.5 ms every help would pay, for what only SGLang's note needs
+    # About 1.5 ms every help would pay, for what only SGLang's note needs.
+    import ast
 
     try:
         with open(path, "rb") as stream:

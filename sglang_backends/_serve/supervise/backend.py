@@ -54,7 +54,8 @@ def channel_pipe() -> tuple[int, int]:
     where the system allows it, so that the backend process seldom waits for the supervisor.
     """
     reader, writer = os.pipe()
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or refused
+    # Not Linux, or refused.
+    with contextlib.suppress(AttributeError, OSError):
         fcntl.fcntl(writer, fcntl.F_SETPIPE_SZ, CHANNEL_BYTES)
     return reader, writer
 
@@ -83,9 +84,12 @@ class ChannelReader:
         self.fd = fd
         os.set_blocking(fd, False)
         self.unread = b""
-        self.said: dict[str, str] = {}  # "backend" and "status", once said
-        self.choosing: tuple[float, str] | None = None  # detection's deadline, and its bound
-        self.detecting = False  # whether automatic detection began
+        # "backend" and "status", once said.
+        self.said: dict[str, str] = {}
+        # Detection's deadline, and its bound.
+        self.choosing: tuple[float, str] | None = None
+        # Whether automatic detection began.
+        self.detecting = False
         self.underway = InFlight()
 
     def read(self) -> None:
@@ -111,7 +115,8 @@ class ChannelReader:
                     self.choosing = (float(when), bound)
             else:
                 self.said[key] = value
-                self.choosing = None  # a backend was chosen, or the work ended
+                # A backend was chosen, or the work ended.
+                self.choosing = None
 
     def overrun(self) -> str:
         """The line saying automatic detection overran its deadline."""
@@ -134,12 +139,14 @@ class ChannelReader:
         during = self.underway.ended()
         where = "" if backend else f" before a backend was chosen{', ' + during if during else ''}"
         advice = ""
-        if during and not backend and self.detecting:  # --model-type chose it already
+        # No advice when --model-type, not detection, chose the backend.
+        if during and not backend and self.detecting:
             advice = (
                 ". Disable the plugin at fault (disabled_backends) or choose a backend with "
                 "--model-type"
             )
-        if code < 0:  # killed by signal -code
+        # Killed by signal -code.
+        if code < 0:
             return f"{who} was killed by {signals.signal_name(-code)}{where}{advice}", 128 - code
         if "status" in self.said:
             return None, code

@@ -67,7 +67,8 @@ def orphaned() -> bool:
 def relayed(signum: int) -> None:
     """*signum* was passed on to the tree: SIGTSTP stops serve, as it stops a process."""
     if signum == signal.SIGTSTP and not orphaned():
-        processes.send(os.getpid(), signal.SIGSTOP)  # the tree stops itself
+        # The tree stops itself.
+        processes.send(os.getpid(), signal.SIGSTOP)
 
 
 def tree_stopped(terminal: Terminal, tree: int) -> None:
@@ -90,6 +91,7 @@ def continued(terminal: Terminal, tree: int) -> None:
     """serve was continued (fg, bg, SIGCONT): continue the tree's group, led by *tree*; give
     it *terminal* on fg.
     """
-    if terminal.foreground() == os.getpgrp():  # in the foreground again: fg
+    # In the foreground again: fg.
+    if terminal.foreground() == os.getpgrp():
         terminal.give(tree)
     processes.send(tree, signal.SIGCONT, group=True)

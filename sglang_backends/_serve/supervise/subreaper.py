@@ -47,19 +47,23 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
     status = EXIT_FAILURE
     try:
         tree.die_with_parent()
-        with contextlib.suppress(OSError):  # the tree's own group: a group signal reaches serve
+        # The tree's own group: a group signal reaches serve.
+        with contextlib.suppress(OSError):
             os.setpgid(0, 0)
-        if setup.terminal is not None:  # serve is the foreground job: the tree takes the terminal
+        # serve is the foreground job: the tree takes the terminal.
+        if setup.terminal is not None:
             setup.terminal.give(os.getpgrp())
             setup.terminal.close()
         set_role_title("supervisor")
         # The signals serve takes, as serve chose them: their dispositions are inherited.
         take = signals.SignalWait({*signals.relayed_signals(), signal.SIGCHLD})
         signal.signal(signal.SIGCONT, take.on_continue)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # exited children wait to be reaped
+        # Exited children wait to be reaped.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if not tree.become_subreaper():
             LOG.warning("Cannot become a child subreaper; orphaned processes may escape")
-        mark(setup.token)  # inherited by every process the backend starts
+        # The mark is inherited by every process the backend starts.
+        mark(setup.token)
         me = os.getpid()
         reader, writer = channel_pipe()
         child = fork()
@@ -68,12 +72,14 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
         if child == 0:
             os.close(reader)
             os.close(setup.news)
-            for signum, handler in setup.handlers.items():  # the program's, as serve started
+            # The program's own handlers, as serve started.
+            for signum, handler in setup.handlers.items():
                 signal.signal(signum, handler)
             _backend_process(work, writer, me, setup)
         os.close(writer)
         supervision = _Supervision(child, reader, setup, take)
-        send_backend_pid(setup.news, child)  # should the supervisor be killed
+        # The front needs it should the supervisor be killed.
+        send_backend_pid(setup.news, child)
         os.close(setup.news)
         status = supervision.run()
     except BaseException:
@@ -91,11 +97,16 @@ class _Supervision:
         self.setup = setup
         self.take = take
         self.heard = ChannelReader(channel)
-        self.wait_status: int | None = None  # the backend process's, once reaped
-        self.signum: int | None = None  # the stop signal, once one came
-        self.during = ""  # what was under way when it came (``while loading 'x' (dist)``)
-        self.senders: set[object] = set()  # who sent a stop signal
-        self.deadline: float | None = None  # for the backend process, once stopped
+        # The backend process's, once reaped.
+        self.wait_status: int | None = None
+        # The stop signal, once one came.
+        self.signum: int | None = None
+        # What was under way when it came (``while loading 'x' (dist)``).
+        self.during = ""
+        # Who sent a stop signal.
+        self.senders: set[object] = set()
+        # For the backend process, once stopped.
+        self.deadline: float | None = None
         self.forced = False
         self.front_gone = False
         self.overran: str | None = None
@@ -116,7 +127,8 @@ class _Supervision:
             if self.wait_status is not None or self.forced:
                 continue
             if self.heard.choosing is not None and time.monotonic() >= self.heard.choosing[0]:
-                self.overran = self.heard.overrun()  # one line, then end the backend process
+                # One line, then end the backend process.
+                self.overran = self.heard.overrun()
                 self._kill()
             elif self.deadline is not None and time.monotonic() >= self.deadline:
                 processes.log_overdue(self.setup.timeout, self.heard.said.get("backend"))
@@ -128,7 +140,8 @@ class _Supervision:
             self.setup.timeout,
             pause=self._wait,
             forced=lambda: self.forced,
-            adopted=True,  # a subreaper: every child is the tree's
+            # A subreaper: every child is the tree's.
+            adopted=True,
         )
         processes.log_swept(count)
         if self.overran is not None:
@@ -154,7 +167,8 @@ class _Supervision:
             self._on_stop_signal(info)
         elif info is not None and info.si_signo != signal.SIGCHLD:
             self._relay(info)
-        if self.take.continued() and self._elsewhere():  # the front continued the tree's group
+        # The front continued the tree's group.
+        if self.take.continued() and self._elsewhere():
             self._send(signal.SIGCONT)
         self._check_front()
 
@@ -203,8 +217,10 @@ class _Supervision:
     def _stop(self, signum: int, *, forward: bool) -> None:
         if self.signum is None:
             self.signum = signum
-            self.during = self.heard.underway.ended()  # what a backend not yet chosen was doing
-            self.deadline = time.monotonic() + self.setup.timeout  # while the backend process runs
+            # What a backend not yet chosen was doing.
+            self.during = self.heard.underway.ended()
+            # While the backend process runs.
+            self.deadline = time.monotonic() + self.setup.timeout
             if forward:
                 self._send(signum)
 
@@ -229,11 +245,14 @@ def _backend_process(work: BackendWork, channel: int, supervisor: int, setup: Se
     status = 1
     try:
         tree.die_with_parent()
-        set_role_title("backend")  # serve adds the backend's name once it is chosen
+        # serve adds the backend's name once it is chosen.
+        set_role_title("backend")
         # A stop signal unwinds run() once, whatever serve inherited; the supervisor forces.
         with processes.StopSignals():
-            signal.pthread_sigmask(signal.SIG_SETMASK, ())  # serve may have started masked
-            if os.getppid() != supervisor:  # the supervisor has gone already
+            # serve may have started with signals masked.
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            # The supervisor has gone already.
+            if os.getppid() != supervisor:
                 raise SystemExit(128 + signal.SIGTERM)
             status = work(to_supervisor)
     except SystemExit as exc:

@@ -67,18 +67,24 @@ class Setup(NamedTuple):
     """What the supervisor is started with."""
 
     front: int
-    timeout: float  # the stop timeout
-    handlers: dict[int, Any]  # the program's handlers of the signals taken, for the backend process
-    token: str  # the tree's mark
-    news: int  # where the supervisor tells the front which process is the backend's
-    terminal: Terminal | None  # the controlling terminal, for the tree's group to take
+    # The stop timeout.
+    timeout: float
+    # The program's handlers of the signals taken, for the backend process.
+    handlers: dict[int, Any]
+    # The tree's mark.
+    token: str
+    # Where the supervisor tells the front which process is the backend's.
+    news: int
+    # The controlling terminal, for the tree's group to take.
+    terminal: Terminal | None
 
 
 def fork() -> int | None:
     """``os.fork``'s pid; ``None`` when it is refused (a process limit, memory): then
     serve's error is printed.
     """
-    console.flush()  # so that a buffered line is not written twice
+    # So that a buffered line is not written twice.
+    console.flush()
     try:
         return os.fork()
     except OSError as exc:
@@ -101,7 +107,8 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
     """
     relayed = signals.relayed_signals()
     take = signals.SignalWait({*relayed, signal.SIGCHLD})
-    taken: list[int] = []  # signals another thread took, for the loop to relay
+    # Signals another thread took, for the loop to relay.
+    taken: list[int] = []
     news, writer = os.pipe()
     # SIGTTOU too: serve may write to, and hand over, a terminal it is in the background of.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*take.waited, signal.SIGTTOU})
@@ -109,7 +116,8 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
     terminal = Terminal()
     pid: int | None = None
     try:
-        with contextlib.suppress(ValueError):  # not the main thread: signals stay with the host
+        # Not the main thread: signals stay with the host.
+        with contextlib.suppress(ValueError):
             for signum in relayed:
                 previous[signum] = signal.signal(signum, lambda n, frame: taken.append(n))
             previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, take.on_continue)
@@ -131,7 +139,8 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
         if pid is None:
             return EXIT_FAILURE
         if pid:
-            with contextlib.suppress(OSError):  # as the supervisor does, whichever comes first
+            # As the supervisor does, whichever comes first.
+            with contextlib.suppress(OSError):
                 os.setpgid(pid, pid)
             code = _front(pid, take, taken, terminal)
             if code >= 0:
@@ -152,7 +161,8 @@ def supervise(work: BackendWork, *, stop_timeout: float) -> int:
     finally:
         os.close(news)
         os.close(writer)
-        terminal.close(back_from=pid)  # the tree's group has ended
+        # The tree's group has ended.
+        terminal.close(back_from=pid)
         for number, handler in previous.items():
             if handler is not None:
                 signal.signal(number, handler)
@@ -185,4 +195,5 @@ def _front(pid: int, take: signals.SignalWait, taken: list[int], terminal: Termi
             return os.waitstatus_to_exitcode(status)
         info = take(_FRONT_IDLE)
         if info is not None and info.si_signo != signal.SIGCHLD:
-            taken.append(info.si_signo)  # relayed at once, as another thread's
+            # Relayed at once, as another thread's.
+            taken.append(info.si_signo)
