@@ -94,11 +94,17 @@ def _wait(done: Callable[[], bool], timeout: float, pause: Callable[[float], obj
 
 
 def _reaped(processes: list[psutil.Process]) -> list[psutil.Process]:
-    """Reap those of *processes* that are exited children of this one; the running rest."""
+    """Reap those of *processes* that are exited children of this one; the running rest.
+
+    Each is reaped once it is seen to have exited, never before: one that exits between a
+    reap and the look would be left a zombie.
+    """
+    alive = running(processes)
     for process in processes:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(process.pid, os.WNOHANG)
-    return running(processes)
+        if process not in alive:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(process.pid, os.WNOHANG)
+    return alive
 
 
 def freeze_and_kill(
