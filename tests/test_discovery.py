@@ -494,3 +494,32 @@ def test_entry_points_in_a_misspelt_group_are_warned_about_once(site, registry_w
         f"Ignoring the entry points of distribution typo-rt at {info} in group {group!r}, "
         "which nothing reads; did you mean 'sglang.serve_backends'?"
     ]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Metadata-Version: 2.1\nName: torch\x85x\nVersion: 1.0\n",
+        "Metadata-Version: 2.1\nName: ab-runtime\nVersion: 1.0\u2028Requires-Dist: nope\n",
+        "metadata-version: 2.1\nname: lc-runtime\nversion: 1.0\n",
+        "Metadata-Version: 2.1\r\nName: crlf-runtime  \r\nVersion:\t3.0\r\n",
+        "Metadata-Version: 2.1\nnot a header\nName: hidden-runtime\nVersion: 1.0\n",
+    ],
+    ids=["nel", "line-separator", "lower-case", "crlf", "header-block-ends"],
+)
+def test_metadata_headers_are_read_as_importlib_reads_them(site, install_backend, header):
+    """Name and Version are read from the header alone, but as the email parser behind
+    ``dist.metadata`` reads them: a NEL or U+2028 ends no line, names are case-blind, a
+    line that is no header ends the block (then, as for any METADATA naming none, the
+    directory names it). Else one distribution could pass for another, in the
+    Distribution column and in advice."""
+    install_backend("odd-runtime", "odd")
+    (info,) = site.path.glob("odd_runtime-*.dist-info")
+    (info / "METADATA").write_bytes(header.encode())
+    import importlib.metadata
+
+    dist = importlib.metadata.PathDistribution(info)
+    (plugin,) = discover()["odd"]
+    named = dist.metadata["Name"]
+    expected = (named, dist.version) if named else ("odd_runtime", None)
+    assert (plugin.distribution, plugin.version) == expected

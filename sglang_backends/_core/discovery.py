@@ -134,15 +134,30 @@ def is_regular_file(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+#: A header line, as the email parser behind ``dist.metadata`` tells one: a name of printable
+#: ASCII but ``:``, then ``:``.
+_HEADER_LINE = re.compile(r"[\041-\071\073-\176]*:")
+#: A line and its end, CR or LF alone, as the email parser ends one; found one at a time.
+_LINE = re.compile(r"([^\r\n]*)(?:\r\n|\r|\n|$)")
+
+
 def header_block(text: str) -> Iterator[tuple[str, str]]:
-    """The ``Key: value`` lines of a ``METADATA`` file's header block, its first lines up to
-    a blank one: what the email parser behind ``dist.metadata`` reads the whole file for."""
-    for line in text.splitlines():
-        if not line:
-            return
-        key, sep, value = line.partition(":")
-        if sep:
-            yield key, value.strip()
+    """The headers of a ``METADATA`` file, ``(lower-cased name, value)``, read as the email
+    parser behind ``dist.metadata`` reads them, without parsing the rest of the file: lines
+    end at CR or LF alone (not at NEL or a form feed), a line opening with a space or tab
+    continues the header before it, and the block ends at a blank line or at a line that is
+    no header."""
+    headers: list[list[str]] = []
+    for line in (match[1] for match in _LINE.finditer(text)):
+        if line[:1] in (" ", "\t") and headers:
+            headers[-1][1] += "\n" + line
+        elif _HEADER_LINE.match(line):
+            key, _, value = line.partition(":")
+            headers.append([key.lower(), value.lstrip(" \t")])
+        else:
+            break
+    for key, value in headers:
+        yield key, value
 
 
 def has_metadata(dist: Distribution, filename: str) -> bool:
@@ -190,9 +205,9 @@ def _identity(dist: Distribution) -> tuple[str, str | None]:
     fields: dict[str, str] = {}
     for key, value in header_block(text):
         fields.setdefault(key, value)
-    if not fields.get("Name"):
+    if not fields.get("name"):
         raise ValueError("its METADATA names no distribution")
-    return fields["Name"], fields.get("Version")
+    return fields["name"], fields.get("version")
 
 
 def _key(dist: Distribution) -> str | int:

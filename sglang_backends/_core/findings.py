@@ -114,7 +114,7 @@ def _header(text: str | None, field: str) -> list[str]:
     """Every value of *field* in the header block of *text*, a distribution's ``METADATA``
     (:func:`~sglang_backends._core.discovery.metadata_text`): the header alone, as
     discovery reads Name."""
-    return [v for key, v in header_block(text or "") if key.strip().lower() == field.lower()]
+    return [v for key, v in header_block(text or "") if key == field.lower()]
 
 
 def _installed_version(name: str) -> str | None:
