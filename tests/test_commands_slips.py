@@ -191,6 +191,17 @@ def test_a_plugin_named_auto_is_said_to_claim_the_reserved_name(omni):
     assert "claims the reserved name 'auto'; every serve fails" in line
 
 
+@pytest.mark.parametrize("dist", ["x; rm -rf $HOME", "torch sglang"])
+def test_the_uninstall_advice_never_offers_a_command_that_does_something_else(omni, dist):
+    """A distribution name pip would not take is not pasted into a command line: ``pip
+    uninstall torch sglang`` would remove two other distributions."""
+    omni.install(dist, entry_points={"llm": "omni_plugin:factory"})
+    result = run_cli(omni, "list")
+    [line] = [line for line in result.stderr.splitlines() if "claims the built-in" in line]
+    assert "pip uninstall" not in line
+    assert f"uninstall it (by hand: pip takes no distribution named {dist!r})" in line
+
+
 def test_a_plugin_claiming_a_built_in_name_does_not_break_serve_help(omni):
     omni.install(
         "llm-impostor",

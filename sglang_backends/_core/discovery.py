@@ -354,6 +354,10 @@ def _directory_name(dist: Distribution) -> str | None:
     return stem.partition("-")[0] or None
 
 
+#: A valid distribution name (PEP 508): what pip and packaging take, and safe in a shell.
+DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
 def normalize_distribution(name: str) -> str:
     """Normalize a distribution name as packaging tools compare them (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()

@@ -26,12 +26,12 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-import re
 import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
+    DISTRIBUTION_NAME,
     InstalledDistribution,
     PluginEntryPoint,
     discover,
@@ -66,7 +66,8 @@ def _unmet(line: str, dist: Distribution) -> str | None:
     this environment (its marker). A line no tool could read cannot be met: it is said to
     be invalid. Only a line that is more than a name is parsed."""
     # No version, marker or extra: installed is enough.
-    if _BARE_NAME.fullmatch(line):
+    # A requirement that is a distribution name alone needs no parser.
+    if DISTRIBUTION_NAME.fullmatch(line):
         return f"{line} (not installed)" if _installed_version(line) is None else None
     # Imported here: a requirement that is a name needs no parser.
     from packaging import requirements, version
@@ -88,10 +89,6 @@ def _unmet(line: str, dist: Distribution) -> str | None:
     except version.InvalidVersion:
         met = False
     return None if met else f"{wanted} (installed: {installed})"
-
-
-#: A requirement that is a distribution name alone (PEP 508), needing no parser.
-_BARE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
 def _requires(dist: Distribution) -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_backends._core.discovery import (
+    DISTRIBUTION_NAME,
     Discovered,
     PluginEntryPoint,
     normalize_distribution,
@@ -213,9 +214,19 @@ def conflict_warning(plugin: PluginEntryPoint) -> str:
     kind = "reserved" if plugin.name in RESERVED_SERVE_BACKEND_NAMES else "built-in"
     return (
         f"Plugin {plugin.name!r} from {plugin.release} claims the {kind} name "
-        f"{plugin.name!r}; every serve fails until you uninstall it (pip uninstall "
-        f"{plugin.distribution or '...'}) or add {plugin.name!r} to disabled_backends"
+        f"{plugin.name!r}; every serve fails until you uninstall it "
+        f"({uninstall_command(plugin.distribution)}) or add {plugin.name!r} to disabled_backends"
     )
+
+
+def uninstall_command(distribution: str | None) -> str:
+    """``pip uninstall DIST``, for a name pip takes (PEP 508), which is also safe to paste
+    into a shell; for any other, that it is uninstalled by hand."""
+    if distribution is None:
+        return "pip uninstall ..."
+    if DISTRIBUTION_NAME.fullmatch(distribution):
+        return f"pip uninstall {distribution}"
+    return f"by hand: pip takes no distribution named {distribution!r}"
 
 
 def refuse_conflicts(conflicts: Sequence[PluginEntryPoint]) -> None:

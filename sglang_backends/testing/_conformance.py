@@ -29,6 +29,7 @@ import sglang_backends
 from sglang_backends._core import tree
 from sglang_backends._core.detection import TimedRun, run_each
 from sglang_backends._core.loading import call_plugin_code, validated
+from sglang_backends._core.selection import uninstall_command
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import load_sglang
 from sglang_backends.contract import (
@@ -345,8 +346,9 @@ def _registry(name: str) -> Any:
         raise ContractViolation(
             f"Serve backend {name!r} cannot be checked: serve fails for every backend while "
             f"plugin {claimed!r} from {exc.distribution} is installed ({describe(exc)}); "
-            f"uninstall it where the tests run (pip uninstall {exc.distribution}), or check with "
-            f"a registry that disables it: registry=ServeBackendRegistry(disabled=[{claimed!r}])"
+            f"uninstall it where the tests run ({uninstall_command(exc.distribution)}), or check "
+            "with a registry that disables it: "
+            f"registry=ServeBackendRegistry(disabled=[{claimed!r}])"
         ) from exc
 
 
