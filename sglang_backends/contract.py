@@ -24,11 +24,12 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
-from sglang_backends._core.names import RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
+from sglang_backends._core.names import PROG, RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
 from sglang_backends.errors import refuse_string
 
 __all__ = [
@@ -162,8 +163,6 @@ def coerce_detection(value: object) -> ServeBackendDetection | None:
     ``ServeBackendDetection`` with one of the contract's values (SGLang's);
     anything else, plain strings included, gives ``None``.
     """
-    if isinstance(value, ServeBackendDetection):
-        return value
     if not isinstance(value, enum.Enum) or type(value).__name__ != "ServeBackendDetection":
         return None
     try:
@@ -243,10 +242,9 @@ def host_prog(model_type: str | None = None) -> str:
     that a backend's usage line is a command line that works. Nothing is
     imported; call it in ``run()``.
     """
+    prog = PROG
     if HOST_MODULE not in sys.modules and SGLANG_CONTRACT_MODULE in sys.modules:
         prog = "sglang serve"
-    else:
-        prog = "sglang-backends serve"
     return prog if model_type is None else f"{prog} --model-type {model_type}"
 
 
@@ -265,9 +263,6 @@ def stop_quietly() -> Iterator[None]:
     then exits 130 or 143 as it always does. Outside the main thread,
     only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
     """
-    # About a millisecond a plugin that never serves need not pay.
-    import signal
-
     previous = None
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         # Not the main thread, which alone may set one.

@@ -15,6 +15,7 @@ concerned, are internal.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -183,10 +184,7 @@ def _message(exc: BaseException) -> str | None:
 def describe(exc: BaseException) -> str:
     """*exc*'s message on one line, or its type name when it has none; typed
     (:func:`describe_typed`) when its message cannot be had."""
-    text = _message(exc)
-    if text is None:
-        return describe_typed(exc)
-    return text or type(exc).__name__
+    return _message(exc) or describe_typed(exc)
 
 
 def describe_typed(exc: BaseException, context: str = "") -> str:
@@ -229,9 +227,6 @@ def closest(name: object, known: Iterable[str]) -> str | None:
     Case is ignored (``ECHO`` is offered ``echo``), but never *name* itself is offered: it
     was refused (``auto`` asked of the registry).
     """
-    # With heapq, about a millisecond the contract and the help need not pay.
-    import difflib
-
     # Not a name (``get(None)``): nothing is close to it.
     if not isinstance(name, str):
         return None
@@ -241,5 +236,5 @@ def closest(name: object, known: Iterable[str]) -> str | None:
     for known_name in known:
         if known_name != name:
             others.setdefault(known_name.lower(), known_name)
-    close = difflib.get_close_matches(name.lower(), list(others), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name.lower(), others, n=1)
     return others[close[0]] if close else None
