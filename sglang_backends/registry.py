@@ -236,8 +236,8 @@ class ServeBackendRegistry:
             too), which every detector would be blamed for.
         """
         # SGLang's request class is taken by its name, as its backend class is.
-        if type(request).__name__ != ServeRequest.__name__:
-            kind = type(request).__name__
+        kind = type(request).__name__
+        if kind != ServeRequest.__name__:
             raise errors.ConfigurationError(f"request must be a ServeRequest, got {kind}")
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         fresh = partial(self._load, progress=progress)

@@ -174,10 +174,11 @@ def model_path_from(argv: Sequence[str]) -> str | None:
     """The first ``--model-path``/``--model`` value in *argv*, either form; else ``None``."""
     for index, arg in enumerate(argv):
         name, equals, value = arg.partition("=")
-        if name in _MODEL_PATH_OPTIONS and equals:
+        if name not in _MODEL_PATH_OPTIONS:
+            continue
+        if equals:
             return value
-        if name in _MODEL_PATH_OPTIONS:
-            return argv[index + 1] if index + 1 < len(argv) else None
+        return argv[index + 1] if index + 1 < len(argv) else None
     return None
 
 

@@ -14,7 +14,6 @@ from sglang_backends._core import selection
 from sglang_backends._core.console import printable
 from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.names import AUTO, PROG
-from sglang_backends._core.selection import PluginStatus
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import HELP, MODEL_TYPE, SERVE_OPTIONS
 from sglang_backends._sglang.installed import BUILTIN_NOTES
@@ -42,10 +41,10 @@ def _backend_lines(inventory: Inventory) -> list[str]:
     for record in inventory.records:
         plugin = record.plugin
         label = plugin.name
-        if record.status is PluginStatus.DUPLICATE:
+        if record.status is selection.PluginStatus.DUPLICATE:
             label = selection.qualified(plugin, inventory.discovered) or label
         note = f"from {plugin.release}"
-        if record.status is not PluginStatus.ENABLED:
+        if record.status is not selection.PluginStatus.ENABLED:
             note += f" ({record.status.value})"
         rows.append((label, note))
     rows = [(printable(label), printable(note)) for label, note in rows]

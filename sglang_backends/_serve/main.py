@@ -18,7 +18,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from sglang_backends._core import console
-from sglang_backends._core.console import EXIT_FAILURE, EXIT_USAGE
 from sglang_backends._core.inventory import model_type_problems, take_inventory
 from sglang_backends._core.names import AUTO, PROG, wants_help
 from sglang_backends._core.settings import Settings, configured
@@ -114,7 +113,7 @@ def guarded(step: Callable[[], int], *, debug: bool) -> int:
         text = str(exc) if isinstance(exc, ConfigurationError) else " ".join(str(exc).split())
         console.error(PROG, text)
         usage = isinstance(exc, (UnknownBackendError, ConfigurationError))
-        return EXIT_USAGE if usage else EXIT_FAILURE
+        return console.EXIT_USAGE if usage else console.EXIT_FAILURE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -127,6 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         host = parse_host_options(args)
     except ConfigurationError as exc:
         console.error(PROG, exc)
-        return EXIT_USAGE
+        return console.EXIT_USAGE
     with _logging_to_stderr(host.debug):
         return guarded(lambda: _serve(host), debug=host.debug)

@@ -52,10 +52,10 @@ def _get(
 def _describe(registry: ServeBackendRegistry, registered: RegisteredServeBackend) -> str:
     """``'name' (from DIST)`` or ``(built-in)``, escaped (the supervisor prints it)."""
     plugin = registry.plugin_of(registered)
-    if registered.distribution:
-        where = f"from {plugin.distribution_label if plugin else registered.distribution}"
-    elif registered.name in registry.builtin_names:
+    if plugin is None:
         where = "built-in"
+    elif plugin.distribution_label:
+        where = f"from {plugin.distribution_label}"
     else:
         where = "from an entry point without distribution metadata"
     return str(console.printable(f"{registered.name!r} ({where})"))

@@ -125,7 +125,7 @@ def detect_diffusion_offline(request: ServeRequest) -> ServeBackendDetection:
                 return ServeBackendDetection.UNKNOWN
             if isinstance(data, dict) and "_diffusers_version" in data:
                 return ServeBackendDetection.MATCH
-            return ServeBackendDetection.NO_MATCH
+            break
     return ServeBackendDetection.NO_MATCH
 
 

@@ -51,11 +51,12 @@ def _static_note() -> str | None:
             return None
         # RECORD would locate it at the same place: no need to ask
         raise ValueError(f"no regular file {_NOTE_FILE} in the sglang distribution")
-    return _read_string(path, _NOTE_NAME) or None
+    return _read_string(path) or None
 
 
-def _read_string(path: str, name: str) -> str:
-    """Module-level *name* of *path*: strings, ``+``, f-strings of names bound once; not run."""
+def _read_string(path: str) -> str:
+    """Module-level :data:`_NOTE_NAME` of *path*: strings, ``+``, f-strings of names bound
+    once; not run."""
     # About 1.5 ms every help would pay, for what only SGLang's note needs.
     import ast
 
@@ -101,4 +102,4 @@ def _read_string(path: str, name: str) -> str:
             return evaluate(node.value, seen)
         raise ValueError(f"{ast.unparse(node)[:80]!r} is not a string literal")
 
-    return evaluate(ast.Name(id=name), frozenset())
+    return evaluate(ast.Name(id=_NOTE_NAME), frozenset())
