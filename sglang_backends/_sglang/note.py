@@ -67,17 +67,14 @@ def _read_string(path: str) -> str:
         raise ValueError(f"{path} could not be read: {exc}") from exc
     bound: dict[str, list[ast.expr]] = {}
     for statement in tree.body:
-        if isinstance(statement, ast.Assign):
-            targets = statement.targets
-            value = statement.value
-        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
-            targets = [statement.target]
-            value = statement.value
-        else:
+        # ``X: T = V`` binds X as ``X = V`` does.
+        if isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            statement = ast.Assign(targets=[statement.target], value=statement.value)
+        if not isinstance(statement, ast.Assign):
             continue
-        for target in targets:
+        for target in statement.targets:
             if isinstance(target, ast.Name):
-                bound.setdefault(target.id, []).append(value)
+                bound.setdefault(target.id, []).append(statement.value)
 
     def evaluate(node: ast.expr, seen: frozenset[str]) -> str:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
