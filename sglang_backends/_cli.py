@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from sglang_backends._core.console import run_command
-from sglang_backends._core.names import PROG
+from sglang_backends._core.console import EXIT_USAGE, error, run_command
+from sglang_backends._core.names import HELP_FLAGS, PROG
 from sglang_backends._serve.argv import CONFIG_FLAGS, DEBUG
 
 #: Options before a command name that take a value: serve's (kept for it), then cliff's.
@@ -23,8 +23,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sglang-backends ARGS`` and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     index = 0
-    # serve's options before the command name, kept for it.
+    # serve's options before the command name, kept for it, and the others.
     kept = []
+    others = []
     while index < len(args) and args[index].startswith("-"):
         name, sep, _ = args[index].partition("=")
         width = 2 if not sep and name in _VALUED else 1
@@ -32,12 +33,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             kept.append(name)
         elif name in CONFIG_FLAGS:
             kept += args[index : index + width]
+        else:
+            others.append(name)
         index += width
-    if index < len(args) and args[index] == "serve":
+    # --version answers before any command, as cliff reads it; --help asks serve's.
+    if index < len(args) and args[index] == "serve" and "--version" not in others:
+        served = [*kept, *args[index + 1 :]]
+        if {*others} & {*HELP_FLAGS}:
+            served.append("--help")
+        elif others:
+            return _not_serves(others[0])
         from sglang_backends._serve.main import main as serve_main
 
-        return run_command(PROG, lambda: serve_main([*kept, *args[index + 1 :]]))
+        return run_command(PROG, lambda: serve_main(served))
     from sglang_backends._operators.app import OperatorApp
 
     # cliff words a failed write itself; what it left buffered is flushed as it ends, not at exit.
     return run_command(PROG, lambda: OperatorApp().run(args))
+
+
+def _not_serves(option: str) -> int:
+    """Refuse an operator commands' option given before ``serve``, which would not apply."""
+    error(
+        PROG,
+        f"{option} is not an option of serve; before serve, only --debug, --config-file "
+        "and --config-dir are taken",
+    )
+    return EXIT_USAGE

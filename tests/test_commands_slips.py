@@ -353,6 +353,32 @@ def test_configuration_before_serve_reaches_serve(omni, tmp_path):
     assert f"It was set by [serve_backends] model_type in {path}" in line
 
 
+@pytest.mark.parametrize("given", [["-q"], ["-v"], ["--log-file", "serve.log"], ["--bogus"]])
+def test_an_operator_option_before_serve_is_refused_not_dropped(omni, tmp_path, given):
+    """serve logs as it does whatever cliff's options say: taking them in silence would
+    leave a --log-file never written, and a -q that quiets nothing."""
+    given = [str(tmp_path / arg) if arg.endswith(".log") else arg for arg in given]
+    result = run_cli(omni, *given, "serve", "/models/x", "--model-type", "omni")
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"sglang-backends serve: error: {given[0]} is not an option of serve; before serve, "
+        "only --debug, --config-file and --config-dir are taken\n"
+    )
+    assert not (tmp_path / "serve.log").exists()
+
+
+def test_help_and_version_before_serve_answer_and_serve_nothing(omni):
+    """``-h serve ARGS`` is ``serve ARGS --help``; ``--version serve`` is the version."""
+    helped = run_cli(omni, "-h", "serve", "/models/x")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout == run_cli(omni, "serve", "--help").stdout
+    assert "--model-type {auto,llm,diffusion," in helped.stdout
+    version = run_cli(omni, "--version", "serve", "/models/x", "--model-type", "omni")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("sglang-backends ")
+    assert "serve backend" not in helped.stderr + version.stderr
+
+
 def test_serve_help_escapes_control_characters_in_metadata(site):
     site.install("evil\x1b]0;x\x07-runtime", version="1\x1b[2J", entry_points={"evil": "m:f"})
     result = run_serve(["--help"], site.environ())
