@@ -173,7 +173,9 @@ def _message(exc: BaseException) -> str | None:
     there: a line quotes it, maybe several lines do, and a terminal gets each."""
     try:
         text = " ".join(str(exc).split())
-    except Exception:  # noqa: BLE001 - the failure being worded matters, not this one
+    # Any BaseException: a plugin's SystemExit or KeyboardInterrupt in __str__ is not the
+    # caller's exit, and the failure being worded matters, not this one.
+    except BaseException:  # noqa: BLE001
         return None
     if len(text) <= _LONGEST or isinstance(exc, ServeBackendError):
         return text

@@ -41,6 +41,21 @@ class Unshowable:
     __str__ = __repr__
 
 
+class Treacherous(Exception):
+    # Its message and its repr end the process, were they asked for unguarded.
+    def __str__(self):
+        raise SystemExit(9)
+
+    __repr__ = __str__
+
+
+class Interrupting:
+    def __str__(self):
+        raise KeyboardInterrupt
+
+    __repr__ = __str__
+
+
 def misbehave(place):
     if not WHAT.startswith(place + ":"):
         return
@@ -53,6 +68,8 @@ def misbehave(place):
         raise GeneratorExit("closed")
     if kind == "unprintable":
         raise Unprintable()
+    if kind == "treacherous":
+        raise Treacherous()
     if kind == "exit":
         sys.exit(eval(os.environ["CODE"]))
     if kind == "os-exit":
@@ -189,6 +206,28 @@ def test_an_exception_whose_message_cannot_be_read_is_one_line_naming_its_type(c
     assert (row["Result"], row["Detail"]) == ("error", UNPRINTABLE_LOAD)
 
 
+@pytest.mark.parametrize("place", ["import", "factory", "detect", "run"])
+def test_an_exception_whose_message_raises_system_exit_is_worded_not_obeyed(culprit, place):
+    """A ``__str__`` raising ``SystemExit(9)`` used to end serve with 9, silently."""
+    env = environ(culprit, f"{place}:treacherous")
+    if place == "detect":
+        # Under auto, a warning names it; llm, the fallback, then fails without SGLang.
+        result = run_serve(["m"], env)
+        assert result.returncode == 1, result.stderr
+        [line] = [line for line in result.stderr.splitlines() if "Skipping" in line]
+    else:
+        line = single_error(run_serve(["m", "--model-type", "culprit"], env), 1)
+    assert "'culprit'" in line and "culprit-rt" in line
+    assert "Treacherous: <exception str() failed>" in line, line
+
+
+def test_detection_words_a_detector_whose_exception_cannot_be_worded(culprit):
+    detected = run_cli(culprit, "detect", "-f", "json", "m", env={"WHAT": "detect:treacherous"})
+    assert detected.returncode == 0, detected.stderr
+    [row] = [row for row in json.loads(detected.stdout) if row["Backend"] == "culprit"]
+    assert row["Detail"] == "detector raised Treacherous: <exception str() failed>"
+
+
 def test_a_detector_or_run_raising_an_exception_without_a_readable_message(culprit):
     detected = run_cli(culprit, "detect", "-f", "json", "m", env={"WHAT": "detect:unprintable"})
     assert detected.returncode == 0, detected.stderr
@@ -226,6 +265,20 @@ def test_sys_exit_with_a_message_from_run_prints_it_and_ends_with_1(culprit):
     )
     assert result.returncode == python_exit_status("'out of memory'") == 1
     assert "out of memory" in result.stderr.splitlines()
+
+
+def test_sys_exit_with_an_object_whose_str_raises_keyboard_interrupt(culprit):
+    """As Python ends with a code it cannot print: status 1; not a Ctrl+C's 130."""
+    oracle = subprocess.run(
+        [sys.executable, "-c", f"{CULPRIT.split('def misbehave')[0]}\nsys.exit(Interrupting())"],
+        capture_output=True,
+        check=False,
+    )
+    served = run_serve(
+        ["m", "--model-type", "culprit"], environ(culprit, "run:exit", "Interrupting()")
+    )
+    assert served.returncode == oracle.returncode == 1, served.stderr
+    assert "Traceback" not in served.stderr, served.stderr
 
 
 def test_sys_exit_with_an_object_that_cannot_be_shown(culprit):

@@ -77,7 +77,8 @@ def say(text: object) -> None:
     """
     try:
         lines = str(text).splitlines()
-    except Exception:  # noqa: BLE001 - plugin code's object
+    # Plugin code's object, whose __str__ may raise anything, SystemExit too.
+    except BaseException:  # noqa: BLE001
         return
     _write_lines(printable(line) for line in lines)
 

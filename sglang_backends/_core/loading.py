@@ -107,8 +107,8 @@ def _shown(code: object) -> str:
     """``repr(code)``, or ``<Type>`` when plugin code gave it a ``__repr__`` that raises."""
     try:
         return repr(code)
-    except Exception:  # noqa: BLE001
-        # Its __repr__ is plugin code, which may raise anything.
+    except BaseException:  # noqa: BLE001
+        # Its __repr__ is plugin code, which may raise anything, SystemExit too.
         return f"<{type(code).__name__}>"
 
 
