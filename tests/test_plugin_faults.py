@@ -70,6 +70,8 @@ def misbehave(place):
         raise Unprintable()
     if kind == "treacherous":
         raise Treacherous()
+    if kind == "replace-exit":
+        os._exit = lambda code: None
     if kind == "exit":
         sys.exit(eval(os.environ["CODE"]))
     if kind == "os-exit":
@@ -265,6 +267,15 @@ def test_sys_exit_with_a_message_from_run_prints_it_and_ends_with_1(culprit):
     )
     assert result.returncode == python_exit_status("'out of memory'") == 1
     assert "out of memory" in result.stderr.splitlines()
+
+
+@pytest.mark.parametrize("command", [["serve", "m", "--model-type", "culprit"], ["check"]])
+def test_a_plugin_replacing_os_exit_never_keeps_a_process_of_ours_from_ending(culprit, command):
+    """The backend process, and check's worker, end by the os._exit serve started with:
+    the backend process used to run on into the supervisor's code, and fail there."""
+    result = run_cli(culprit, *command, env={"WHAT": "import:replace-exit"})
+    assert result.returncode == 0, result.stderr
+    assert "supervisor" not in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_sys_exit_with_an_object_whose_str_raises_keyboard_interrupt(culprit):

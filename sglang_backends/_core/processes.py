@@ -53,6 +53,11 @@ def log_overdue(timeout: float, backend: str | None = None) -> None:
         LOG.warning("The serve backend did not stop within %.1fs", timeout)
 
 
+#: ``os._exit`` as it was before any plugin code ran, for the processes this package ends:
+#: a plugin that replaces ``os._exit`` must not keep one of them from ending.
+exit_now = os._exit
+
+
 def exit_status(exc: SystemExit) -> int:
     """The exit status *exc* asks for, as Python's own process would end with it.
 
@@ -160,7 +165,7 @@ class StopSignals:
             if self._on_force is not None:
                 self._on_force()
         finally:
-            os._exit(128 + self.signum if self.signum else 1)
+            exit_now(128 + self.signum if self.signum else 1)
 
 
 #: The :class:`StopSignals` entered in the main thread, innermost last.

@@ -19,7 +19,7 @@ import sys
 import time
 
 from sglang_backends._core import console
-from sglang_backends._core.processes import StopSignals
+from sglang_backends._core.processes import StopSignals, exit_now
 from sglang_backends._core.progress import ProgressWriter
 from sglang_backends._core.settings import Settings
 from sglang_backends._core.tree import become_subreaper, descendants, stop_tree
@@ -124,4 +124,4 @@ def main() -> None:
         json.dump(dataclasses.asdict(result), out)
     console.flush()
     # Not a normal exit: a plugin's non-daemon thread or exit handler must not hold it up.
-    os._exit(0)
+    exit_now(0)

@@ -68,7 +68,7 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
         reader, writer = channel_pipe()
         child = fork()
         if child is None:
-            os._exit(status)
+            processes.exit_now(status)
         if child == 0:
             os.close(reader)
             os.close(setup.news)
@@ -86,7 +86,7 @@ def run(work: BackendWork, setup: Setup) -> NoReturn:
         LOG.exception("The serve supervisor failed")
     finally:
         console.flush()
-        os._exit(status)
+        processes.exit_now(status)
 
 
 class _Supervision:
@@ -267,7 +267,7 @@ def _backend_process(work: BackendWork, channel: int, supervisor: int, setup: Se
             # The supervisor was killed: stop what is left, marked processes included.
             sweep([], setup.token, timeout=setup.timeout)
         console.flush()
-        os._exit(status)
+        processes.exit_now(status)
 
 
 # -- the tree's mark -------------------------------------------------------------
