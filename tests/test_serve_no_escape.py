@@ -416,6 +416,37 @@ def test_auto_detection_is_bounded_by_the_supervisor_whatever_a_plugin_does(
     assert took < 30, took  # the bound is 2.4 s; a wide margin for a loaded machine
 
 
+HANGER = """
+import threading
+from sglang_backends import ServeBackend, ServeBackendDetection
+
+def detect(request):
+    threading.Event().wait()
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: None, detect=detect)
+"""
+
+
+def test_the_supervisors_bound_allows_the_rounds_of_more_plugins_than_workers(
+    site, install_backend, tmp_path
+):
+    """Past MAX_WORKERS hanging detectors, detection asks in rounds: serve's bound counts
+    them, so serve chooses what detect would, not an overrun."""
+    site.install(
+        "hangers",
+        entry_points={f"h{index:03}": "hanger_plugin:factory" for index in range(100)},
+        modules={"hanger_plugin.py": HANGER},
+    )
+    install_backend("fine-dist", "fine", detect="return ServeBackendDetection.MATCH")
+    conf = tmp_path / "serve.conf"
+    conf.write_text("[serve_backends]\nload_timeout = 0.5\ndetect_timeout = 3\n")
+    result = run_serve(["--config-file", str(conf), "m"], site.environ(), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Selected serve backend 'fine' (from fine-dist) by automatic detection" in result.stderr
+    assert "did not finish" not in result.stderr
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
 def test_serve_as_pid_1_of_a_pid_namespace_stops_on_sighup(hostile, tmp_path):
     environ, pids_file, started = hostile

@@ -10,6 +10,7 @@ every descendant is stopped after it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shlex
 import signal
@@ -17,7 +18,12 @@ from typing import TYPE_CHECKING
 
 from sglang_backends import errors
 from sglang_backends._core import console, processes
-from sglang_backends._core.detection import DetectionReport, preferred_note, what_happened
+from sglang_backends._core.detection import (
+    MAX_WORKERS,
+    DetectionReport,
+    preferred_note,
+    what_happened,
+)
 from sglang_backends._core.names import AUTO, FALLBACK_BACKEND, PROG
 from sglang_backends._core.selection import not_asked
 from sglang_backends._core.settings import Settings
@@ -136,12 +142,15 @@ def _backend(
         if channel is not None:
             # The threads bounding each load and detector need the GIL; the
             # supervisor, another process, keeps the bound whatever a plugin does.
-            bound = registry.load_timeout + registry.detect_timeout + DETECTION_GRACE
-            channel.deadline(
-                bound,
-                f"load_timeout {registry.load_timeout:g} s + detect_timeout "
-                f"{registry.detect_timeout:g} s + {DETECTION_GRACE:g} s",
-            )
+            # Plugins past MAX_WORKERS that all hang are loaded and asked in rounds.
+            count = len(registry.available_names) - 1
+            rounds = max(1, math.ceil(count / MAX_WORKERS))
+            each = f"load_timeout {registry.load_timeout:g} s + detect_timeout "
+            each += f"{registry.detect_timeout:g} s"
+            if rounds > 1:
+                each = f"({each}) x {rounds} for {count} plugins, {MAX_WORKERS} at a time"
+            bound = rounds * (registry.load_timeout + registry.detect_timeout)
+            channel.deadline(bound + DETECTION_GRACE, f"{each} + {DETECTION_GRACE:g} s")
         detection = registry.explain(request, progress=progress)
         # As auto_detect() does.
         registered = registry.get(detection.choice())
