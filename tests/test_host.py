@@ -308,6 +308,20 @@ def test_a_general_plugin_outside_sglang_plugins_allow_list_is_skipped(site, sgl
     assert names(log) == [*QUIET, "load_plugins", "general plugin", "run light"]
 
 
+def test_a_general_plugin_of_a_platform_sglang_platform_did_not_pick_is_skipped(site, sglang_env):
+    """As list shows it: SGLang skips it, so serve neither imports SGLang nor names it."""
+    env, log = sglang_env
+    install_general_plugin(site, "hooks")
+    (info,) = site.path.glob("hooks_plugin-*.dist-info")
+    with open(info / "entry_points.txt", "a", encoding="utf-8") as stream:
+        stream.write("\n[sglang.srt.platforms]\nhooksplat = hooks_general_plugin:register\n")
+    result = serve(["org/model", "--model-type", "light"], {**env, "SGLANG_PLATFORM": "other"})
+    assert names(log) == ["run light"]
+    assert "general plugins" not in result.stderr
+    listed = run_cli(site, "list", env={**env, "SGLANG_PLATFORM": "other"})
+    assert "skipped: its distribution's platform is not SGLANG_PLATFORM" in listed.stdout
+
+
 def test_targeted_help_ends_with_sglangs_note(sglang_env):
     env, _ = sglang_env
     result = serve(["--model-type", "light", "--help"], env)

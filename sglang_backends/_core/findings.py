@@ -15,8 +15,9 @@ Three things an operator can be told in advance, each a pure reading of
 * later copies of a distribution on the path, which the first copy shadows
   (:func:`shadowed_text`).
 
-The commands render these; serve reads none of it, and the registry only
-:func:`unmet_clause`, once a load has failed. ``SGLANG_PLUGINS`` is read by
+The commands render these; serve reads only which general plugins would run,
+to import SGLang only then, and the registry only :func:`unmet_clause`, once a
+load has failed. ``SGLANG_PLUGINS`` is read by
 :func:`sglang_backends._core.names.general_plugins_allowed`, which serve uses too.
 :mod:`packaging` is imported only to parse a requirement that is more than a name.
 """

@@ -1,7 +1,9 @@
 """SGLang's general (hardware and hook) plugins: run once per process, before a backend.
 
 They are found from package metadata; SGLang, which loads them, is imported only
-when one would load (:envvar:`SGLANG_PLUGINS` as SGLang filters it).
+when one would load, by the rules the commands show
+(:func:`sglang_backends._core.findings.general_plugins`: ``SGLANG_PLUGINS`` and
+``SGLANG_PLATFORM``, as SGLang filters them).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import threading
 import time
 from collections.abc import Iterable
 
-from sglang_backends._core.discovery import InstalledDistribution, discover
-from sglang_backends._core.names import GENERAL_PLUGINS_GROUP, general_plugins_allowed
+from sglang_backends._core.discovery import InstalledDistribution, distributions
+from sglang_backends._core.findings import RUNS, general_plugins
+from sglang_backends._core.names import GENERAL_PLUGINS_GROUP
 from sglang_backends._sglang.installed import import_sglang, sglang_installed
 from sglang_backends.errors import BackendLoadError, describe
 
@@ -35,11 +38,9 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
         if _done:
             return False
         _done = True
-        found = discover(GENERAL_PLUGINS_GROUP, installed)
-        allowed = general_plugins_allowed()
-        # SGLang's own filter.
-        names = set(found) if allowed is None else set(found) & allowed
-        if not names:
+        found = general_plugins(distributions() if installed is None else installed, sglang=True)
+        running = [general.plugin for general in found if general.status == RUNS]
+        if not running:
             LOG.debug("No SGLang general plugin to load")
             return False
         if not sglang_installed():
@@ -64,9 +65,7 @@ def run_general_plugins(installed: Iterable[InstalledDistribution] | None = None
             failed = f"SGLang's general plugins ({GENERAL_PLUGINS_GROUP}) failed to load"
             raise BackendLoadError(f"{failed}: {describe(exc)}") from exc
         # They can take seconds (smg-grpc-servicer's: 14 s): say whose, and how to skip them.
-        shown = ", ".join(
-            f"{name} ({plugin.provider})" for name in sorted(names) for plugin in found[name]
-        )
+        shown = ", ".join(f"{plugin.name} ({plugin.provider})" for plugin in running)
         LOG.info(
             "Ran SGLang's general plugins in %.2f s: %s; SGLANG_PLUGINS=none skips them",
             time.perf_counter() - started,
