@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from clitools import clean_environ
 from sglang_standin import install_sglang
@@ -86,6 +87,39 @@ def test_the_kit_catches_a_keyboard_interrupt_traceback_under_sglang(hosts_env):
     assert assert_stops_cleanly("plain", [], ready="serving on", env=hosts_env, hosts=BOTH[:1])
     with pytest.raises(ContractViolation, match="under sglang serve printed a traceback"):
         assert_stops_cleanly("plain", [], ready="serving on", env=hosts_env, hosts=BOTH[1:])
+
+
+LEAKY = """
+import os, subprocess, time
+from sglang_backends import portable_backend
+
+def run(request):
+    child = subprocess.Popen(["sleep", "313"], start_new_session=True)
+    with open(os.environ["LEAKY_PID"], "w") as stream:
+        stream.write(str(child.pid))
+    print("starting...", flush=True)
+    time.sleep(100)
+
+def factory():
+    return portable_backend(api_version=1, run=run, requires_model_path=False)
+"""
+
+
+@pytest.mark.parametrize("host", BOTH)
+def test_a_start_that_fails_leaves_nothing_running(site, hosts_env, tmp_path, host):
+    """A ``ready`` text never printed is the commonest failure: what the backend started
+    goes with it, in a session of its own too, and its output pipe is closed."""
+    site.install(
+        "leaky-runtime",
+        entry_points={"leaky": "leaky_plugin:factory"},
+        modules={"leaky_plugin.py": LEAKY},
+    )
+    record = tmp_path / "pid"
+    env = {**hosts_env, "LEAKY_PID": str(record)}
+    with pytest.raises(ContractViolation, match="did not print 'NEVER'"):
+        assert_stops_cleanly("leaky", [], ready="NEVER", start_timeout=2, env=env, hosts=[host])
+    child = int(record.read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
 
 
 def test_the_kit_warns_when_sglang_is_not_there_to_stop_under(site):

@@ -147,13 +147,17 @@ def assert_stops_cleanly(
                     "stop serving on it (see sglang_backends.stop_quietly)"
                 ) from None
         finally:
+            # On every way out, a failed start included: nothing left running, no pipe open.
             if proc.poll() is None:
                 processes.send(proc.pid, signal.SIGKILL, group=True)
                 proc.wait()
-        reader.join(5)
-        stdout.close()
-        left = tree.running(seen)
-        tree.kill_trees(*(process.pid for process in left))
+            left = tree.running(seen)
+            tree.kill_trees(*(process.pid for process in left))
+            # Once they are gone, the pipe they shared is at its end; closing it while the
+            # reader still reads would wait for that read.
+            reader.join(5)
+            if not reader.is_alive():
+                stdout.close()
         if "Traceback (most recent call last)" in "".join(lines):
             problem = f"printed a traceback (status {status})"
         elif status not in (0, 128 + signum, -signum):
