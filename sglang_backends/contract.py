@@ -250,31 +250,40 @@ def host_prog(model_type: str | None = None) -> str:
 
 @contextlib.contextmanager
 def stop_quietly() -> Iterator[None]:
-    """Serve within it: Ctrl+C and SIGTERM then end ``run()`` as both hosts expect.
+    """Serve within it: Ctrl+C, SIGTERM, SIGHUP and SIGQUIT then end ``run()`` as both hosts
+    expect.
 
     ``sglang serve`` calls ``run()`` in its own process with Python's
     default signal handling: SIGINT raises ``KeyboardInterrupt``, which
-    ends in a traceback and exit status 1, and SIGTERM kills the process
-    without running any ``finally``. Within this context SIGINT leaves as
-    ``SystemExit(130)`` and SIGTERM, when nobody handles it (as under
-    ``sglang serve``), as ``SystemExit(143)``: cleanup runs, and the
-    process ends with the status a shell expects and no traceback. Under
-    ``sglang-backends serve``, whose own handlers stay in place, ``serve``
-    then exits 130 or 143 as it always does. Outside the main thread,
-    only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
+    ends in a traceback and exit status 1, and SIGTERM, SIGHUP (a closed
+    terminal or ssh session) and SIGQUIT kill the process without running
+    any ``finally``. Within this context SIGINT leaves as
+    ``SystemExit(130)`` and each of the others, when nobody handles it (as
+    under ``sglang serve``), as ``SystemExit(128 + N)``: cleanup runs, and
+    the process ends with the status a shell expects and no traceback.
+    Under ``sglang-backends serve``, whose own handlers stay in place,
+    ``serve`` then exits ``128 + N`` as it always does. Outside the main
+    thread, only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
     """
-    previous = None
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        # Not the main thread, which alone may set one.
-        with contextlib.suppress(ValueError):
-            previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    previous = {}
+    for name in _STOPPING:
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) == signal.SIG_DFL:
+            # Not the main thread, which alone may set one.
+            with contextlib.suppress(ValueError):
+                previous[signum] = signal.signal(signum, _exit_on_signal)
     try:
         yield
     except KeyboardInterrupt:
         raise SystemExit(128 + signal.SIGINT) from None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+#: The stop signals ``serve`` takes besides SIGINT (where the platform has them), which
+#: kill a process that leaves them to their default.
+_STOPPING = ("SIGTERM", "SIGHUP", "SIGQUIT")
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

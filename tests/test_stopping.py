@@ -75,7 +75,7 @@ def test_the_installed_hosts_are_found_without_importing_sglang(hosts_env):
     assert "sglang" not in sys.modules
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
 def test_a_backend_serving_within_stop_quietly_stops_cleanly_under_both_hosts(hosts_env, signum):
     statuses = assert_stops_cleanly(
         "quiet", [], ready="serving on", env=hosts_env, hosts=BOTH, signum=signum
