@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
-import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -265,6 +264,9 @@ def stop_quietly() -> Iterator[None]:
     ``serve`` then exits ``128 + N`` as it always does. Outside the main
     thread, only the ``KeyboardInterrupt`` is turned into ``SystemExit``.
     """
+    # About a millisecond a plugin that never serves need not pay.
+    import signal
+
     previous = {}
     for name in _STOPPING:
         signum = getattr(signal, name, None)

@@ -15,7 +15,6 @@ concerned, are internal.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -229,6 +228,9 @@ def closest(name: object, known: Iterable[str]) -> str | None:
     Case is ignored (``ECHO`` is offered ``echo``), but never *name* itself is offered: it
     was refused (``auto`` asked of the registry).
     """
+    # With heapq, about a millisecond the contract and the help need not pay.
+    import difflib
+
     # Not a name (``get(None)``): nothing is close to it.
     if not isinstance(name, str):
         return None
