@@ -520,6 +520,6 @@ def test_metadata_headers_are_read_as_importlib_reads_them(site, install_backend
 
     dist = importlib.metadata.PathDistribution(info)
     (plugin,) = discover()["odd"]
-    named = dist.metadata["Name"]
+    named = dist.metadata.get("Name")
     expected = (named, dist.version) if named else ("odd_runtime", None)
     assert (plugin.distribution, plugin.version) == expected
