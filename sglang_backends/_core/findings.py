@@ -66,11 +66,9 @@ def _unmet(line: str, dist: Distribution) -> str | None:
     """What requirement *line* of *dist* lacks here; ``None`` when it is met or not for
     this environment (its marker). A line no tool could read cannot be met: it is said to
     be invalid. Only a line that is more than a name is parsed."""
-    # No version, marker or extra: installed is enough.
-    # A requirement that is a distribution name alone needs no parser.
+    # A name alone (no version, marker or extra): installed is enough, and no parser is needed.
     if DISTRIBUTION_NAME.fullmatch(line):
         return f"{line} (not installed)" if _installed_version(line) is None else None
-    # Imported here: a requirement that is a name needs no parser.
     from packaging import requirements, version
 
     try:
