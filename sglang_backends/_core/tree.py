@@ -243,3 +243,11 @@ def kill_trees(*pids: int, groups: bool = False) -> None:
     stop_tree(lambda: trees(pids), 0)
     for pid in pids if groups else ():
         send(pid, signal.SIGKILL, group=True)
+
+
+def kill_left(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Those of *processes* still running, each killed now with its descendants
+    (:func:`kill_trees`): what a check reports as left running."""
+    left = running(processes)
+    kill_trees(*(process.pid for process in left))
+    return left

@@ -121,8 +121,7 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
         done = run.wait(0.01) or time.perf_counter() >= deadline
         opened.update(tree.listening(pid) - sockets_before)
         spawned.update(set(tree.descendants(pid)) - children_before)
-    left = tree.running(spawned)
-    tree.kill_trees(*(process.pid for process in left))
+    left = tree.kill_left(spawned)
     error = run.error
     # argparse's --help exits 0.
     if isinstance(error, SystemExit) and error.code in (0, None):
@@ -323,8 +322,7 @@ def assert_backend_contract(
                 )
     finally:
         # Whatever the outcome, nothing the plugin started outlives the check.
-        left = [process for process in tree.descendants() if process not in before]
-        tree.kill_trees(*(process.pid for process in left))
+        left = tree.kill_left(p for p in tree.descendants() if p not in before)
     if left:
         raise _breach(
             name,

@@ -151,8 +151,7 @@ def assert_stops_cleanly(
             if proc.poll() is None:
                 processes.send(proc.pid, signal.SIGKILL, group=True)
                 proc.wait()
-            left = tree.running(seen)
-            tree.kill_trees(*(process.pid for process in left))
+            left = tree.kill_left(seen)
             # Once they are gone, the pipe they shared is at its end; closing it while the
             # reader still reads would wait for that read.
             reader.join(5)
