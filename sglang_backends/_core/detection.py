@@ -180,6 +180,12 @@ MAX_WORKERS = 64
 FIRST_WORKERS = (os.cpu_count() or 1) if sysconfig.get_config_var("Py_GIL_DISABLED") else 1
 
 
+def rounds(count: int) -> int:
+    """How many times its *timeout* :func:`run_each` may take for *count* items that all
+    hang: it runs :data:`MAX_WORKERS` of them at a time."""
+    return max(1, math.ceil(count / MAX_WORKERS))
+
+
 def run_each(items: Iterable[TimedRun[Any]], *, timeout: float) -> None:
     """Run every item (:meth:`TimedRun.run`) on a pool of daemon threads sized to the work.
 

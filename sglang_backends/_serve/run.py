@@ -10,7 +10,6 @@ every descendant is stopped after it.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shlex
 import signal
@@ -22,6 +21,7 @@ from sglang_backends._core.detection import (
     MAX_WORKERS,
     DetectionReport,
     preferred_note,
+    rounds,
     what_happened,
 )
 from sglang_backends._core.names import AUTO, FALLBACK_BACKEND, PROG
@@ -144,12 +144,12 @@ def _backend(
             # supervisor, another process, keeps the bound whatever a plugin does.
             # Plugins past MAX_WORKERS that all hang are loaded and asked in rounds.
             count = len(registry.available_names) - 1
-            rounds = max(1, math.ceil(count / MAX_WORKERS))
+            times = rounds(count)
             each = f"load_timeout {registry.load_timeout:g} s + detect_timeout "
             each += f"{registry.detect_timeout:g} s"
-            if rounds > 1:
-                each = f"({each}) x {rounds} for {count} plugins, {MAX_WORKERS} at a time"
-            bound = rounds * (registry.load_timeout + registry.detect_timeout)
+            if times > 1:
+                each = f"({each}) x {times} for {count} plugins, {MAX_WORKERS} at a time"
+            bound = times * (registry.load_timeout + registry.detect_timeout)
             channel.deadline(bound + DETECTION_GRACE, f"{each} + {DETECTION_GRACE:g} s")
         detection = registry.explain(request, progress=progress)
         # As auto_detect() does.
