@@ -208,6 +208,9 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
     try:
         conf(args=checked, prog="sglang-backends", default_config_files=[], default_config_dirs=[])
     # A pipe's problem; or a file changed since it was checked.
+    except UnicodeDecodeError as exc:
+        pipes = " or ".join(path for path, sections in parsed if sections is None)
+        return Settings(), [*problems, _not_text(pipes or "file", exc)]
     except (cfg.Error, OSError, ValueError) as exc:
         return Settings(), [*problems, f"Invalid configuration: {exc}"]
     for problem in _unknown(parsed):
@@ -411,11 +414,16 @@ def _parse(path: str, problems: list[str], *, as_file: bool) -> _Sections | None
     except cfg.ParseError as exc:
         problems.append(f"Cannot parse configuration file {path}: {exc}")
     except UnicodeDecodeError as exc:
-        problems.append(
-            f"Cannot read configuration file {path}: it is not {exc.encoding} text "
-            f"({exc.reason} at byte {exc.start})"
-        )
+        problems.append(_not_text(path, exc))
     return sections
+
+
+def _not_text(path: str, exc: UnicodeDecodeError) -> str:
+    """The line for a configuration file (or pipe) at *path* that is not UTF-8."""
+    return (
+        f"Cannot read configuration file {path}: it is not {exc.encoding} text "
+        f"({exc.reason} at byte {exc.start})"
+    )
 
 
 def _unknown(parsed: _Parsed) -> Iterator[str]:

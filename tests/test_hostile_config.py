@@ -85,6 +85,24 @@ def test_an_invalid_value_in_a_pipe_after_a_file_names_the_pipe_not_the_file(rec
     assert not record.exists()
 
 
+def test_a_pipe_that_is_not_utf8_is_named(recorder, tmp_path):
+    env, record = recorder
+    fifo = tmp_path / "serve.conf"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        fifo.write_bytes(b"[serve_backends]\nmodel_type = \xff\n")
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    result = run_serve(["--config-file", str(fifo), "m"], env, timeout=30)
+    writer.join(5)
+    assert result.returncode == 2, result.stderr
+    [line] = result.error_lines
+    assert f"Cannot read configuration file {fifo}: it is not utf-8 text" in line
+    assert not record.exists()
+
+
 def test_a_fifo_in_a_configuration_directory_is_an_error_not_a_wait(recorder, tmp_path):
     env, record = recorder
     directory = tmp_path / "conf.d"
