@@ -8,7 +8,8 @@ a default) to cross processes. ``__all__`` is the exceptions, which the
 package exports as they are; :func:`describe`, :func:`describe_typed`,
 :func:`describe_raised`, :func:`did_you_mean`, :func:`meant` and :func:`closest`,
 the one wording of a cause, :func:`set_in_configuration`, of a configured name,
-:func:`refuse_string`, of a string given for a collection, and
+:func:`refuse_string`, of a string given for a collection, :func:`shortened`, of
+plugin code's long text, and
 :func:`backend_named`, :func:`load_failed` and :func:`naming_lead`, of the backend
 concerned, are internal.
 """
@@ -176,7 +177,12 @@ def _message(exc: BaseException) -> str | None:
     # caller's exit, and the failure being worded matters, not this one.
     except BaseException:  # noqa: BLE001
         return None
-    if len(text) <= _LONGEST or isinstance(exc, ServeBackendError):
+    return text if isinstance(exc, ServeBackendError) else shortened(text)
+
+
+def shortened(text: str) -> str:
+    """*text* of plugin code (a message, a ``sys.exit`` value), cut past 1,000 characters."""
+    if len(text) <= _LONGEST:
         return text
     left = len(text) - _LONGEST
     return f"{text[:_LONGEST]}… ({left} more characters; --debug shows them)"

@@ -416,3 +416,13 @@ def test_a_huge_message_from_a_plugin_is_cut_in_its_line_and_whole_with_debug(si
     assert line.endswith(f"from huge-rt: {'x' * 1000}… (4000 more characters; --debug shows them)")
     debugged = run_serve(["--debug", "/m", "--model-type", "huge"], site.environ())
     assert "x" * 5000 in debugged.stderr
+
+
+def test_a_huge_sys_exit_value_from_a_plugin_is_cut_in_its_line(site):
+    """``sys.exit(text)`` while loading is quoted by its repr, cut as a message is."""
+    source = "import sys\nsys.exit('x' * 5000)\n"
+    site.install("huge-exit", entry_points={"huge": "huge_exit:factory"},
+                 modules={"huge_exit.py": source})  # fmt: skip
+    line = single_error(run_serve(["/m", "--model-type", "huge"], site.environ()), 1)
+    cut = f"sys.exit('{'x' * 999}… (4002 more characters; --debug shows them)) while loading"
+    assert line.endswith(f"from huge-exit: plugin called {cut}")

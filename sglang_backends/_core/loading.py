@@ -62,6 +62,7 @@ from sglang_backends.errors import (
     describe_raised,
     describe_typed,
     load_failed,
+    shortened,
 )
 
 LOG = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def _cause(exc: BaseException) -> str:
 def _shown(code: object) -> str:
     """``repr(code)``, or ``<Type>`` when plugin code gave it a ``__repr__`` that raises."""
     try:
-        return repr(code)
+        return shortened(repr(code))
     except BaseException:  # noqa: BLE001
         # Its __repr__ is plugin code, which may raise anything, SystemExit too.
         return f"<{type(code).__name__}>"
