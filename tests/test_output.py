@@ -59,13 +59,16 @@ def test_serve_help_into_a_closed_pipe_exits_141_silently(accented):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-@pytest.mark.parametrize("args", [["serve", "--help"], ["list"]])
-def test_a_full_disk_is_one_line_and_status_1(accented, args):
+@pytest.mark.parametrize(
+    "args",
+    [["serve", "--help"], ["list"], ["show", "café"], ["check"], ["--help"], ["help"]],
+)
+def test_a_full_disk_is_one_line_saying_so_and_status_1(accented, args):
     with open("/dev/full", "wb") as full:
         result = _run(accented, args, stdout=full)
     assert result.returncode == 1
     [line] = result.stderr.decode().splitlines()
-    assert "No space left on device" in line
+    assert line.endswith("Cannot write the output: No space left on device")
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 #: How every command (``serve`` and the operator commands) shows a log record on
@@ -150,9 +150,27 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
             os.close(null)
         if isinstance(exc, BrokenPipeError):
             return EXIT_BROKEN_PIPE
-        error(prog, exc)
+        error(prog, _unwritable(exc))
         return EXIT_FAILURE
     return status
+
+
+@contextlib.contextmanager
+def writing_output() -> Iterator[None]:
+    """Around a command's writing to stdout: a failure to write (a full disk) raised again
+    saying so, for the one line that reports it; a closed pipe left as it is.
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OSError(_unwritable(exc)) from exc
+
+
+def _unwritable(exc: OSError) -> str:
+    """A failure to write the output, in one line: the errno alone says not what failed."""
+    return f"Cannot write the output: {exc.strerror or exc}"
 
 
 def _null_streams() -> None:

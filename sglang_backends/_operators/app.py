@@ -106,11 +106,12 @@ class Help(SafeCommand, HelpCommand):
     """print detailed help for another command, or for serve"""
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        if parsed_args.cmd == ["serve"]:
-            # serve's help, as serve --help shows it.
-            console.show(metadata_help(Settings()))
-            return 0
-        return super().take_action(parsed_args)
+        with console.writing_output():
+            if parsed_args.cmd == ["serve"]:
+                # serve's help, as serve --help shows it.
+                console.show(metadata_help(Settings()))
+                return 0
+            return super().take_action(parsed_args)
 
 
 class Serve(SafeCommand):
@@ -194,6 +195,11 @@ class OperatorApp(App):
             elif isinstance(handler, logging.StreamHandler):
                 handler.setLevel(level)
                 console.terminal_log(handler)
+
+    def print_help_if_requested(self) -> None:
+        """``--help`` alone: the help, a failure to write it said in one line."""
+        with console.writing_output():
+            super().print_help_if_requested()
 
     def interact(self) -> None:
         """No interactive shell: without a command, print the help."""

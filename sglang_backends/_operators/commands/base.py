@@ -15,7 +15,7 @@ import stevedore
 from cliff.command import Command
 from cliff.display import DisplayCommandBase
 
-from sglang_backends._core.console import EXIT_USAGE, printable
+from sglang_backends._core.console import EXIT_USAGE, printable, writing_output
 from sglang_backends._core.discovery import (
     InstalledDistribution,
     PluginEntryPoint,
@@ -166,6 +166,12 @@ class SelectionOptions(SafeCommand, DisplayCommandBase[Any]):
     # hook, meant for tests, is the narrowest place to avoid stevedore's scan.
     def _load_formatter_plugins(self) -> Any:
         return _MetadataFormatters(self.formatter_namespace, self.installed_distributions)
+
+    def produce_output(self, parsed_args: argparse.Namespace, column_names: Any, data: Any) -> int:
+        """The output, a failure to write it said in one line (cliff's is the errno alone)."""
+        with writing_output():
+            # Lister's and ShowOne's, which every command mixes in after this class.
+            return super().produce_output(parsed_args, column_names, data)  # type: ignore[safe-super]
 
     @functools.cached_property
     def installed_distributions(self) -> tuple[InstalledDistribution, ...]:
