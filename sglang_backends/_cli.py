@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sglang_backends._operators.app import OperatorApp
 
     # cliff words a failed write itself; what it left buffered is flushed as it ends, not at exit.
-    return run_command(PROG, lambda: OperatorApp().run(args))
+    return run_command(OperatorApp.NAME, lambda: OperatorApp().run(args))
 
 
 def _not_serves(option: str) -> int:

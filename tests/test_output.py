@@ -71,6 +71,20 @@ def test_a_full_disk_is_one_line_saying_so_and_status_1(accented, args):
     assert line.endswith("Cannot write the output: No space left on device")
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("verbosity", [[], ["-v"]])
+def test_a_log_file_on_a_full_disk_is_one_warning_and_the_command_goes_on(accented, verbosity):
+    """logging's own report is a traceback for every record; the log file is left instead."""
+    result = _run(
+        accented, ["--log-file", "/dev/full", *verbosity, "show", "café"], stdout=subprocess.PIPE
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.decode().splitlines() == [
+        "Cannot write the log file /dev/full: No space left on device; logging to stderr only"
+    ]
+    assert "café-runtime" in result.stdout.decode()
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib.metadata
 import itertools
@@ -134,6 +135,26 @@ Run "sglang-backends help COMMAND" or "sglang-backends COMMAND --help" for detai
 """
 
 
+class _LogFile(logging.FileHandler):
+    """``--log-file``, whose failure to write (a full disk) is one line on stderr, then no
+    more writing to it: logging's own report is a traceback for every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        failure = sys.exc_info()[1]
+        if not isinstance(failure, OSError):
+            super().handleError(record)
+            return
+        logging.getLogger().removeHandler(self)
+        # What is left in its buffer cannot be written either.
+        with contextlib.suppress(OSError):
+            self.close()
+        OperatorApp.LOG.warning(
+            "Cannot write the log file %s: %s; logging to stderr only",
+            self.baseFilename,
+            failure.strerror or failure,
+        )
+
+
 class OperatorApp(App):
     """``sglang-backends``: list, show, check and explain serve backends."""
 
@@ -187,11 +208,17 @@ class OperatorApp(App):
         super().configure_logging()
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
+        root = logging.getLogger()
         # As serve's: messages escaped; each is given once as each command reads metadata once.
-        for handler in logging.getLogger().handlers:
-            # --log-file: cliff's format, escaped.
+        for handler in list(root.handlers):
+            # --log-file: cliff's format, escaped, and said once when it cannot be written.
             if isinstance(handler, logging.FileHandler):
-                handler.addFilter(console.printable_record)
+                handler.close()
+                log_file = _LogFile(handler.baseFilename)
+                log_file.setFormatter(handler.formatter)
+                log_file.addFilter(console.printable_record)
+                root.removeHandler(handler)
+                root.addHandler(log_file)
             elif isinstance(handler, logging.StreamHandler):
                 handler.setLevel(level)
                 console.terminal_log(handler)
