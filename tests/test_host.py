@@ -466,6 +466,18 @@ def test_a_fork_without_the_serve_backend_api_is_not_sglang(fork_env):
     )
 
 
+def test_an_editable_fork_is_named_by_its_declared_top_level_package(fork_env, site):
+    """An editable install lists a ``.pth`` in its RECORD, not the package; its
+    ``top_level.txt`` (which ``importlib.metadata.packages_distributions`` reads) names it."""
+    [info] = site.path.glob("sglang_kt-*.dist-info")
+    (info / "RECORD").write_text("__editable__.sglang_kt-0.7.2.pth,,\n", encoding="utf-8")
+    (info / "top_level.txt").write_text("sglang\n", encoding="utf-8")
+    assert sglang_unusable() == (
+        f"the installed 'sglang' package (from {FORK} 0.7.2) lacks SGLang's serve-backend "
+        "API (sglang.cli.serve_backends, SGLang 0.5.18 or later)"
+    )
+
+
 @pytest.mark.parametrize(
     "args",
     [["--help"], ["--model-type", "light", "--help"], ["--model-type", "diffusion", "--help"]],

@@ -43,12 +43,14 @@ def sglang_unusable(builtin: str | None = None) -> str | None:
 
 def _provider(places: list[str]) -> tuple[str, str] | None:
     """The name and version of the distribution whose files are the ``sglang`` package at
-    *places* (the first whose ``RECORD`` lists an ``sglang`` package when none is there)."""
+    *places*; else the first whose ``RECORD`` lists an ``sglang`` package or whose
+    ``top_level.txt`` declares one (an editable install: its ``RECORD`` lists a ``.pth``)."""
     found = {os.path.realpath(place) for place in places}
     first = None
     for dist in importlib.metadata.distributions():
         try:
-            ships = any(path.parts[0] == "sglang" for path in dist.files or ())
+            declared = (dist.read_text("top_level.txt") or "").split()
+            ships = "sglang" in declared or any(p.parts[0] == "sglang" for p in dist.files or ())
         except Exception as exc:  # noqa: BLE001 - an unreadable RECORD names nothing
             LOG.debug("Cannot read the files of %r: %s", dist, exc)
             continue
