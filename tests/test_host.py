@@ -522,7 +522,22 @@ def test_list_beside_a_fork_does_not_advise_installing_sglang_over_it(site, fork
             "needs SGLang (the installed 'sglang' package lacks SGLang's serve-backend API: "
             f"see serve --model-type {name})"
         )
+    # The general plugin ``hooks`` too: SGLang runs it, and SGLang is not to go over the fork.
+    assert statuses["hooks"] == (
+        "needs SGLang, which runs it (the installed 'sglang' package lacks SGLang's "
+        "serve-backend API: see serve --model-type llm)"
+    )
     assert names(log) == []
+
+
+def test_the_general_help_beside_a_fork_does_not_advise_installing_sglang_over_it(fork_env):
+    env, log = fork_env
+    shown = serve(["--help"], env).stdout
+    assert "pip install" not in shown
+    assert (
+        "  llm        built-in, SGLang's LLM server (the installed 'sglang' package lacks "
+        "SGLang's serve-backend API: see serve --model-type llm)"
+    ) in shown.splitlines()
 
 
 def test_an_sglang_before_the_serve_backend_api_is_told_to_upgrade(site):

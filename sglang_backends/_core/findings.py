@@ -58,8 +58,9 @@ NOT_ALLOWED = "not in SGLANG_PLUGINS"
 #: A general plugin's status: its distribution provides a platform ``SGLANG_PLATFORM`` did not pick.
 OTHER_PLATFORM = "skipped: its distribution's platform is not SGLANG_PLATFORM"
 #: A general plugin's status without SGLang, which is what runs them (when no filter of
-#: SGLang's leaves it out: those say so, with or without SGLang).
-NEEDS_SGLANG = "needs SGLang, which runs it (pip install sglang)"
+#: SGLang's leaves it out: those say so, with or without SGLang); ``list`` adds what to
+#: install.
+NEEDS_SGLANG = "needs SGLang, which runs it"
 
 
 def _unmet(line: str, dist: Distribution) -> str | None:

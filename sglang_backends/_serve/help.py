@@ -16,7 +16,7 @@ from sglang_backends._core.inventory import Inventory, take_inventory
 from sglang_backends._core.names import AUTO, PROG
 from sglang_backends._core.settings import Settings
 from sglang_backends._serve.argv import HELP, MODEL_TYPE, SERVE_OPTIONS
-from sglang_backends._sglang.installed import BUILTIN_NOTES
+from sglang_backends._sglang.installed import BUILTIN_NOTES, install_hint
 
 
 class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
@@ -37,7 +37,7 @@ class _UnbrokenOptionsFormatter(argparse.RawDescriptionHelpFormatter):
 
 def _backend_lines(inventory: Inventory) -> list[str]:
     """One line per backend; a duplicate's labelled with the ``DIST:NAME`` that picks it."""
-    rows = list(BUILTIN_NOTES.items())
+    rows = [(name, f"{note} ({install_hint(name)})") for name, note in BUILTIN_NOTES.items()]
     for record in inventory.records:
         plugin = record.plugin
         label = plugin.name

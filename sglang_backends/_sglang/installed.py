@@ -27,10 +27,11 @@ DIFFUSION_INSTALL_HINT = (
     f"Diffusion model support is not available. Install with: {INSTALL_COMMANDS['diffusion']}"
 )
 #: How ``list`` and the general help describe each built-in, in
-#: :func:`default_builtins`'s order: all the general help needs of them.
+#: :func:`default_builtins`'s order: all the general help needs of them, with
+#: :func:`install_hint`.
 BUILTIN_NOTES = {
-    "llm": f"built-in, SGLang's LLM server ({INSTALL_COMMANDS['llm']})",
-    "diffusion": f"built-in, SGLang's diffusion server ({INSTALL_COMMANDS['diffusion']})",
+    "llm": "built-in, SGLang's LLM server",
+    "diffusion": "built-in, SGLang's diffusion server",
 }
 
 _quieted = False

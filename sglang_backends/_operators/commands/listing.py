@@ -9,9 +9,9 @@ from typing import Any
 from cliff.lister import Lister
 
 from sglang_backends._core.discovery import PluginEntryPoint
-from sglang_backends._core.findings import general_plugins, unmet_text
+from sglang_backends._core.findings import NEEDS_SGLANG, general_plugins, unmet_text
 from sglang_backends._operators.commands.base import Cell, SelectionOptions, builtin_row, plugin_row
-from sglang_backends._sglang.installed import sglang_installed
+from sglang_backends._sglang.installed import install_hint, sglang_installed
 
 #: What every backend row says of it (``show`` gives the same fields first).
 BACKEND_COLUMNS = ("Name", "Origin", "Distribution", "Version", "Target", "Status")
@@ -78,8 +78,14 @@ class ListBackends(SelectionOptions, Lister):
             (*plugin_row(r.plugin, r.status.value), _requirements(r.plugin))
             for r in inventory.records
         ]
+        # What SGLang needs installed, as llm does: beside a fork, not pip install sglang.
+        needs = f"{NEEDS_SGLANG} ({install_hint('llm')})"
         rows += [
-            (*plugin_row(g.plugin, g.status, "general"), _requirements(g.plugin)) for g in general
+            (
+                *plugin_row(g.plugin, needs if g.status == NEEDS_SGLANG else g.status, "general"),
+                _requirements(g.plugin),
+            )
+            for g in general
         ]
         return COLUMNS, self.safe_rows(parsed_args, rows)
 
