@@ -538,6 +538,7 @@ def test_the_general_help_beside_a_fork_does_not_advise_installing_sglang_over_i
         "  llm        built-in, SGLang's LLM server (the installed 'sglang' package lacks "
         "SGLang's serve-backend API: see serve --model-type llm)"
     ) in shown.splitlines()
+    assert names(log) == []
 
 
 def test_an_sglang_before_the_serve_backend_api_is_told_to_upgrade(site):

@@ -688,6 +688,20 @@ def test_a_help_running_a_helper_command_to_its_end_passes():
     assert report.help_seconds >= 0.3
 
 
+def test_a_help_setting_a_signal_handler_is_told_why_it_fails_here():
+    """Both hosts call run() in the main thread; the check, bounded, in a worker thread."""
+
+    def run(request):
+        signal.signal(signal.SIGTERM, lambda *_: None)
+
+    with pytest.raises(ContractViolation) as caught:
+        assert_backend_contract(lambda: ServeBackend(api_version=1, run=run), sglang=False)
+    assert str(caught.value).endswith(
+        "where signal.signal raises; both hosts call it in the main thread: set handlers "
+        "after handling --help)"
+    )
+
+
 def test_a_plugin_claiming_a_built_in_name_fails_the_check_naming_it(serve_backends):
     install(serve_backends, "good", GOOD)
     serve_backends.install(

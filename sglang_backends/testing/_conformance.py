@@ -141,9 +141,28 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
         )
     elif error is not None:
         problem = f"raised {describe_typed(error)}"
+        if _signal_set_in_a_thread(error):
+            problem += (
+                " (the check calls it in a worker thread, where signal.signal raises; both "
+                "hosts call it in the main thread: set handlers after handling --help)"
+            )
     else:
         return run.seconds
     raise _breach(name, f"run(['--help']) {problem}") from error
+
+
+def _signal_set_in_a_thread(error: BaseException) -> bool:
+    """Whether *error* is :func:`signal.signal`'s refusal outside the main thread: its last
+    Python frame is the :mod:`signal` module's."""
+    trace = error.__traceback__
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    frame = trace.tb_frame if trace is not None else None
+    return (
+        isinstance(error, ValueError)
+        and frame is not None
+        and frame.f_globals.get("__name__") == "signal"
+    )
 
 
 def _check_detector(
