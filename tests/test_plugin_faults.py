@@ -426,3 +426,34 @@ def test_a_huge_sys_exit_value_from_a_plugin_is_cut_in_its_line(site):
     line = single_error(run_serve(["/m", "--model-type", "huge"], site.environ()), 1)
     cut = f"sys.exit('{'x' * 999}… (4002 more characters; --debug shows them)) while loading"
     assert line.endswith(f"from huge-exit: plugin called {cut}")
+
+
+LINGERING = """
+import threading
+import time
+
+from sglang_backends import ServeBackend
+
+# Not a daemon: Python waits for it before the process can end.
+threading.Thread(target=time.sleep, args=(3600,), name="lingering").start()
+
+
+def factory():
+    return ServeBackend(api_version=1, run=lambda request: print("lingering help"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "prog"),
+    [(["show", "lingering"], "sglang-backends"),
+     (["serve", "--model-type", "lingering", "--help"], "sglang-backends serve")],
+)  # fmt: skip
+def test_a_thread_plugin_code_leaves_running_does_not_keep_a_command_from_ending(site, args, prog):
+    """Python would wait for ever; the command waits a grace, then ends naming the thread."""
+    site.install("lingering-rt", entry_points={"lingering": "lingering_plugin:factory"},
+                 modules={"lingering_plugin.py": LINGERING})  # fmt: skip
+    result = run_cli(site, *args, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"{prog}: note: not waiting for threads plugin code left running after 5 s: 'lingering'"
+    )

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -33,6 +34,13 @@ EXIT_USAGE = 2
 #: The exit status of a command whose reader went away, as cliff's commands give it:
 #: 128 + SIGPIPE.
 EXIT_BROKEN_PIPE = 128 + 13
+#: Seconds a command, once done, waits for the threads plugin code left running (Python
+#: would wait for ever), before it ends without them.
+THREAD_GRACE = 5.0
+
+#: ``os._exit`` as it was before any plugin code ran, for the processes this package ends:
+#: a plugin that replaces ``os._exit`` must not keep one of them from ending.
+exit_now = os._exit
 
 
 def printable(value: Any) -> Any:
@@ -152,7 +160,32 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
             return EXIT_BROKEN_PIPE
         error(prog, _unwritable(exc))
         return EXIT_FAILURE
+    _end_without_threads_left(prog, status)
     return status
+
+
+def _end_without_threads_left(prog: str, status: int) -> None:
+    """End the process with *status* when threads plugin code started (a plugin's import
+    in ``show``, a backend's ``--help``) outlive :data:`THREAD_GRACE`, naming them: Python
+    would wait for them for ever. Return when there are none, or they ended in time.
+    """
+    threads = sys.modules.get("threading")
+    if threads is None:
+        return
+    current = threads.current_thread()
+    left = [t for t in threads.enumerate() if not t.daemon and t is not current]
+    deadline = time.monotonic() + THREAD_GRACE
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    names = ", ".join(repr(t.name) for t in left if t.is_alive())
+    if not names:
+        return
+    note(
+        prog, f"not waiting for threads plugin code left running after {THREAD_GRACE:g} s: {names}"
+    )
+    logging.shutdown()
+    flush()
+    exit_now(status)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from sglang_backends._core import console
+from sglang_backends._core.console import exit_now as exit_now
 from sglang_backends._core.signals import signal_name, stop_signals
 
 LOG = logging.getLogger(__name__)
@@ -51,11 +52,6 @@ def log_overdue(timeout: float, backend: str | None = None) -> None:
         LOG.warning("Serve backend %s did not stop within %.1fs", backend, timeout)
     else:
         LOG.warning("The serve backend did not stop within %.1fs", timeout)
-
-
-#: ``os._exit`` as it was before any plugin code ran, for the processes this package ends:
-#: a plugin that replaces ``os._exit`` must not keep one of them from ending.
-exit_now = os._exit
 
 
 def exit_status(exc: SystemExit) -> int:
