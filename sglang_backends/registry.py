@@ -96,7 +96,8 @@ class ServeBackendRegistry:
         self.detect_timeout = _timeout("detect_timeout", detect_timeout)
         self.load_timeout = _timeout("load_timeout", load_timeout)
         if inventory is None:
-            builtins = default_builtins() if builtins is None else builtins
+            # A copy, as upstream's dict(builtins): the caller's later edits are not ours.
+            builtins = default_builtins() if builtins is None else dict(builtins)
             # Before tuple() splits a string into letters; take_inventory trusts its Settings.
             selection.check_lists(builtins, enabled, disabled, preferred)
             # Read once: it may be an iterator.
@@ -143,7 +144,7 @@ class ServeBackendRegistry:
             *inventory*, the lists of *settings* are checked as the constructor's are.
         """
         if inventory is None:
-            builtins = default_builtins() if builtins is None else builtins
+            builtins = default_builtins() if builtins is None else dict(builtins)
             selection.check_lists(builtins, settings.enabled, settings.disabled, settings.preferred)
             inventory = take_inventory(settings, builtins)
         elif builtins is not None:
@@ -235,9 +236,9 @@ class ServeBackendRegistry:
         :raises ConfigurationError: *request* is no ``ServeRequest`` (a ``TypeError``
             too), which every detector would be blamed for.
         """
-        # SGLang's request class is taken by its name, as its backend class is.
+        # A subclass, or SGLang's request class, taken by its name as its backend class is.
         kind = type(request).__name__
-        if kind != ServeRequest.__name__:
+        if not isinstance(request, ServeRequest) and kind != ServeRequest.__name__:
             raise errors.ConfigurationError(f"request must be a ServeRequest, got {kind}")
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         fresh = partial(self._load, progress=progress)

@@ -5,6 +5,7 @@ No private module is imported here: what a library user needs is on the package.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -108,6 +109,32 @@ def test_detection_refuses_what_is_no_request_rather_than_blame_the_detectors(
         assert isinstance(raised.value, TypeError)
     assert "Skipping" not in caplog.text
     assert module not in sys.modules
+
+
+def test_detection_takes_a_subclass_of_the_request(install_backend):
+    """A host's own request class, derived from ServeRequest, is a request."""
+    install_backend("acme-rt", "acme", detect="return ServeBackendDetection.MATCH")
+
+    @dataclasses.dataclass(frozen=True)
+    class TracedRequest(ServeRequest):
+        trace_id: str = ""
+
+    traced = TracedRequest(argv=("--model-path", "m"), model_path="m", trace_id="t1")
+    assert ServeBackendRegistry().auto_detect(traced).name == "acme"
+
+
+def test_the_registry_keeps_a_copy_of_the_builtins_it_was_given(install_backend):
+    """As upstream's ``dict(builtins)``: the caller's later edits reach no part of it."""
+    install_backend("acme-rt", "acme")
+    own = ServeBackend(api_version=1, run=print)
+    given = {"mine": own, "lazy": lambda: own}
+    registry = ServeBackendRegistry(given)
+    given["acme"] = own
+    del given["lazy"]
+    assert registry["lazy"].backend is own
+    assert registry["acme"].backend is not own  # the installed plugin, still
+    paired = ServeBackendRegistry([("mine", own)])  # type: ignore[arg-type]
+    assert paired.names()[0] == "mine" and "mine" in paired
 
 
 def test_every_list_argument_may_be_an_iterator_read_once():
