@@ -237,8 +237,9 @@ class ServeBackendRegistry:
             too), which every detector would be blamed for.
         """
         # A subclass, or SGLang's request class, taken by its name as its backend class is.
-        kind = type(request).__name__
-        if not isinstance(request, ServeRequest) and kind != ServeRequest.__name__:
+        given: object = request
+        kind = type(given).__name__
+        if not isinstance(given, ServeRequest) and kind != ServeRequest.__name__:
             raise errors.ConfigurationError(f"request must be a ServeRequest, got {kind}")
         names = [n for n in self.available_names if n != FALLBACK_BACKEND]
         fresh = partial(self._load, progress=progress)
