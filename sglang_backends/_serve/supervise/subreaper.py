@@ -163,6 +163,9 @@ class _Supervision:
         # Every child is the backend process or one of its orphans.
         self.wait_status = tree.reap().get(self.child, self.wait_status)
         self.heard.read()
+        # First: serve's death sends the supervisor SIGTERM (tree.die_with_parent), which
+        # is that death, said as such, not a stop signal someone sent.
+        self._check_front()
         if info is not None and info.si_signo in signals.stop_signals():
             self._on_stop_signal(info)
         elif info is not None and info.si_signo != signal.SIGCHLD:
@@ -170,7 +173,6 @@ class _Supervision:
         # The front continued the tree's group.
         if self.take.continued() and self._elsewhere():
             self._send(signal.SIGCONT)
-        self._check_front()
 
     def _send(self, signum: int) -> None:
         """Send *signum* to the backend process, unless it has ended."""
