@@ -232,8 +232,13 @@ def settings_from_conf(conf: cfg.ConfigOpts) -> Settings:
     """The ``[serve_backends]`` values of a called *conf* (see :func:`register_opts`).
 
     :raises ConfigurationError: a value is invalid: every such value, a line each, naming the
-        option and where it was set.
+        option and where it was set; or *conf* lacks the options, or was never called.
     """
+    # oslo.config's own error would name an option, not the step left out.
+    if _GROUP not in conf:
+        raise ConfigurationError(f"conf has no [{_GROUP}] options: register_opts(conf) first")
+    if "config_file" not in conf:
+        raise ConfigurationError("conf has read no configuration: call it, conf(args), first")
     problems: list[str] = []
     # The files before the directories: oslo.config keeps no order.
     parsed = _read(_args(conf.config_file, conf.config_dirs), problems)

@@ -534,3 +534,15 @@ def test_each_option_is_said_to_be_set_in_the_file_that_sets_it(tmp_path):
         "detect_timeout": str(timeouts),
     }
     assert settings.describe("load_timeout") == f"[serve_backends] load_timeout, set in {shouted}"
+
+
+def test_a_conf_not_ready_is_told_which_step_it_lacks():
+    """oslo.config's own error names an option (``config_file``), not the step left out."""
+    conf = cfg.ConfigOpts()
+    with pytest.raises(ConfigurationError, match=r"register_opts\(conf\) first"):
+        config.registry_from_conf(conf)
+    config.register_opts(conf)
+    with pytest.raises(ConfigurationError, match=r"call it, conf\(args\), first"):
+        config.select_backend(conf, ServeRequest(argv=(), model_path="/m"))
+    conf(args=[])
+    assert "llm" in config.registry_from_conf(conf)
