@@ -173,6 +173,10 @@ class ServeBackendRegistry:
         """:meth:`names`, as a mapping iterates its keys (``list(registry)``); imports nothing."""
         return iter(self.available_names)
 
+    def __repr__(self) -> str:
+        """The names it offers, as a REPL shows it; imports nothing."""
+        return f"<{type(self).__name__}: {', '.join(self.available_names)}>"
+
     def __contains__(self, name: object) -> bool:
         """Whether *name* is one of :meth:`names`; imports nothing."""
         return name in self.available_names

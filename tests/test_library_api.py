@@ -27,6 +27,7 @@ def test_a_registry_without_arguments_has_sglangs_builtins_then_the_plugins(
     assert registry.names() == ["llm", "diffusion", *sorted({"acme", *preinstalled})]
     assert "acme" in registry and "nope" not in registry
     assert list(registry) == registry.names()  # as a mapping iterates its keys
+    assert repr(registry) == f"<ServeBackendRegistry: {', '.join(registry.names())}>"
     assert module not in sys.modules  # listing imports no plugin
 
 
