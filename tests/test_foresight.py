@@ -385,3 +385,21 @@ def test_detect_warns_of_its_own_options_after_the_model(site, tmp_path):
     explicit = run_cli(site, "detect", "-f", "json", "--", "/m", "-f", "x")
     assert explicit.returncode == 0, explicit.stderr
     assert "own options" not in explicit.stderr
+
+
+def test_a_copy_by_its_directory_name_alone_is_shown_with_the_name_it_has(site):
+    """importlib.metadata reads ``vlm-fast-1.0.dist-info`` as distribution ``vlm``, as it
+    reads ``vlm-ref-1.0.dist-info``: one hides the other, named as its METADATA names it."""
+    for dist in ("vlm-fast", "vlm-ref"):
+        info = site.path / f"{dist}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n", encoding="utf-8"
+        )
+        (info / "entry_points.txt").write_text(
+            "[sglang.serve_backends]\nvlm = omni_plugin:factory\n", encoding="utf-8"
+        )
+    (site.path / "omni_plugin.py").write_text(WELL, encoding="utf-8")
+    shown = json.loads(run_cli(site, "show", "vlm", "-f", "json").stdout)
+    hidden = ({"vlm-fast", "vlm-ref"} - {shown["Distribution"]}).pop()
+    assert shown["Shadowed copies"] == f"1.0 at {site.path} (its METADATA names {hidden})"

@@ -207,11 +207,19 @@ def shadowed_text(plugin: PluginEntryPoint) -> str:
     copies = []
     for dist in plugin.installed.shadowed if plugin.installed is not None else ():
         try:
-            version = next(iter(_header(metadata_text(dist), "Version")), None)
+            text = metadata_text(dist)
         except Exception:  # noqa: BLE001
             # An unreadable copy is still a copy.
-            version = None
-        copies.append(f"{version or 'unknown version'} at {dist.locate_file('')}")
+            text = None
+        version = next(iter(_header(text, "Version")), None)
+        copy = f"{version or 'unknown version'} at {dist.locate_file('')}"
+        # Taken for a copy by its directory's name (vlm-fast-1.0.dist-info is "vlm"), as
+        # importlib.metadata takes it, though its METADATA names another distribution.
+        named = next(iter(_header(text, "Name")), None)
+        first = plugin.distribution
+        if named and first and normalize_distribution(named) != normalize_distribution(first):
+            copy += f" (its METADATA names {named})"
+        copies.append(copy)
     return "; ".join(copies)
 
 
