@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
 from sglang_backends._core.names import PROG, RESERVED_SERVE_BACKEND_NAMES, SERVE_BACKENDS_GROUP
-from sglang_backends.errors import refuse_string
+from sglang_backends.errors import ConfigurationError, refuse_string
 
 __all__ = [
     "RESERVED_SERVE_BACKEND_NAMES",
@@ -90,13 +90,18 @@ class ServeRequest:
         :raises ValueError: a ``--model-type`` or a leading option of
             ``serve``'s without its value.
         :raises ConfigurationError: *argv* is a string, not a sequence of
-            arguments (a ``TypeError`` too).
+            arguments, or holds what is no string (a ``TypeError`` too).
         """
         refuse_string(argv, "argv must be a sequence of arguments")
+        # Read once: an iterator is arguments too.
+        args = tuple(argv)
+        strays = [arg for arg in args if not isinstance(arg, str)]
+        if strays:
+            raise ConfigurationError(f"argv must hold strings, got {type(strays[0]).__name__}")
         # serve's argv module, which is not on a plugin's import path.
         from sglang_backends._serve import argv as dispatch
 
-        return cls(*dispatch.request_fields(dispatch.parse_host_options(argv).argv))
+        return cls(*dispatch.request_fields(dispatch.parse_host_options(args).argv))
 
 
 #: The two callables' types, defined (and left out of ``__all__``) as upstream does.

@@ -96,6 +96,20 @@ def test_a_command_line_given_as_one_string_is_refused_not_split_into_letters():
     assert isinstance(raised.value, TypeError) and isinstance(raised.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("argv", "got"), [([b"m"], "bytes"), (["m", 1], "int"), ([None], "NoneType")]
+)
+def test_a_request_from_what_is_no_argument_is_refused_naming_it(argv, got):
+    with pytest.raises(ConfigurationError) as raised:
+        ServeRequest.from_argv(argv)
+    assert str(raised.value) == f"argv must hold strings, got {got}"
+
+
+def test_a_request_from_an_iterator_of_arguments():
+    request = ServeRequest.from_argv(iter(["org/model", "--model-type", "x", "--tp", "2"]))
+    assert request.argv == ("--model-path", "org/model", "--tp", "2")
+
+
 @pytest.mark.parametrize("request_", [None, "org/model", ("--model-path", "m")])
 def test_detection_refuses_what_is_no_request_rather_than_blame_the_detectors(
     install_backend, caplog, request_
