@@ -237,3 +237,20 @@ def test_a_configured_plugin_that_fails_to_load_fails_as_serve_would(detectors, 
     assert last["Verdict"] == "configured"
     assert "fails to load here, so serve fails" in last["Detail"]
     assert "needs libbroken" in last["Detail"]
+
+
+def test_a_configured_plugin_that_fails_to_load_says_why_on_the_first_line(detectors):
+    detectors.install(
+        "boom-rt",
+        entry_points={"boom": "boom_plugin:factory"},
+        modules={"boom_plugin.py": "raise ImportError('needs libfoo')\n"},
+    )
+    # The table cuts the final row's detail: the line before it must say why.
+    result = run_cli(detectors, "detect", "/tmp", env={"OS_SERVE_BACKENDS__MODEL_TYPE": "boom"})
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "Configured: serve uses 'boom' by name ([serve_backends] model_type, set in environment "
+        "variable OS_SERVE_BACKENDS__MODEL_TYPE), not detection; it fails to load here, so serve "
+        "fails: Failed to load serve backend 'boom' from boom-rt: needs libfoo"
+    )
+    assert "Traceback" not in result.stderr

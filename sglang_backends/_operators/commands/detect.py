@@ -209,8 +209,9 @@ class DetectBackend(SelectionOptions, Lister):
 
     When serve would not detect (model_type set in configuration, or
     --model-type in the request), detect says so first, naming where it was
-    set: the final row is that backend, verdict "configured", and the
-    detectors' rows are for information only. A name serve would refuse
+    set and, if that backend fails to load, why: the final row is that
+    backend, verdict "configured", and the detectors' rows are for
+    information only. A name serve would refuse
     (unknown, disabled) gets serve's message and exit status.
 
     The request is what you would pass to serve: a positional MODEL becomes
@@ -294,8 +295,6 @@ class DetectBackend(SelectionOptions, Lister):
         configured, inventory = self.inventory(parsed_args, warn_model_type=False)
         # The backend chosen by name, as serve does before detecting.
         chosen = _chosen(host.model_type, configured, inventory)
-        if chosen is not None:
-            self.app.LOG.warning("Configured: %s", chosen[2])
         # The registry's settings, for the worker.
         settings = Settings(
             enabled=configured.enabled,
@@ -312,6 +311,9 @@ class DetectBackend(SelectionOptions, Lister):
             worker = run_isolated(job, timeout=timeout)
             underway = InFlight().replay(trace.read().decode("utf-8", "replace"))
         result = worker.result
+        if chosen is not None and (result is None or result.error is not None):
+            # Whether it loads is unknown: what serve uses, before why detect failed.
+            self.app.LOG.warning("Configured: %s", chosen[2])
         if result is None:
             crashed = worker.failure == "crashed"
             why = _stalled(underway, crashed=crashed) or _culprits(inventory, settings, timeout)
@@ -333,6 +335,8 @@ class DetectBackend(SelectionOptions, Lister):
                 detail += f"; it fails to load here, so serve fails: {failed.detail}"
                 self.failed = True
             rows.append((name, distribution, "configured", seconds, detail))
+            # Said once it is known whether it loads, so that this line says why serve fails.
+            self.app.LOG.warning("Configured: %s", detail)
         elif result.selected is None:
             matches = ", ".join(result.matches)
             detail = (
