@@ -294,23 +294,26 @@ def test_preferred_backends_settles_several_matches_in_its_order(matching):
         )
 
 
-def test_serve_and_detect_say_preferred_backends_chose(matching, tmp_path):
+def test_serve_and_detect_say_preferred_backends_chose_and_where_it_was_set(matching, tmp_path):
     conf = tmp_path / "prefer.conf"
     conf.write_text("[serve_backends]\npreferred_backends = beta, alpha\n")
+    # Where the list was set comes before the others that matched, in one wording.
+    note = f"chosen by preferred_backends, set in {conf}; also matched: alpha"
     served = run_serve(["--config-file", str(conf), "/m"], matching.environ())
     assert served.returncode == 0, served.stderr
     assert (
-        "Selected serve backend 'beta' (from beta-runtime) by automatic detection "
-        "(chosen by preferred_backends; also matched: alpha)"
+        f"Selected serve backend 'beta' (from beta-runtime) by automatic detection ({note})"
     ) in served.stderr.splitlines()
+    said = run_cli(matching, "detect", "--config-file", str(conf), "/m")
+    assert said.returncode == 0, said.stderr
+    assert said.stderr.splitlines()[0] == f"Selected: beta ({note})"
     variable = "OS_SERVE_BACKENDS__PREFERRED_BACKENDS"
     detected = run_cli(matching, "detect", "-f", "json", "/m", env={variable: "beta,alpha"})
     assert detected.returncode == 0, detected.stderr
     final = json.loads(detected.stdout)[-1]
     assert (final["Backend"], final["Verdict"]) == ("beta", "selected")
     assert final["Detail"] == (
-        "chosen by preferred_backends; also matched: alpha ([serve_backends] "
-        f"preferred_backends, set in environment variable {variable})"
+        f"chosen by preferred_backends, set in environment variable {variable}; also matched: alpha"
     )
     ambiguous = run_cli(matching, "detect", "-f", "json", "/m")
     assert ambiguous.returncode == 1

@@ -159,10 +159,12 @@ def _about_detector(cause: str) -> bool:
     return cause.startswith("detector")
 
 
-def preferred_note(selected: str, matches: Sequence[str]) -> str:
-    """Why *selected* was chosen among *matches*: ``preferred_backends``, naming the others."""
+def preferred_note(selected: str, matches: Sequence[str], *, set_in: str | None) -> str:
+    """Why *selected* was chosen among *matches*: ``preferred_backends``, with where it was
+    *set_in* (if known), naming the others."""
+    where = "" if set_in is None else f", set in {set_in}"
     others = ", ".join(name for name in matches if name != selected)
-    return f"chosen by preferred_backends; also matched: {others}"
+    return f"chosen by preferred_backends{where}; also matched: {others}"
 
 
 _T = TypeVar("_T")

@@ -156,7 +156,8 @@ def _backend(
         registered = registry.get(detection.choice())
         chosen = "Selected serve backend %s by automatic detection%s"
         if detection.preferred:
-            why = f" ({preferred_note(registered.name, detection.matches)})"
+            where = settings.set_in("preferred_backends")
+            why = f" ({preferred_note(registered.name, detection.matches, set_in=where)})"
     else:
         registered = _get(registry, settings, progress)
         chosen = "Using serve backend %s%s"

@@ -350,8 +350,8 @@ class DetectBackend(SelectionOptions, Lister):
             if result.fallback:
                 detail = f"no backend claimed the request; llm is the fallback{_fails(name)}"
             elif len(result.matches) > 1:
-                where = configured.describe("preferred_backends")
-                detail = f"{preferred_note(name, result.matches)} ({where})"
+                where = configured.set_in("preferred_backends")
+                detail = preferred_note(name, result.matches, set_in=where)
             else:
                 detail = "the only backend whose detector matched"
             # The fallback, a built-in, has no distribution, as no built-in has.
