@@ -1,7 +1,8 @@
 """Driver selection by configuration, the OpenStack way (oslo.config).
 
 oslo.config reads the ``[serve_backends]`` group and validates its typed options; this adds a
-pipe read once, no FIFO in a directory hanging a command, and warnings about misspelt names.
+pipe read once, no FIFO in a directory hanging a command, and warnings about misspelt names
+and options set twice in a file.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
         return Settings(), [*problems, _not_text(pipes or "file", exc)]
     except (cfg.Error, OSError, ValueError) as exc:
         return Settings(), [*problems, f"Invalid configuration: {exc}"]
-    for problem in _unknown(parsed):
+    for problem in [*_unknown(parsed), *_repeated(parsed)]:
         LOG.warning("%s", problem)
     legacy = os.environ.get(STOP_TIMEOUT_ENV)
     if legacy is not None and _STOP_TIMEOUT_VARIABLE in os.environ:
@@ -464,6 +465,21 @@ def _unknown(parsed: _Parsed) -> Iterator[str]:
         for key in environment_variables()
         if key not in _VARIABLES
     )
+
+
+def _repeated(parsed: _Parsed) -> Iterator[str]:
+    """A line for each option set more than once in a ``[serve_backends]`` section of a file:
+    oslo.config reads the last value, silently."""
+    known = [opt.dest for opt in _OPTS]
+    for path, sections in parsed:
+        for section, options in (sections or {}).items():
+            if section.lower() == _GROUP:
+                yield from (
+                    f"Option {option!r} is set {len(values)} times in [{section}] of {path}; "
+                    f"the last, {values[-1]!r}, overrides the others"
+                    for option, values in options.items()
+                    if option in known and len(values) > 1
+                )
 
 
 def registry_from_conf(

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from clitools import CLI, clean_environ
+from clitools import CLI, clean_environ, run_cli
 from servetools import RECORDER, read_json, run_serve
 
 
@@ -86,6 +86,30 @@ def test_model_type_from_the_environment_and_from_a_directory(recorder, tmp_path
     from_env = serve_with_environment(["m"], {**env, "OS_SERVE_BACKENDS__MODEL_TYPE": "recorder"})
     assert from_env.returncode == 0, from_env.stderr
     assert "Using serve backend 'recorder'" in from_env.stderr
+
+
+def test_an_option_set_twice_in_a_file_is_one_warning_naming_the_value_read(
+    recorder, site, tmp_path
+):
+    env, _ = recorder
+    path = conf(tmp_path, "model_type = recorder\nmodel_type = other\n")
+    warning = (
+        f"Option 'model_type' is set 2 times in [serve_backends] of {path}; "
+        "the last, 'other', overrides the others"
+    )
+    served = run_serve(["--config-file", str(path), "m"], env)
+    assert served.returncode == 0, served.stderr
+    assert [line for line in served.stderr.splitlines() if " times in " in line] == [warning]
+    assert "Using serve backend 'other'" in served.stderr  # the one oslo.config reads
+    listed = run_cli(site, "list", "--config-file", str(path))
+    assert listed.returncode == 0, listed.stderr
+    assert [line for line in listed.stderr.splitlines() if " times in " in line] == [warning]
+    # Once in each of two files is a later file winning, as documented: no warning.
+    first = conf(tmp_path, "model_type = recorder\n", name="first.conf")
+    later = conf(tmp_path, "model_type = other\n", name="later.conf")
+    both = run_serve(["--config-file", str(first), "--config-file", str(later), "m"], env)
+    assert both.returncode == 0, both.stderr
+    assert " times in " not in both.stderr
 
 
 def test_disabled_backend_is_refused_and_never_run(recorder, tmp_path):
