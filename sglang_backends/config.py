@@ -214,7 +214,7 @@ def read_settings(args: Sequence[str]) -> tuple[Settings, list[str]]:
         return Settings(), [*problems, _not_text(pipes or "file", exc)]
     except (cfg.Error, OSError, ValueError) as exc:
         return Settings(), [*problems, f"Invalid configuration: {exc}"]
-    for problem in [*_unknown(parsed), *_repeated(parsed)]:
+    for problem in _slips(parsed):
         LOG.warning("%s", problem)
     legacy = os.environ.get(STOP_TIMEOUT_ENV)
     if legacy is not None and _STOP_TIMEOUT_VARIABLE in os.environ:
@@ -432,20 +432,26 @@ def _not_text(path: str, exc: UnicodeDecodeError) -> str:
     )
 
 
-def _unknown(parsed: _Parsed) -> Iterator[str]:
+def _slips(parsed: _Parsed) -> Iterator[str]:
     """A line for each group, option and ``OS_SERVE_BACKENDS__*`` variable nothing reads, with
-    the closest known name: oslo.config ignores them silently."""
+    the closest known name, and for each option a section of a file sets more than once,
+    with the value read (the last): oslo.config passes over both silently."""
     known = [opt.dest for opt in _OPTS]
     for path, sections in parsed:
         for section, options in (sections or {}).items():
             # oslo.config folds group names to lower case.
             if section.lower() == _GROUP:
-                yield from (
-                    f"Ignoring unknown option {option!r} in [{_GROUP}] of {path}"
-                    f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
-                    for option in options
-                    if option not in known
-                )
+                for option, values in options.items():
+                    if option not in known:
+                        yield (
+                            f"Ignoring unknown option {option!r} in [{_GROUP}] of {path}"
+                            f"{did_you_mean(option, known)} Known options: {', '.join(known)}."
+                        )
+                    elif len(values) > 1:
+                        yield (
+                            f"Option {option!r} is set {len(values)} times in [{section}] of "
+                            f"{path}; the last, {values[-1]!r}, overrides the others"
+                        )
             elif section == "DEFAULT":
                 yield from (
                     f"Ignoring option {option!r} in [DEFAULT] of {path}"
@@ -465,21 +471,6 @@ def _unknown(parsed: _Parsed) -> Iterator[str]:
         for key in environment_variables()
         if key not in _VARIABLES
     )
-
-
-def _repeated(parsed: _Parsed) -> Iterator[str]:
-    """A line for each option set more than once in a ``[serve_backends]`` section of a file:
-    oslo.config reads the last value, silently."""
-    known = [opt.dest for opt in _OPTS]
-    for path, sections in parsed:
-        for section, options in (sections or {}).items():
-            if section.lower() == _GROUP:
-                yield from (
-                    f"Option {option!r} is set {len(values)} times in [{section}] of {path}; "
-                    f"the last, {values[-1]!r}, overrides the others"
-                    for option, values in options.items()
-                    if option in known and len(values) > 1
-                )
 
 
 def registry_from_conf(
