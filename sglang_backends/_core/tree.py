@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import psutil
 
@@ -25,6 +25,7 @@ LOG = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 # Seconds freeze_and_kill() keeps finding new processes.
 _FREEZE_BOUND = 10.0
 # Seconds SIGKILLed processes get to disappear.
@@ -43,8 +44,9 @@ def _send_all(processes: Iterable[psutil.Process], signum: int) -> None:
             LOG.warning("Cannot stop process %s: %s", process.pid, exc)
 
 
-def _prctl(option: int, value: int) -> bool:
-    """Linux's ``prctl(option, value)``; whether it worked (elsewhere libc has none)."""
+def _prctl(option: int, value: object) -> bool:
+    """Linux's ``prctl(option, value)``, *value* a number or a pointer (:func:`ctypes.byref`);
+    whether it worked (elsewhere libc has none)."""
     try:
         return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
@@ -54,6 +56,22 @@ def _prctl(option: int, value: int) -> bool:
 def become_subreaper() -> bool:
     """Make orphaned descendants re-parent to this process (Linux); whether it worked."""
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+@contextlib.contextmanager
+def adopting_orphans() -> Iterator[bool]:
+    """Within it, this process is a subreaper (:func:`become_subreaper`), so that a check
+    sees, kills and reaps what a double fork left; then it is again what it was. Yields
+    whether it is one: not where ``prctl`` is unavailable, where orphans go to init unseen.
+    """
+    was = ctypes.c_int()
+    known = _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was))
+    adopting = become_subreaper()
+    try:
+        yield adopting
+    finally:
+        if adopting and known and not was.value:
+            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def die_with_parent() -> bool:
