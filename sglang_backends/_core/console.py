@@ -169,15 +169,7 @@ def _end_without_threads_left(prog: str, status: int) -> None:
     in ``show``, a backend's ``--help``) outlive :data:`THREAD_GRACE`, naming them: Python
     would wait for them for ever. Return when there are none, or they ended in time.
     """
-    threads = sys.modules.get("threading")
-    if threads is None:
-        return
-    current = threads.current_thread()
-    left = [t for t in threads.enumerate() if not t.daemon and t is not current]
-    deadline = time.monotonic() + THREAD_GRACE
-    for thread in left:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    names = ", ".join(repr(t.name) for t in left if t.is_alive())
+    names = ", ".join(repr(t.name) for t in threads_left())
     if not names:
         return
     note(
@@ -186,6 +178,21 @@ def _end_without_threads_left(prog: str, status: int) -> None:
     logging.shutdown()
     flush()
     exit_now(status)
+
+
+def threads_left(known: Iterable[object] = ()) -> list[Any]:
+    """The non-daemon threads but this one and *known* still running :data:`THREAD_GRACE` s
+    from now (each waited for until then): Python would wait for them for ever at exit.
+    """
+    threads = sys.modules.get("threading")
+    if threads is None:
+        return []
+    ignored = {threads.current_thread(), *known}
+    left = [t for t in threads.enumerate() if not t.daemon and t not in ignored]
+    deadline = time.monotonic() + THREAD_GRACE
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in left if t.is_alive()]
 
 
 @contextlib.contextmanager
