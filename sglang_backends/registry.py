@@ -93,8 +93,8 @@ class ServeBackendRegistry:
         preferred: Iterable[str] = (),
         inventory: Inventory | None = None,
     ) -> None:
-        self.detect_timeout = _timeout("detect_timeout", detect_timeout)
-        self.load_timeout = _timeout("load_timeout", load_timeout)
+        self.detect_timeout = timeout_argument("detect_timeout", detect_timeout)
+        self.load_timeout = timeout_argument("load_timeout", load_timeout)
         if inventory is None:
             # A copy, as upstream's dict(builtins): the caller's later edits are not ours.
             builtins = default_builtins() if builtins is None else dict(builtins)
@@ -272,8 +272,9 @@ class ServeBackendRegistry:
         return self.get(self.explain(request, progress=progress).choice())
 
 
-def _timeout(label: str, value: float) -> float:
-    """*value*, the registry's argument *label*, as a timeout (:func:`.settings.seconds`).
+def timeout_argument(label: str, value: float) -> float:
+    """*value*, the argument *label* (the registry's, the kit's), as a timeout
+    (:func:`.settings.seconds`).
 
     :raises ConfigurationError: it is not one.
     """
