@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +17,20 @@ CLI = str(Path(sys.executable).with_name("sglang-backends"))
 def clean_environ(env: Mapping[str, str]) -> dict[str, str]:
     """*env* without configuration variables, so commands use their defaults."""
     return {k: v for k, v in env.items() if not k.startswith("OS_SERVE_BACKENDS__")}
+
+
+def run_pytest_in(directory: object, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest run in *directory* on the tests it holds (no cache, no xdist), its output
+    captured: a plugin author's test session."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
+        cwd=directory,
+        env=clean_environ(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def run_cli(

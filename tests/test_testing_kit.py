@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from clitools import clean_environ
+from clitools import clean_environ, run_pytest_in
 
 import sglang_backends
 from sglang_backends import ServeBackend, ServeBackendDetection, ServeRequest
@@ -215,7 +215,10 @@ def raise_unprintable(*args):
 @pytest.mark.parametrize(
     ("factory", "breach"),
     [
-        (raise_unprintable, "'raise_unprintable' raised Unprintable: <exception str() failed>"),
+        (
+            raise_unprintable,
+            "'test_testing_kit.raise_unprintable' raised Unprintable: <exception str() failed>",
+        ),
         (
             lambda: ServeBackend(api_version=1, run=raise_unprintable),
             "run(['--help']) raised Unprintable: <exception str() failed>",
@@ -366,7 +369,7 @@ def test_a_partial_factory_object_is_checked_where_it_is_made(serve_backends):
 
 def test_without_sglang_the_kit_warns_and_reports_that_sglang_was_not_checked(serve_backends):
     install(serve_backends, "good", GOOD)
-    with pytest.warns(SGLangNotCheckedWarning, match="'good': SGLang's acceptance was not"):
+    with pytest.warns(SGLangNotCheckedWarning, match="'good' from good-dist: SGLang's acceptance"):
         report = assert_backend_contract("good", registry=serve_backends.registry())
     assert report.sglang_checked is False
     assert "SGLang is not installed" in (report.sglang_unchecked or "")
@@ -456,26 +459,55 @@ def test_stopping(serve_backends):
 """
 
 
-def test_a_failing_check_is_a_short_failure_without_the_kits_source(tmp_path):
-    (tmp_path / "test_plugin.py").write_text(FAILING_PLUGIN_TESTS, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"],
-        cwd=tmp_path,
-        env=clean_environ(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+FAILING_INSTALLED_TESTS = """
+from sglang_backends.testing import assert_backend_contract
+
+RAISING = "def factory():\\n    raise ValueError('boom')\\n"
+IMPORTING = "import no_such_module_here\\n"
+DETECTING = (
+    "from sglang_backends import ServeBackend\\n"
+    "def detect(request):\\n"
+    "    raise KeyError('boom')\\n"
+    "def factory():\\n"
+    "    return ServeBackend(api_version=1, run=id, detect=detect)\\n"
+)
+
+ENTRY_POINTS = {"p": "p_mod:factory"}
+
+def test_raising_factory(serve_backends):
+    serve_backends.install("p-dist", entry_points=ENTRY_POINTS, modules={"p_mod.py": RAISING})
+    assert_backend_contract("p", registry=serve_backends.registry(), sglang=False)
+
+def test_failing_import(serve_backends):
+    serve_backends.install("p-dist", entry_points=ENTRY_POINTS, modules={"p_mod.py": IMPORTING})
+    assert_backend_contract("p", registry=serve_backends.registry(), sglang=False)
+
+def test_raising_detector(serve_backends):
+    serve_backends.install("p-dist", entry_points=ENTRY_POINTS, modules={"p_mod.py": DETECTING})
+    assert_backend_contract("p", registry=serve_backends.registry(), sglang=False)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tests", "count"),
+    [(FAILING_PLUGIN_TESTS, 4), (FAILING_INSTALLED_TESTS, 3)],
+    ids=["factories", "installed"],
+)
+def test_a_failing_check_is_a_short_failure_without_the_kits_source(tmp_path, tests, count):
+    (tmp_path / "test_plugin.py").write_text(tests, encoding="utf-8")
+    result = run_pytest_in(tmp_path, "-q")
     assert result.returncode == 1, result.stdout + result.stderr
     report = result.stdout.split(" FAILURES ")[1].split(" short test summary info ")[0]
     failures = report.split("_____ test_")[1:]
-    assert len(failures) == 4, report
+    assert len(failures) == count, report
     for failure in failures:
         lines = failure.strip().splitlines()
-        assert len(lines) <= 20, failure  # it was 50-60: the kit's frames with their source
-        assert "sglang_backends/" not in failure, failure  # no frame of the kit: no path,
-        assert "def assert_" not in failure and "def _" not in failure, failure  # no source
+        assert len(lines) <= 22, failure  # it was 50-60: the kit's frames with their source
+        # No frame of the kit, nor of what called plugin code (stevedore, the import
+        # system): no path, no source, nothing hidden.
+        for caller in ("sglang_backends/", "stevedore/", "importlib", "hidden"):
+            assert caller not in failure, failure
+        assert "def assert_" not in failure and "def _" not in failure, failure
         assert "ContractViolation: " in failure
 
 
@@ -487,7 +519,7 @@ def interrupting():
     raise KeyboardInterrupt
 
 def test_a_factory():
-    with pytest.raises(ContractViolation, match="'interrupting' raised KeyboardInterrupt$"):
+    with pytest.raises(ContractViolation, match="'test_plugin.interrupting' raised KeyboardInt"):
         assert_backend_contract(interrupting, sglang=False)
 
 def test_an_installed_backend(serve_backends):
@@ -671,7 +703,8 @@ def test_a_process_the_plugin_leaves_running_is_killed_and_a_breach(serve_backen
     started = spawner_mod.STARTED
     assert started
     assert str(caught.value).startswith(
-        "Serve backend 'spawner': left processes running once it was loaded and asked to "
+        "Serve backend 'spawner' from spawner-dist: left processes running once it was loaded and "
+        "asked to "
         f"detect: {sorted(p.pid for p in started)} (killed now); start processes in run() only"
     )
     for process in started:

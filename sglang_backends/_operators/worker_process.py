@@ -68,8 +68,10 @@ def _load(job: Job) -> Result:
             if sglang_host:
                 assert_sglang_accepts(job.name, timeout=job.contract_timeout)
         except ContractViolation as exc:
+            # A breach of the backend's own names its distribution already.
             provider = registered.distribution or "an unknown distribution"
-            return Result(error=f"{exc} (provided by {provider})", sglang=sglang)
+            error = str(exc) if exc.distribution else f"{exc} (provided by {provider})"
+            return Result(error=error, sglang=sglang)
         sglang = "accepted" if sglang_host else "not checked: SGLang is not installed"
         detail += (
             f"; contract kept (--help in {report.help_seconds:.2f} s, "

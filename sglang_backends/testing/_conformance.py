@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, NamedTuple, NoReturn, TypeAlias, TypeVar, cast
 
 import psutil
 
 import sglang_backends
-from sglang_backends._core import tree
+from sglang_backends._core import console, tree
 from sglang_backends._core.detection import TimedRun, run_each
 from sglang_backends._core.loading import call_plugin_code, validated
 from sglang_backends._core.selection import uninstall_command
@@ -42,10 +42,13 @@ from sglang_backends.contract import (
 from sglang_backends.errors import (
     BackendConflictError,
     ServeBackendError,
+    backend_named,
     describe,
     describe_typed,
+    load_failed,
     refuse_string,
 )
+from sglang_backends.registry import timeout_argument
 from sglang_backends.testing._sources import declared_api_versions
 
 _T = TypeVar("_T")
@@ -54,7 +57,53 @@ _Requests: TypeAlias = Iterable[tuple[str, ServeRequest]] | Mapping[str, ServeRe
 
 
 class ContractViolation(ServeBackendError, AssertionError):
-    """A backend breaks the serve-backend contract; the message says how (a pytest failure)."""
+    """A backend breaks the serve-backend contract; the message says how (a pytest failure),
+    what plugin code said in it escaped (:func:`~sglang_backends._core.console.printable`).
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, distribution: str | None = None
+    ) -> None:
+        super().__init__(console.printable(message), name=name, distribution=distribution)
+
+
+class _HostExit(BaseException):
+    """``os._exit(status)`` called by plugin code during a check: the host would end there."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+    def __str__(self) -> str:
+        return f"called os._exit({self.status!r})"
+
+
+def _exit_raising(status: int) -> NoReturn:
+    """``os._exit`` while a check runs: :class:`_HostExit`, not the end of the test run."""
+    __tracebackhide__ = True
+    raise _HostExit(status)
+
+
+def _exited(exc: BaseException | None) -> _HostExit | None:
+    """The ``os._exit`` *exc* is, or was raised from (a failed load's cause)."""
+    for error in (exc, exc.__cause__ if exc is not None else None):
+        if isinstance(error, _HostExit):
+            return error
+    return None
+
+
+class _Subject(NamedTuple):
+    """The backend a check is about, as its breaches name it: an installed one's name with its
+    distribution (``None`` for a factory object), or its factory's ``module.qualname``."""
+
+    name: str
+    provider: str | None = None
+    builtin: bool = False
+
+    def breach(self, problem: str) -> ContractViolation:
+        """The breach *problem* of this backend's contract, as the checks word it."""
+        named = backend_named(self.name, self.provider, builtin=self.builtin, start=True)
+        return ContractViolation(f"{named}: {problem}", name=self.name, distribution=self.provider)
 
 
 @dataclass
@@ -94,12 +143,22 @@ def awkward_requests(directory: str) -> dict[str, ServeRequest]:
     return {label: ServeRequest.from_argv(argv) for label, argv in argvs.items()}
 
 
-def _breach(name: str, problem: str) -> ContractViolation:
-    """The breach *problem* of serve backend *name*'s contract, as the checks word it."""
-    return ContractViolation(f"Serve backend {name!r}: {problem}")
+def _as_in_main_thread(function: Callable[..., _T], *args: object) -> _T:
+    """``function(*args)`` on a worker thread, the threads it starts non-daemon by default as
+    in a host's main thread (a thread's default is its starter's; this worker is a daemon).
+    """
+    worker = threading.current_thread()
+    daemon = worker.daemon
+    # No public API changes a running thread's flag; Python's exit only waits for threads
+    # started non-daemon, which this worker stays.
+    setattr(worker, "_daemonic", False)  # noqa: B010
+    try:
+        return function(*args)
+    finally:
+        setattr(worker, "_daemonic", daemon)  # noqa: B010
 
 
-def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
+def _check_help(backend: ServeBackend, subject: _Subject, timeout: float) -> float:
     """Run ``run(--help)`` in a thread, watching for sockets and processes; its seconds.
 
     A helper command it runs and waits for is fine; a process still running once it
@@ -112,7 +171,9 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
     opened: set[tuple[str, int]] = set()
     spawned: set[psutil.Process] = set()
     request = ServeRequest.from_argv(["--help"])
-    run = TimedRun(functools.partial(backend.run, request), f"help-{name}")
+    run = TimedRun(
+        functools.partial(_as_in_main_thread, backend.run, request), f"help-{subject.name}"
+    )
     threading.Thread(target=run.run, name=run.thread_name, daemon=True).start()
     deadline = time.perf_counter() + timeout
     done = False
@@ -123,9 +184,13 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
         spawned.update(set(tree.descendants(pid)) - children_before)
     left = tree.kill_left(spawned)
     error = run.error
-    # argparse's --help exits 0.
-    if isinstance(error, SystemExit) and error.code in (0, None):
+    exited = _exited(error)
+    # argparse's --help exits 0; so may os._exit after the help, ending both hosts with 0.
+    if (isinstance(error, SystemExit) and error.code in (0, None)) or (
+        exited is not None and exited.status == 0
+    ):
         error = None
+        exited = None
     # Its own seconds: one holding the GIL outlasts any wait.
     if not run.within(timeout):
         problem = (
@@ -139,6 +204,8 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
             f"left processes running when it returned: {sorted(p.pid for p in left)} "
             "(killed now); --help must print the help and leave nothing running"
         )
+    elif exited is not None:
+        problem = f"{exited}; print the help and return (or exit 0)"
     elif error is not None:
         problem = f"raised {describe_typed(error)}"
         if _signal_set_in_a_thread(error):
@@ -148,7 +215,7 @@ def _check_help(backend: ServeBackend, name: str, timeout: float) -> float:
             )
     else:
         return run.seconds
-    raise _breach(name, f"run(['--help']) {problem}") from error
+    raise subject.breach(f"run(['--help']) {problem}") from error
 
 
 def _signal_set_in_a_thread(error: BaseException) -> bool:
@@ -167,7 +234,7 @@ def _signal_set_in_a_thread(error: BaseException) -> bool:
 
 def _check_detector(
     backend: ServeBackend,
-    name: str,
+    subject: _Subject,
     requests: Iterable[tuple[str, ServeRequest]],
     timeout: float,
     accept: Callable[[object], enum.Enum | None] = coerce_detection,
@@ -180,7 +247,10 @@ def _check_detector(
         return {}
     results: dict[str, str] = {}
     for label, request in requests:
-        run = TimedRun(functools.partial(backend.detect, request), f"detect-{name}")
+        run = TimedRun(
+            functools.partial(_as_in_main_thread, backend.detect, request),
+            f"detect-{subject.name}",
+        )
         run_each([run], timeout=timeout)
         detection = accept(run.value)
         asked = f" for a request with {label}"
@@ -189,6 +259,10 @@ def _check_detector(
             problem = (
                 f"did not return within {timeout:g} s{asked}; "
                 "detectors must be cheap and return UNKNOWN when unsure"
+            )
+        elif (exited := _exited(run.error)) is not None:
+            problem = (
+                f"{exited}{asked}: it would end the host; detectors must return UNKNOWN when unsure"
             )
         elif run.error is not None:
             problem = (
@@ -200,7 +274,7 @@ def _check_detector(
         else:
             results[label] = str(detection.value)
             continue
-        raise _breach(name, f"detect() {problem}") from run.error
+        raise subject.breach(f"detect() {problem}") from run.error
     return results
 
 
@@ -231,7 +305,7 @@ def _loaded(load: Callable[[], _T], name: str) -> _T:
     its failure (no signal unwinds a worker), while the user's Ctrl+C still interrupts the wait.
     """
     __tracebackhide__ = True
-    run = TimedRun(load, f"load-{name}")
+    run = TimedRun(functools.partial(_as_in_main_thread, load), f"load-{name}")
     run_each([run], timeout=math.inf)
     # Without the worker's frames (the kit's); its cause has the plugin's.
     if run.error is not None:
@@ -246,9 +320,65 @@ def _produce(factory: Callable[[], object], name: str, when: str = "") -> object
     __tracebackhide__ = True
 
     def breach(exc: BaseException) -> ContractViolation:
-        return ContractViolation(f"Factory {name!r} raised {describe_typed(exc, when)}")
+        if isinstance(exc, _HostExit):
+            return ContractViolation(f"Factory {name!r} {exc} while loading{when}", name=name)
+        return ContractViolation(f"Factory {name!r} raised {describe_typed(exc, when)}", name=name)
 
     return _loaded(functools.partial(call_plugin_code, factory, breach), name)
+
+
+def _refused_load(exc: Exception, name: str) -> ContractViolation:
+    """The registry's refusal *exc* of the installed backend *name*, as a breach (to be
+    raised from the plugin's own error, which the refusal words)."""
+    exited = _exited(exc)
+    distribution = getattr(exc, "distribution", None)
+    if exited is not None:
+        message = f"{load_failed(name, distribution)}: plugin {exited} while loading"
+    else:
+        message = str(exc)
+    return ContractViolation(message, name=name, distribution=distribution)
+
+
+@contextmanager
+def _host_kept() -> Iterator[None]:
+    """Around a check: plugin code's ``os._exit`` raises :class:`_HostExit` (a breach, not
+    the end of the test run), orphans re-parent to this process to be seen
+    (:func:`~sglang_backends._core.tree.adopting_orphans`), and a breach's causes keep only
+    plugin code's frames (:func:`_plugin_frames`). Each is as it was afterwards.
+    """
+    real_exit = os._exit
+    os._exit = _exit_raising
+    try:
+        with tree.adopting_orphans():
+            yield
+    except ContractViolation as breach:
+        _plugin_frames(breach)
+        raise
+    finally:
+        os._exit = real_exit
+
+
+#: The packages whose frames come before plugin code's in what it raised: the kit's and the
+#: registry's, stevedore's, the import system's and SGLang's host, which called it.
+_CALLERS = ("sglang_backends", "stevedore", "importlib", "sglang")
+
+
+def _plugin_frames(breach: BaseException) -> None:
+    """Cut from each exception *breach* was raised from the frames that called plugin code:
+    pytest shows a failure as the plugin's test, the breach and the plugin's own frames."""
+    cause = breach.__cause__
+    while cause is not None:
+        trace = cause.__traceback__
+        while trace is not None and _caller(trace.tb_frame.f_globals.get("__name__")):
+            trace = trace.tb_next
+        cause.with_traceback(trace)
+        cause = cause.__cause__
+
+
+def _caller(module: object) -> bool:
+    return isinstance(module, str) and any(
+        module == package or module.startswith(f"{package}.") for package in _CALLERS
+    )
 
 
 def assert_backend_contract(
@@ -263,7 +393,10 @@ def assert_backend_contract(
 
     Where SGLang's host is checked, SGLang's contract module is imported first, as
     ``sglang serve`` imports it before any plugin. A process the plugin leaves running
-    (started as it is imported, built or asked to detect) is killed, and is a breach.
+    (started as it is imported, built or asked to detect; one that double-forked too,
+    on Linux) is killed, and is a breach; so is a non-daemon thread still running
+    :data:`~sglang_backends._core.console.THREAD_GRACE` s after, and ``os._exit``
+    (but in ``run(--help)`` with status 0).
 
     :param factory_or_name: the plugin's zero-argument factory, or the name of
         an installed backend (loaded through *registry*, or a new
@@ -278,10 +411,35 @@ def assert_backend_contract(
     :raises ContractViolation: an ``AssertionError`` explaining the breach.
     :raises TypeError: *requests* is a string or holds something other than
         ``(label, ServeRequest)`` pairs (:func:`awkward_requests` gives them).
+    :raises ConfigurationError: *timeout* is no number of seconds (a ``TypeError`` too).
     :returns: what was checked.
     """
     __tracebackhide__ = True
+    timeout = _timeout(timeout)
+    with _host_kept():
+        return _check_contract(factory_or_name, registry, requests, timeout, sglang)
+
+
+def _timeout(timeout: object) -> float:
+    """The checks' *timeout* argument, as every timeout is taken (a string refused).
+
+    :raises ConfigurationError: it is not a number of seconds in range.
+    """
+    refuse_string(timeout, "timeout must be a number of seconds")
+    return timeout_argument("timeout", cast(float, timeout))
+
+
+def _check_contract(
+    factory_or_name: Callable[[], object] | str,
+    registry: object | None,
+    requests: _Requests | None,
+    timeout: float,
+    sglang: bool | None,
+) -> ContractReport:
+    """:func:`assert_backend_contract`'s checks, under :func:`_host_kept`."""
+    __tracebackhide__ = True
     name = _name_of(factory_or_name)
+    subject = _Subject(name)
     before = set(tree.descendants())
     try:
         # SGLang's contract, or why it is not checked; imported before any plugin is loaded,
@@ -290,18 +448,26 @@ def assert_backend_contract(
             "sglang=False was given" if sglang is False else _sglang_contract(required=bool(sglang))
         )
         unchecked = None if isinstance(upstream, ModuleType) else upstream
+        # Those SGLang's import started are not the plugin's.
+        threads_before = threading.enumerate()
         if isinstance(factory_or_name, str):
             found: Any = _registry(name) if registry is None else registry
             try:
                 registered = _loaded(functools.partial(found.get, name), name)
-            except Exception as exc:
-                raise ContractViolation(str(exc)) from exc
+            except Exception as exc:  # noqa: BLE001 - its cause is the plugin's
+                raise _refused_load(exc, name) from exc.__cause__ or exc
             backend = registered.backend
             # The factory, for its source; a built-in has no entry point (plugin_of: None).
             try:
-                factory = found.plugin_of(registered).entry_point.load()
+                plugin = found.plugin_of(registered)
+                factory = plugin.entry_point.load()
             except Exception:  # noqa: BLE001 - the registry loaded it already
-                factory = None
+                plugin = factory = None
+            subject = _Subject(
+                registered.name,
+                plugin.provider if plugin is not None else registered.distribution,
+                builtin=plugin is None and registered.distribution is None,
+            )
         else:
             factory = factory_or_name
             if not callable(factory):
@@ -311,43 +477,49 @@ def assert_backend_contract(
             try:
                 backend = validated(name, produced)
             except ServeBackendError as exc:
-                raise ContractViolation(str(exc)) from exc
+                raise ContractViolation(str(exc), name=name) from exc
         # A built-in has no factory, so no source to read.
         for value in declared_api_versions(factory):
             if not isinstance(value, ast.Constant):
-                raise _breach(
-                    name,
+                raise subject.breach(
                     f"api_version is given as {ast.unparse(value)!r}; declare it as a literal "
                     f"(api_version={SERVE_BACKEND_API_VERSION}) so a later host can tell which "
                     "contract the plugin was written for",
                 )
         if not callable(backend.run):
-            raise _breach(name, "run is not callable")
+            raise subject.breach("run is not callable")
         if backend.detect is not None and not callable(backend.detect):
-            raise _breach(name, "detect is neither None nor callable")
+            raise subject.breach("detect is neither None nor callable")
         if not isinstance(backend.requires_model_path, bool):
-            raise _breach(name, "requires_model_path must be a bool")
+            raise subject.breach("requires_model_path must be a bool")
 
-        help_seconds = _check_help(backend, name, timeout)
+        help_seconds = _check_help(backend, subject, timeout)
         with _spread(requests) as spread:
-            detections = _check_detector(backend, name, spread, timeout)
+            detections = _check_detector(backend, subject, spread, timeout)
             if unchecked is None:
-                assert_sglang_accepts(factory_or_name, requests=spread, timeout=timeout)
+                _sglang_accepts(factory_or_name, subject, spread, timeout)
             elif sglang is not False:
                 warnings.warn(
-                    f"Serve backend {name!r}: SGLang's acceptance was not checked: {unchecked}",
+                    f"{backend_named(subject.name, subject.provider, start=True)}: SGLang's "
+                    f"acceptance was not checked: {unchecked}",
                     SGLangNotCheckedWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
     finally:
         # Whatever the outcome, nothing the plugin started outlives the check.
         left = tree.kill_left(p for p in tree.descendants() if p not in before)
     if left:
-        raise _breach(
-            name,
+        raise subject.breach(
             f"left processes running once it was loaded and asked to detect: "
             f"{sorted(p.pid for p in left)} (killed now); start processes in run() only: "
             "one started as the plugin loads outlives a backend's --help under both hosts",
+        )
+    threads = console.threads_left(threads_before)
+    if threads:
+        raise subject.breach(
+            f"left non-daemon threads running: {', '.join(repr(t.name) for t in threads)}; "
+            "sglang serve would wait for them for ever before it exits: make them daemon "
+            "threads or join them"
         )
     return ContractReport(backend, help_seconds, detections, sglang_unchecked=unchecked)
 
@@ -365,7 +537,8 @@ def _registry(name: str) -> Any:
             f"plugin {claimed!r} from {exc.distribution} is installed ({describe(exc)}); "
             f"uninstall it where the tests run ({uninstall_command(exc.distribution)}), or check "
             "with a registry that disables it: "
-            f"registry=ServeBackendRegistry(disabled=[{claimed!r}])"
+            f"registry=ServeBackendRegistry(disabled=[{claimed!r}])",
+            name=name,
         ) from exc
 
 
@@ -387,7 +560,36 @@ def assert_sglang_accepts(
     ``ServeBackendDetection``. :func:`sglang_backends.portable_backend` passes.
 
     :raises ContractViolation: SGLang refuses the backend or an answer, or is not installed.
+    :raises ConfigurationError: *timeout* is no number of seconds (a ``TypeError`` too).
     """
+    __tracebackhide__ = True
+    timeout = _timeout(timeout)
+    with _host_kept(), _spread(requests) as spread:
+        _sglang_accepts(factory_or_name, _subject(factory_or_name), spread, timeout)
+
+
+def _subject(factory_or_name: Callable[[], object] | str) -> _Subject:
+    """The backend *factory_or_name* is, named with the distribution serve would load it from
+    (none where serve would not load it: the load's refusal says why)."""
+    name = _name_of(factory_or_name)
+    if not isinstance(factory_or_name, str):
+        return _Subject(name)
+    try:
+        plugin = sglang_backends.ServeBackendRegistry().inventory.by_name(name)
+    except ServeBackendError:
+        return _Subject(name)
+    if plugin is None:
+        return _Subject(name, builtin=True)
+    return _Subject(plugin.name, plugin.provider)
+
+
+def _sglang_accepts(
+    factory_or_name: Callable[[], object] | str,
+    subject: _Subject,
+    spread: list[tuple[str, ServeRequest]],
+    timeout: float,
+) -> None:
+    """:func:`assert_sglang_accepts`'s checks, of *subject*, on the requests *spread*."""
     __tracebackhide__ = True
     upstream = _sglang_contract(required=True)
     assert isinstance(upstream, ModuleType)
@@ -395,11 +597,16 @@ def assert_sglang_accepts(
     if isinstance(factory_or_name, str):
 
         def refused(exc: BaseException) -> ContractViolation:
-            said = describe(exc)
+            named = backend_named(subject.name, subject.provider, builtin=subject.builtin)
+            said = str(_exited(exc) or describe(exc))
             # Its sentence ends where the hint's begins.
             if isinstance(exc, TypeError):
                 said = f"{said.removesuffix('.')}; {_PORTABLE_HINT}"
-            return ContractViolation(f"SGLang's registry refuses serve backend {name!r}: {said}")
+            return ContractViolation(
+                f"SGLang's registry refuses {named}: {said}",
+                name=subject.name,
+                distribution=subject.provider,
+            )
 
         def load() -> Any:
             return upstream.ServeBackendRegistry({}).get(name).backend
@@ -412,31 +619,34 @@ def assert_sglang_accepts(
             raise ContractViolation(
                 f"SGLang refuses factory {name!r}: it returned {type(backend).__name__} from "
                 f"{type(backend).__module__}; expected {SGLANG_CONTRACT_MODULE}.ServeBackend; "
-                + _PORTABLE_HINT
+                + _PORTABLE_HINT,
+                name=name,
             )
-    with _spread(requests) as spread:
-        their_requests = [(label, upstream.ServeRequest(**asdict(req))) for label, req in spread]
-        _check_detector(
-            backend,
-            name,
-            their_requests,
-            timeout,
-            # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own count.
-            accept=lambda value: (
-                value if isinstance(value, upstream.ServeBackendDetection) else None
-            ),
-            expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
-            + _PORTABLE_HINT,
-        )
+    their_requests = [(label, upstream.ServeRequest(**asdict(req))) for label, req in spread]
+    _check_detector(
+        backend,
+        subject,
+        their_requests,
+        timeout,
+        # SGLang compares with ``is ServeBackendDetection.MATCH``: only its own count.
+        accept=lambda value: value if isinstance(value, upstream.ServeBackendDetection) else None,
+        expected=f"{SGLANG_CONTRACT_MODULE}.ServeBackendDetection under SGLang's host; "
+        + _PORTABLE_HINT,
+    )
 
 
 def _name_of(factory: object) -> str:
-    """The name a check calls a backend by: an installed one's name, or its factory's."""
+    """The name a check calls a backend by: an installed one's name, or its factory's
+    ``module.qualname``."""
     if isinstance(factory, str):
         return factory
     if isinstance(factory, functools.partial):
         return f"partial({_name_of(factory.func)})"
-    return str(getattr(factory, "__qualname__", repr(factory)))
+    qualname = getattr(factory, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return repr(factory)
+    module = getattr(factory, "__module__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
 
 
 def _sglang_contract(*, required: bool) -> ModuleType | str:
