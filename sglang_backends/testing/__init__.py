@@ -12,8 +12,10 @@
 - SGLang counts as installed where its package has the serve-backend API
   (:func:`sglang_backends._sglang.installed.sglang_installed`): beside a fork shipping
   ``sglang`` without it, SGLang is reported as not checked, naming the fork.
-- A failing check is a pytest failure showing the plugin's test and the breach
-  in a few lines: the kit's own frames are hidden (``__tracebackhide__``).
+- A failing check is a pytest failure showing the plugin's test, the breach and what
+  the plugin raised in a few lines: the kit's own frames are hidden
+  (``__tracebackhide__``), and those that called plugin code (the registry's,
+  stevedore's, the import system's) are cut from what it raised.
 - The ``serve_backends`` pytest fixture combines both; pytest comes with
   ``pip install "sglang-backends[testing]"``.
 """
