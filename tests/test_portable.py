@@ -210,5 +210,6 @@ def test_a_keyboard_interrupt_under_sglangs_registry_is_a_breach_not_the_end_of_
     except KeyboardInterrupt:
         pytest.fail("the plugin's KeyboardInterrupt escaped the kit: it would end the session")
     assert str(caught.value) == (
-        "SGLang's registry refuses serve backend 'portable': KeyboardInterrupt"
+        "SGLang's registry refuses serve backend 'portable' from portable-runtime: "
+        "KeyboardInterrupt"
     )
