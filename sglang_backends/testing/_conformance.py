@@ -67,29 +67,30 @@ class ContractViolation(ServeBackendError, AssertionError):
         super().__init__(console.printable(message), name=name, distribution=distribution)
 
 
-class _HostExit(BaseException):
-    """``os._exit(status)`` called by plugin code during a check: the host would end there."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
-
-    def __str__(self) -> str:
-        return f"called os._exit({self.status!r})"
+#: The second argument of the ``SystemExit`` a check's ``os._exit`` raises, which tells it
+#: from plugin code's own ``sys.exit``.
+_OS_EXIT = "os._exit"
 
 
 def _exit_raising(status: int) -> NoReturn:
-    """``os._exit`` while a check runs: :class:`_HostExit`, not the end of the test run."""
+    """``os._exit`` while a check runs: a ``SystemExit`` marked :data:`_OS_EXIT` (the host
+    would end there), not the end of the test run."""
     __tracebackhide__ = True
-    raise _HostExit(status)
+    raise SystemExit(status, _OS_EXIT)
 
 
-def _exited(exc: BaseException | None) -> _HostExit | None:
-    """The ``os._exit`` *exc* is, or was raised from (a failed load's cause)."""
+def _exit_status(exc: BaseException | None) -> int | None:
+    """The status of the ``os._exit`` *exc* is, or was raised from (a failed load's cause)."""
     for error in (exc, exc.__cause__ if exc is not None else None):
-        if isinstance(error, _HostExit):
-            return error
+        if isinstance(error, SystemExit) and error.args[1:] == (_OS_EXIT,):
+            return cast(int, error.args[0])
     return None
+
+
+def _exited(exc: BaseException | None) -> str | None:
+    """``called os._exit(N)`` when *exc* is, or was raised from, plugin code's ``os._exit``."""
+    status = _exit_status(exc)
+    return None if status is None else f"called os._exit({status!r})"
 
 
 class _Subject(NamedTuple):
@@ -186,9 +187,7 @@ def _check_help(backend: ServeBackend, subject: _Subject, timeout: float) -> flo
     error = run.error
     exited = _exited(error)
     # argparse's --help exits 0; so may os._exit after the help, ending both hosts with 0.
-    if (isinstance(error, SystemExit) and error.code in (0, None)) or (
-        exited is not None and exited.status == 0
-    ):
+    if (isinstance(error, SystemExit) and error.code in (0, None)) or _exit_status(error) == 0:
         error = None
         exited = None
     # Its own seconds: one holding the GIL outlasts any wait.
@@ -320,8 +319,9 @@ def _produce(factory: Callable[[], object], name: str, when: str = "") -> object
     __tracebackhide__ = True
 
     def breach(exc: BaseException) -> ContractViolation:
-        if isinstance(exc, _HostExit):
-            return ContractViolation(f"Factory {name!r} {exc} while loading{when}", name=name)
+        exited = _exited(exc)
+        if exited is not None:
+            return ContractViolation(f"Factory {name!r} {exited} while loading{when}", name=name)
         return ContractViolation(f"Factory {name!r} raised {describe_typed(exc, when)}", name=name)
 
     return _loaded(functools.partial(call_plugin_code, factory, breach), name)
@@ -341,7 +341,7 @@ def _refused_load(exc: Exception, name: str) -> ContractViolation:
 
 @contextmanager
 def _host_kept() -> Iterator[None]:
-    """Around a check: plugin code's ``os._exit`` raises :class:`_HostExit` (a breach, not
+    """Around a check: plugin code's ``os._exit`` raises ``SystemExit`` (a breach, not
     the end of the test run), orphans re-parent to this process to be seen
     (:func:`~sglang_backends._core.tree.adopting_orphans`), and a breach's causes keep only
     plugin code's frames (:func:`_plugin_frames`). Each is as it was afterwards.
