@@ -210,7 +210,9 @@ class ServeBackendRegistry:
         distributions register; an entry point named exactly *name* wins.
         The result is memoised: concurrent callers, and factories asking for
         a sibling while :meth:`auto_detect` loads it, get the same object,
-        and each factory runs once.
+        and each factory runs once. A load its caller interrupts (the user's
+        Ctrl-C, a ``BaseException`` from *progress*) is that caller's: the
+        next to ask loads the backend anew.
 
         :raises UnknownBackendError: no such backend (a ``ValueError``).
         :raises DisabledBackendError: installed but not selected (a ``ValueError``).

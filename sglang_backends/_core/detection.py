@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
-from sglang_backends._core.progress import DETECTING, Progress, with_progress
+from sglang_backends._core.progress import DETECTING, HostRaised, Progress, with_progress
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
@@ -361,7 +361,8 @@ def report(
         seconds, or the outcome that replaced it (a load that failed or overran).
     :param timeout: seconds each detector may take.
     :param preferred: backend names in order of preference among several matches.
-    :param progress: told as each detector starts and ends (:func:`.progress.with_progress`).
+    :param progress: told as each detector starts and ends (:func:`.progress.with_progress`);
+        a ``BaseException`` it raises reaches the caller.
     :returns: one match selects it; several select the first of them in
         *preferred*, else nothing (ambiguous); none selects
         :data:`~sglang_backends._core.names.FALLBACK_BACKEND`.
@@ -413,6 +414,9 @@ def _outcome(
     A detector that raises, returns something other than a detection, or has not
     returned within *timeout* seconds of its own start is logged as a WARNING and
     claims nothing.
+
+    :raises BaseException: what the host's progress callback raised as it was told of
+        the detector (:class:`~.progress.HostRaised`).
     """
     name = registered.name
     dist = registered.distribution
@@ -421,6 +425,9 @@ def _outcome(
     if not run.within(timeout):
         cause = f"detector did not return within {timeout:g} s"
         return skip_with_warning(name, dist, loaded_in + timeout, cause, Verdict.TIMEOUT)
+    if isinstance(run.error, HostRaised):
+        # The host's own, not the detector's: it reaches the host.
+        raise run.error.raised
     seconds = loaded_in + run.seconds
     if run.error is not None:
         return skip_with_warning(

@@ -22,7 +22,10 @@ load in worker processes, one backend each.
 
 A registry keeps one :class:`BackendLoad` per backend (:data:`Loads`):
 :func:`load_once` and :func:`load_each_within` run each once, however many
-threads ask. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
+threads ask, but for one its own caller interrupts (the user's Ctrl-C, a
+``BaseException`` from its progress callback): that reaches that caller, and
+the load is forgotten, so whoever asks next loads the backend anew. A load
+still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from sglang_backends._core.detection import (
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
 from sglang_backends._core.processes import from_signal
-from sglang_backends._core.progress import LOADING, Progress, label, with_progress
+from sglang_backends._core.progress import LOADING, HostRaised, Progress, label, with_progress
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     RegisteredServeBackend,
@@ -264,17 +267,33 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         #: Seconds of running after which :func:`load_each_within` next says it is still loading.
         self.notice_after = SLOW_LOAD_NOTICE
 
+    @property
+    def interruption(self) -> BaseException | None:
+        """What its own caller interrupted this load with (the user's Ctrl-C, or what its
+        progress callback raised), or ``None``: every failure of plugin code is an
+        ``Exception`` (:func:`call_plugin_code`). An interrupted load has no outcome for
+        anyone else: it is forgotten (:func:`_claim`).
+        """
+        error = self.error
+        if isinstance(error, HostRaised):
+            return error.raised
+        return None if isinstance(error, Exception) else error
+
     def run(self) -> None:
         """Run the load in this thread. A failure is kept for every waiter (a detached load's
-        without its frames); the user's Ctrl-C goes on."""
+        without its frames); an interruption is raised here, unless the load is detached
+        (its owner, awaiting the pool, raises it)."""
         self.thread = threading.current_thread()
         super().run()
+        interruption = self.interruption
+        if interruption is not None:
+            if self.detached:
+                return
+            raise interruption
         error = self.error
         # Each raise of the kept failure starts again from these frames, not from the last
         # raise's: a caller retrying a failed backend would otherwise grow it without end.
         self._frames = None if error is None else error.__traceback__
-        if error is not None and not isinstance(error, Exception):
-            raise error
         if not self.detached:
             return
         # A detached load's exceptions lose their tracebacks. Each traceback holds
@@ -300,6 +319,30 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
 Loads = dict[Hashable, BackendLoad]
 
 
+#: Held to forget an interrupted load (:func:`_forget`), by one caller at a time.
+_FORGETTING = threading.Lock()
+
+
+def _forget(loads: Loads, load: BackendLoad) -> None:
+    """Drop *load* from *loads*, unless another caller has already put a new one there."""
+    with _FORGETTING:
+        if loads.get(load.key) is load:
+            del loads[load.key]
+
+
+def _claim(loads: Loads, fresh: BackendLoad) -> BackendLoad:
+    """The load of *fresh*'s backend in *loads*: another caller's, else *fresh*, now
+    claimed. An interrupted load (:attr:`BackendLoad.interruption`) is forgotten, and
+    the backend loaded anew.
+    """
+    while True:
+        # setdefault is atomic: one caller claims it.
+        load = loads.setdefault(fresh.key, fresh)
+        if load.interruption is None:
+            return load
+        _forget(loads, load)
+
+
 #: The load each thread awaits in :func:`load_once`, to see a wait that would never end.
 _AWAITED: dict[threading.Thread, BackendLoad] = {}
 _AWAITED_LOCK = threading.Lock()
@@ -322,40 +365,60 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
     """Run *fresh* here unless another caller has claimed its backend's load in *loads*; return
     the backend, unbounded, saying after :data:`SLOW_LOAD_NOTICE` s that it is still loading.
 
+    A load its own caller interrupts is forgotten.
+
     :raises BackendLoadError: the load waits for this very thread, which would then wait
         for it: a factory asked the registry for its own backend, maybe through others'
         (``a`` asks for ``b``, which asks for ``a``), in this thread or across threads.
     """
-    # setdefault is atomic: one caller claims it.
-    load = loads.setdefault(fresh.key, fresh)
-    me = threading.current_thread()
+    load = _claim(loads, fresh)
     if load is not fresh:
-        # Two threads about to await each other: the second sees it.
-        with _AWAITED_LOCK:
-            if not load.finished and _awaits(load, me):
-                raise BackendLoadError(
-                    f"{load_failed(load.backend, load.provider)}: its factory "
-                    "asked the registry for it while it was loading",
-                    name=load.backend,
-                    distribution=load.distribution,
-                )
-            _AWAITED[me] = load
-    timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, time.perf_counter()))
-    timer.daemon = True
-    timer.start()
+        _await(load)
+        return load.result()
+    timer = _notice_if_slow(load)
     try:
-        if load is fresh:
-            try:
-                load.run()
-            except BaseException:
-                # The user's Ctrl-C: forget this load, so it may be retried.
-                del loads[load.key]
-                raise
+        load.run()
+    except BaseException:
+        # Interrupted (the user's Ctrl-C, what the progress callback raised): forgotten
+        # now, should the interruption even have come before the load could keep it.
+        _forget(loads, load)
+        raise
+    finally:
+        timer.cancel()
+    return load.result()
+
+
+def _await(load: BackendLoad) -> None:
+    """Wait for another caller's *load* to finish.
+
+    :raises BackendLoadError: it waits for this very thread (:func:`load_once`).
+    """
+    me = threading.current_thread()
+    # Two threads about to await each other: the second sees it.
+    with _AWAITED_LOCK:
+        if not load.finished and _awaits(load, me):
+            raise BackendLoadError(
+                f"{load_failed(load.backend, load.provider)}: its factory "
+                "asked the registry for it while it was loading",
+                name=load.backend,
+                distribution=load.distribution,
+            )
+        _AWAITED[me] = load
+    timer = _notice_if_slow(load)
+    try:
         load.wait()
     finally:
         timer.cancel()
         _AWAITED.pop(me, None)
-    return load.result()
+
+
+def _notice_if_slow(load: BackendLoad) -> threading.Timer:
+    """A started timer saying after :data:`SLOW_LOAD_NOTICE` s that *load* is still loading;
+    cancel it once the load has finished."""
+    timer = threading.Timer(SLOW_LOAD_NOTICE, _log_still_loading, (load, time.perf_counter()))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.Event) -> None:
@@ -400,6 +463,8 @@ def load_each_within(
     :param fresh: a name's load, not yet run; a :class:`ServeBackendError`
         it raises is that name's outcome.
     :returns: in order, each backend loaded, or the outcome (logged) that replaced it.
+    :raises BaseException: what interrupted one of the loads run here (the user's Ctrl-C,
+        what the progress callback raised).
     """
     claimed: list[tuple[str, BackendLoad, bool] | DetectionOutcome] = []
     for name in names:
@@ -409,13 +474,16 @@ def load_each_within(
             claimed.append(skip_with_warning(name, exc.distribution, 0.0, str(exc)))
             continue
         load.detached = True
-        found = loads.setdefault(load.key, load)
+        found = _claim(loads, load)
         claimed.append((name, found, found is load))
     mine = [item[1] for item in claimed if isinstance(item, tuple) and item[2]]
     waited = threading.Event()
     threading.Thread(target=_notice_slow, args=(mine, timeout, waited), daemon=True).start()
     try:
         run_each(mine, timeout=timeout)
+        for load in mine:
+            if load.interruption is not None:
+                raise load.interruption
         return [_within(*item, timeout) if isinstance(item, tuple) else item for item in claimed]
     finally:
         waited.set()

@@ -39,6 +39,17 @@ def label(name: str, provider: str) -> str:
     return f"{name!r} ({provider})"
 
 
+class HostRaised(BaseException):
+    """What the host's progress callback raised, a ``BaseException``, on its way out of the
+    load or detector it was told about (:func:`with_progress`): the host's to raise again
+    (:attr:`raised`), never that run's outcome.
+    """
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(raised)
+        self.raised = raised
+
+
 def with_progress(
     function: Callable[..., _T],
     progress: Progress | None,
@@ -46,7 +57,10 @@ def with_progress(
     label: str,
     *args: object,
 ) -> _T:
-    """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after."""
+    """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after.
+
+    :raises HostRaised: *progress* raised a ``BaseException``.
+    """
     if progress is None:
         return function(*args)
     _tell(progress, events[0], label)
@@ -58,11 +72,14 @@ def with_progress(
 
 def _tell(progress: Progress, event: str, label: str) -> None:
     """Tell *progress* of *event*; its own failure, the host's, is logged, and changes
-    nothing of the load or detector it was told about."""
+    nothing of the load or detector it was told about; its ``BaseException`` ends that run,
+    as a :class:`HostRaised`."""
     try:
         progress(event, label)
     except Exception as exc:  # noqa: BLE001 - a report failing never fails what it reports
         LOG.warning("The progress callback failed on %s %s: %s", event, label, describe_typed(exc))
+    except BaseException as exc:
+        raise HostRaised(exc) from exc
 
 
 class ProgressWriter:
