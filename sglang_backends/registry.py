@@ -211,8 +211,8 @@ class ServeBackendRegistry:
         The result is memoised: concurrent callers, and factories asking for
         a sibling while :meth:`auto_detect` loads it, get the same object,
         and each factory runs once. A load its caller interrupts (the user's
-        Ctrl-C, a ``BaseException`` from *progress*) is that caller's: the
-        next to ask loads the backend anew.
+        Ctrl-C, a ``BaseException`` from *progress*) is that caller's alone:
+        the next to ask, or a thread awaiting it, loads the backend anew.
 
         :raises UnknownBackendError: no such backend (a ``ValueError``).
         :raises DisabledBackendError: installed but not selected (a ``ValueError``).

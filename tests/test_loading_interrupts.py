@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -109,3 +110,80 @@ def test_a_host_exception_in_get_reaches_the_caller_and_the_load_is_forgotten(
         registry.get("cnt", progress=stop_on(event))
     assert registry.get("cnt").distribution == "cnt-rt"
     assert sys.modules[module].CALLS == (1 if event == "loading" else 2)
+
+
+def await_while_main_loads(registry: ServeBackendRegistry, call) -> tuple[list, threading.Thread]:
+    """A thread starting *call(registry)* 0.2 s from now, keeping what it returns or raises."""
+    got: list = []
+
+    def waiter() -> None:
+        threading.Event().wait(0.2)
+        try:
+            got.append(call(registry))
+        except BaseException as exc:  # noqa: BLE001 - what it got is the test's finding
+            got.append(exc)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    return got, thread
+
+
+def test_a_thread_awaiting_a_load_its_owner_interrupted_loads_it_anew(install_backend):
+    """The owner's progress callback raising is the owner's alone, not the waiter's."""
+    module = install_backend("slow-rt", "slow", prelude="FACTORY_DELAY = 1.0")
+    registry = ServeBackendRegistry(default_builtins())
+    got, thread = await_while_main_loads(registry, lambda r: r.get("slow"))
+    with pytest.raises(Stop):
+        registry.get("slow", progress=stop_on("loaded"))
+    thread.join(10)
+    assert [type(item).__name__ for item in got] == ["RegisteredServeBackend"], got
+    assert got[0].distribution == "slow-rt"
+    assert sys.modules[module].CALLS == 2
+    assert registry.get("slow") is got[0]
+
+
+def test_detection_awaiting_a_load_its_owner_interrupted_loads_it_anew(install_backend):
+    install_backend("slow-rt", "slow", prelude="FACTORY_DELAY = 1.0", detect=MATCH)
+    registry = ServeBackendRegistry(default_builtins())
+    got, thread = await_while_main_loads(registry, lambda r: r.explain(REQUEST))
+    with pytest.raises(Stop):
+        registry.get("slow", progress=stop_on("loaded"))
+    thread.join(10)
+    [report] = got
+    assert report.selected == "slow", report
+
+
+def test_a_thread_awaiting_a_load_the_users_ctrl_c_interrupted_loads_it_anew(site, install_backend):
+    """A real SIGINT during the main thread's get(): the main thread alone sees it."""
+    module = install_backend("slow-rt", "slow", prelude="FACTORY_DELAY = 1.5")
+    result = run_python(
+        site,
+        f"""
+        import os, signal, threading
+        from sglang_backends import ServeBackendRegistry
+        from sglang_backends._sglang.builtins import default_builtins
+        import {module} as plugin
+
+        registry = ServeBackendRegistry(default_builtins())
+        got = []
+
+        def waiter():
+            threading.Event().wait(0.2)
+            try:
+                got.append(registry.get("slow").distribution)
+            except BaseException as exc:
+                got.append(f"waiter got {{type(exc).__name__}}")
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            registry.get("slow")
+        except KeyboardInterrupt:
+            print("main got KeyboardInterrupt")
+        thread.join()
+        print(got, plugin.CALLS)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["main got KeyboardInterrupt", "['slow-rt'] 2"]

@@ -23,9 +23,9 @@ load in worker processes, one backend each.
 A registry keeps one :class:`BackendLoad` per backend (:data:`Loads`):
 :func:`load_once` and :func:`load_each_within` run each once, however many
 threads ask, but for one its own caller interrupts (the user's Ctrl-C, a
-``BaseException`` from its progress callback): that reaches that caller, and
-the load is forgotten, so whoever asks next loads the backend anew. A load
-still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
+``BaseException`` from its progress callback): that reaches that caller alone,
+and the load is forgotten, so whoever awaits it or asks next loads the backend
+anew. A load still running after :data:`SLOW_LOAD_NOTICE` seconds is logged.
 """
 
 from __future__ import annotations
@@ -365,16 +365,19 @@ def load_once(loads: Loads, fresh: BackendLoad) -> RegisteredServeBackend:
     """Run *fresh* here unless another caller has claimed its backend's load in *loads*; return
     the backend, unbounded, saying after :data:`SLOW_LOAD_NOTICE` s that it is still loading.
 
-    A load its own caller interrupts is forgotten.
+    A load its own caller interrupts is forgotten; a caller awaiting it loads the backend
+    anew, never seeing the other's interruption.
 
     :raises BackendLoadError: the load waits for this very thread, which would then wait
         for it: a factory asked the registry for its own backend, maybe through others'
         (``a`` asks for ``b``, which asks for ``a``), in this thread or across threads.
     """
     load = _claim(loads, fresh)
-    if load is not fresh:
+    while load is not fresh:
         _await(load)
-        return load.result()
+        if load.interruption is None:
+            return load.result()
+        load = _claim(loads, fresh)
     timer = _notice_if_slow(load)
     try:
         load.run()
@@ -439,12 +442,17 @@ def _notice_slow(loads: Sequence[BackendLoad], timeout: float, done: threading.E
                 _log_still_loading(load, load.started, timeout)
 
 
-def _within(name: str, load: BackendLoad, mine: bool, timeout: float) -> Loaded | DetectionOutcome:
+def _within(
+    name: str, load: BackendLoad, mine: bool, timeout: float
+) -> Loaded | DetectionOutcome | None:
     """*load*'s backend, seconds (none if another caller ran it) and label if it finished
-    within *timeout* s, else the outcome (logged) for *name*."""
+    within *timeout* s, else the outcome (logged) for *name*; ``None`` if its caller
+    interrupted it, to load it anew."""
     if not load.within(timeout):
         cause = f"loading from {load.provider} did not finish within {timeout:g} s (load_timeout)"
         return skip_with_warning(name, load.distribution, timeout, cause, Verdict.TIMEOUT)
+    if load.interruption is not None:
+        return None
     # A plugin's failure is its outcome.
     if isinstance(load.error, Exception):
         return skip_with_warning(name, load.distribution, load.seconds, str(load.error))
@@ -464,7 +472,7 @@ def load_each_within(
         it raises is that name's outcome.
     :returns: in order, each backend loaded, or the outcome (logged) that replaced it.
     :raises BaseException: what interrupted one of the loads run here (the user's Ctrl-C,
-        what the progress callback raised).
+        what the progress callback raised). One another caller interrupted is run anew.
     """
     claimed: list[tuple[str, BackendLoad, bool] | DetectionOutcome] = []
     for name in names:
@@ -484,6 +492,11 @@ def load_each_within(
         for load in mine:
             if load.interruption is not None:
                 raise load.interruption
-        return [_within(*item, timeout) if isinstance(item, tuple) else item for item in claimed]
+        outcomes = [
+            _within(*item, timeout) if isinstance(item, tuple) else item for item in claimed
+        ]
     finally:
         waited.set()
+    again = [name for name, outcome in zip(names, outcomes, strict=True) if outcome is None]
+    reloaded = iter(load_each_within(loads, again, fresh, timeout=timeout) if again else ())
+    return [next(reloaded) if outcome is None else outcome for outcome in outcomes]
