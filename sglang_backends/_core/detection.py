@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from sglang_backends._core.names import FALLBACK_BACKEND
-from sglang_backends._core.progress import DETECTING, HostRaised, Progress, with_progress
+from sglang_backends._core.progress import DETECTING, Progress, raised_by_host, with_progress
 from sglang_backends.contract import (
     RegisteredServeBackend,
     ServeBackendDetection,
@@ -416,7 +416,7 @@ def _outcome(
     claims nothing.
 
     :raises BaseException: what the host's progress callback raised as it was told of
-        the detector (:class:`~.progress.HostRaised`).
+        the detector (:func:`~.progress.raised_by_host`).
     """
     name = registered.name
     dist = registered.distribution
@@ -425,9 +425,9 @@ def _outcome(
     if not run.within(timeout):
         cause = f"detector did not return within {timeout:g} s"
         return skip_with_warning(name, dist, loaded_in + timeout, cause, Verdict.TIMEOUT)
-    if isinstance(run.error, HostRaised):
+    if run.error is not None and raised_by_host(run.error):
         # The host's own, not the detector's: it reaches the host.
-        raise run.error.raised
+        raise run.error
     seconds = loaded_in + run.seconds
     if run.error is not None:
         return skip_with_warning(

@@ -50,7 +50,7 @@ from sglang_backends._core.detection import (
 from sglang_backends._core.discovery import PluginEntryPoint
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
 from sglang_backends._core.processes import from_signal
-from sglang_backends._core.progress import LOADING, HostRaised, Progress, label, with_progress
+from sglang_backends._core.progress import LOADING, Progress, label, with_progress
 from sglang_backends.contract import (
     SERVE_BACKEND_API_VERSION,
     RegisteredServeBackend,
@@ -275,8 +275,6 @@ class BackendLoad(TimedRun[RegisteredServeBackend]):
         anyone else: it is forgotten (:func:`_claim`).
         """
         error = self.error
-        if isinstance(error, HostRaised):
-            return error.raised
         return None if isinstance(error, Exception) else error
 
     def run(self) -> None:

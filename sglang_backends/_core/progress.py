@@ -39,15 +39,15 @@ def label(name: str, provider: str) -> str:
     return f"{name!r} ({provider})"
 
 
-class HostRaised(BaseException):
-    """What the host's progress callback raised, a ``BaseException``, on its way out of the
-    load or detector it was told about (:func:`with_progress`): the host's to raise again
-    (:attr:`raised`), never that run's outcome.
-    """
+#: The attribute marking a ``BaseException`` the host's progress callback raised
+#: (:func:`raised_by_host`): the host's to raise again, never the outcome of the load or
+#: detector it was told about.
+_RAISED_BY_HOST = "_sglang_backends_raised_by_host"
 
-    def __init__(self, raised: BaseException) -> None:
-        super().__init__(raised)
-        self.raised = raised
+
+def raised_by_host(exc: BaseException | None) -> bool:
+    """Whether *exc* is what the host's progress callback raised (:func:`with_progress`)."""
+    return getattr(exc, _RAISED_BY_HOST, False) is True
 
 
 def with_progress(
@@ -59,7 +59,7 @@ def with_progress(
 ) -> _T:
     """Call *function*, telling *progress* (if any) ``events[0]`` before, ``events[1]`` after.
 
-    :raises HostRaised: *progress* raised a ``BaseException``.
+    :raises BaseException: what *progress* raised, marked :func:`raised_by_host`.
     """
     if progress is None:
         return function(*args)
@@ -73,13 +73,14 @@ def with_progress(
 def _tell(progress: Progress, event: str, label: str) -> None:
     """Tell *progress* of *event*; its own failure, the host's, is logged, and changes
     nothing of the load or detector it was told about; its ``BaseException`` ends that run,
-    as a :class:`HostRaised`."""
+    marked :func:`raised_by_host`."""
     try:
         progress(event, label)
     except Exception as exc:  # noqa: BLE001 - a report failing never fails what it reports
         LOG.warning("The progress callback failed on %s %s: %s", event, label, describe_typed(exc))
     except BaseException as exc:
-        raise HostRaised(exc) from exc
+        setattr(exc, _RAISED_BY_HOST, True)
+        raise
 
 
 class ProgressWriter:
