@@ -36,10 +36,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             others.append(name)
         index += width
+    # "help serve ARGS" is "serve ARGS --help", the same by construction.
+    helped = args[index : index + 2] == ["help", "serve"]
+    index += helped
     # --version answers before any command, as cliff reads it; --help asks serve's.
     if index < len(args) and args[index] == "serve" and "--version" not in others:
         served = [*kept, *args[index + 1 :]]
-        if {*others} & {*HELP_FLAGS}:
+        if helped or {*others} & {*HELP_FLAGS}:
             served.append("--help")
         elif others:
             return _not_serves(others[0])

@@ -183,6 +183,32 @@ def test_help_serve_prints_the_serve_help(omni):
     assert "omni       from omni-runtime 1.0" in result.stdout
 
 
+@pytest.mark.parametrize(
+    "where", ["before", "after", "environment", "missing file"]
+)  # fmt: skip
+def test_help_serve_is_serve_help_under_the_same_configuration(omni, tmp_path, where):
+    """The same lines, the same warnings, the same status: one help, not two."""
+    conf = tmp_path / "d.conf"
+    conf.write_text("[serve_backends]\ndisabled_backends = omni, zzz\n", encoding="utf-8")
+    given = ["--config-file", str(tmp_path / "nope.conf" if where == "missing file" else conf)]
+    env = {"OS_SERVE_BACKENDS__DISABLED_BACKENDS": "omni, zzz"} if where == "environment" else {}
+    before, after = (given, []) if where in ("before", "missing file") else ([], given)
+    if where == "environment":
+        before = []
+    helped = run_cli(omni, *before, "help", "serve", *after, env=env)
+    served = run_cli(omni, *before, "serve", *after, "--help", env=env)
+    assert (helped.returncode, helped.stdout, helped.stderr) == (
+        served.returncode,
+        served.stdout,
+        served.stderr,
+    )
+    if where == "missing file":
+        assert helped.returncode == 2
+    else:
+        assert "omni       from omni-runtime 1.0 (disabled)" in helped.stdout
+        assert "'zzz' in the disabled list is not installed" in helped.stderr
+
+
 def test_a_plugin_named_auto_is_said_to_claim_the_reserved_name(omni):
     """auto is no built-in but serve's request for detection: the warning says so."""
     omni.install("auto-impostor", entry_points={"auto": "omni_plugin:factory"})

@@ -17,10 +17,8 @@ from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
 from sglang_backends._core import console
-from sglang_backends._core.settings import Settings
 from sglang_backends._operators.commands.base import SafeCommand, add_config_options, option_spans
 from sglang_backends._serve.argv import CONFIG_FLAGS
-from sglang_backends._serve.help import metadata_help
 
 
 class _GlobalOptions(argparse.ArgumentParser):
@@ -106,12 +104,10 @@ class _Commands(CommandManager):
 class Help(SafeCommand, HelpCommand):
     """print detailed help for another command, or for serve"""
 
+    # "help serve" never comes here: the console script routes it as "serve --help".
+
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         with console.writing_output():
-            if parsed_args.cmd == ["serve"]:
-                # serve's help, as serve --help shows it.
-                console.show(metadata_help(Settings()))
-                return 0
             return super().take_action(parsed_args)
 
 
