@@ -575,3 +575,28 @@ def test_a_warning_reads_the_same_from_serve_and_the_operator_commands(omni, tmp
         result = run_cli(omni, command, "--config-file", str(path), *rest)
         assert result.returncode == 0, result.stderr
         assert [line for line in result.stderr.splitlines() if "unknown" in line] == warnings
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "command"),
+    [(["--enable", "omni", "list"], "--enable", "list"),
+     (["-f", "json", "list"], "-f", "list"),
+     (["--timeout", "3", "check"], "--timeout", "check")],
+)  # fmt: skip
+def test_a_command_option_before_the_command_name_is_said_to_go_after_it(
+    omni, argv, option, command
+):
+    """cliff took it for a command, and offered one close to the option's spelling."""
+    result = run_cli(omni, *argv)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"{option} is not an option of sglang-backends; a command's own options go after "
+        f"its name: sglang-backends {command} {option} ..."
+    ]
+
+
+def test_help_for_no_such_command_is_one_line_and_a_usage_slip(omni):
+    """As ``sglang-backends nosuch`` is: status 2, not cliff's list repr and status 1."""
+    result = run_cli(omni, "help", "nosuch")
+    assert (result.returncode, result.stderr.splitlines()) == (2, ["Unknown command 'nosuch'"])

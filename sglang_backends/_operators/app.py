@@ -97,8 +97,25 @@ class _Commands(CommandManager):
         try:
             command, name, _ = super().find_command(argv[:1])
         except ValueError:
-            return super().find_command(argv)
+            try:
+                return super().find_command(argv)
+            except ValueError:
+                raise ValueError(self._not_a_command(argv)) from None
         return command, name, argv[1:]
+
+    def _not_a_command(self, argv: list[str]) -> str:
+        """Why *argv* names no command, in one line: cliff's repeats the list as Python
+        writes it, and takes a command's option before its name for a command."""
+        word = argv[0] if argv else ""
+        if not word.startswith("-"):
+            return f"Unknown command {' '.join(argv)!r}"
+        command = next((token for token in argv if token in self.commands), None)
+        if command is None:
+            return f"{word} is not an option of sglang-backends; see sglang-backends --help"
+        return (
+            f"{word} is not an option of sglang-backends; a command's own options go after "
+            f"its name: sglang-backends {command} {word} ..."
+        )
 
 
 class Help(SafeCommand, HelpCommand):
@@ -108,7 +125,12 @@ class Help(SafeCommand, HelpCommand):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         with console.writing_output():
-            return super().take_action(parsed_args)
+            try:
+                return super().take_action(parsed_args)
+            except ValueError as exc:
+                # No such command: a usage slip, as "sglang-backends nosuch" is.
+                self.app.LOG.error("%s", exc)
+                return console.EXIT_USAGE
 
 
 class Serve(SafeCommand):
@@ -223,6 +245,10 @@ class OperatorApp(App):
         """``--help`` alone: the help, a failure to write it said in one line."""
         with console.writing_output():
             super().print_help_if_requested()
+
+    def get_fuzzy_matches(self, cmd: str) -> list[str]:
+        """Commands close to *cmd*; none for an option, which names no command."""
+        return [] if cmd.startswith("-") else super().get_fuzzy_matches(cmd)
 
     def interact(self) -> None:
         """No interactive shell: without a command, print the help."""
