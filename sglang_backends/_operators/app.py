@@ -223,7 +223,12 @@ class OperatorApp(App):
         """Log to stderr: warnings always, information with ``-v``, everything with ``-vv``;
         control characters (in untrusted package metadata) escaped, in a ``--log-file`` too.
         """
-        super().configure_logging()
+        try:
+            super().configure_logging()
+        except OSError as exc:
+            # cliff's line is the errno alone.
+            where = self.options.log_file
+            raise OSError(f"Cannot open the log file {where}: {exc.strerror or exc}") from exc
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
         root = logging.getLogger()
