@@ -249,3 +249,89 @@ def test_arguments_given_as_one_string_are_refused_not_split_into_letters():
     with pytest.raises(ConfigurationError) as raised:
         assert_stops_cleanly("plain", "--port 0", hosts=["sglang-backends serve"])
     assert str(raised.value) == "argv must be a sequence of arguments, not a string"
+
+
+ESCAPING = """
+import subprocess, sys, time
+from sglang_backends import portable_backend, stop_quietly
+
+def run(request):
+    # A double fork: its grandchild is nobody's child once the middle one has gone.
+    subprocess.run(
+        [sys.executable, "-c", "import subprocess; subprocess.Popen(['sleep', '3334'], "
+         "start_new_session=True)"], check=True)
+    print("serving", flush=True)
+    with stop_quietly():
+        time.sleep(100)
+
+def returning(request):
+    print("serving", flush=True)
+    # Served for a moment: a signal sent at once would still find it running.
+    time.sleep(0.2)
+
+def warned(request):
+    import logging
+    try:
+        import no_such_accelerator
+    except ImportError:
+        logging.getLogger("rt").warning("accelerator missing", exc_info=True)
+    print("serving", flush=True)
+    with stop_quietly():
+        time.sleep(100)
+
+def escaping():
+    return portable_backend(api_version=1, run=run, requires_model_path=False)
+
+def done():
+    return portable_backend(api_version=1, run=returning, requires_model_path=False)
+
+def noisy():
+    return portable_backend(api_version=1, run=warned, requires_model_path=False)
+"""
+
+
+@pytest.fixture
+def odd_env(site, hosts_env):
+    site.install(
+        "odd-runtime",
+        entry_points={n: f"odd_plugin:{n}" for n in ("escaping", "done", "noisy")},
+        modules={"odd_plugin.py": ESCAPING},
+    )
+    return clean_environ(site.environ())
+
+
+def _sleepers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "3334"]]
+
+
+def test_a_double_forked_process_left_running_is_a_breach_and_killed(odd_env):
+    """sglang-backends serve's supervisor stops it; under sglang serve nothing between the
+    backend and init adopts it but the kit."""
+    ours = assert_stops_cleanly("escaping", [], ready="serving", env=odd_env, hosts=BOTH[:1])
+    assert ours == {BOTH[0]: 130}
+    with pytest.raises(ContractViolation, match="under sglang serve left processes running"):
+        assert_stops_cleanly("escaping", [], ready="serving", env=odd_env, hosts=BOTH[1:])
+    assert [p for p in _sleepers() if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@pytest.mark.parametrize("host", BOTH)
+def test_a_run_that_returns_after_its_ready_text_has_not_served(odd_env, host):
+    with pytest.raises(ContractViolation, match="ended before it was stopped, with status 0"):
+        assert_stops_cleanly("done", [], ready="serving", env=odd_env, hosts=[host])
+
+
+def test_a_traceback_logged_before_the_signal_is_not_how_it_stopped(odd_env):
+    statuses = assert_stops_cleanly("noisy", [], ready="serving", env=odd_env, hosts=BOTH)
+    assert statuses == dict.fromkeys(BOTH, 130)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [({"signum": 0}, "Invalid value 0 for signum"),
+     ({"signum": 999}, "Invalid value 999 for signum"),
+     ({"stop_timeout": -1}, "Invalid value -1 for stop_timeout"),
+     ({"start_timeout": float("nan")}, "Invalid value nan for start_timeout")],
+)  # fmt: skip
+def test_a_bad_parameter_is_refused_before_anything_starts(given, expected):
+    with pytest.raises(ConfigurationError, match=expected):
+        assert_stops_cleanly("plain", [], hosts=["sglang-backends serve"], **given)

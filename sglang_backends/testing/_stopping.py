@@ -6,6 +6,7 @@ under this package's ``serve`` and, where SGLang is installed, under SGLang's.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from sglang_backends._core.signals import signal_name
 from sglang_backends._sglang.fork import sglang_unusable
 from sglang_backends._sglang.installed import sglang_installed
 from sglang_backends.errors import ConfigurationError, did_you_mean, refuse_string
+from sglang_backends.registry import timeout_argument
 from sglang_backends.testing._conformance import ContractViolation, SGLangNotCheckedWarning
 
 #: This package's host and SGLang's, each run as a command: ``HOST --model-type NAME ARGS``.
@@ -84,6 +86,17 @@ def assert_stops_cleanly(
             raise ConfigurationError(
                 f"Unknown host {host!r}{did_you_mean(host, HOSTS)} Known hosts: {', '.join(HOSTS)}."
             )
+        # In this process's environment, which the run takes without env.
+        if env is None and host not in installed_hosts():
+            raise ConfigurationError(
+                f"Host {host!r} cannot serve here: {sglang_unusable() or 'SGLang is not installed'}"
+            )
+    if signum not in set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}:
+        raise ConfigurationError(
+            f"Invalid value {signum!r} for signum: no signal a backend can take"
+        )
+    start_timeout = timeout_argument("start_timeout", start_timeout)
+    stop_timeout = timeout_argument("stop_timeout", stop_timeout)
     if hosts is None and "sglang serve" not in chosen:
         warnings.warn(
             f"Serve backend {name!r}: stopping under 'sglang serve' was not checked: "
@@ -103,61 +116,70 @@ def assert_stops_cleanly(
         who = f"Serve backend {name!r} under {host}"
         shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
         lines: list[str] = []
-        # With env None, this process's environment.
-        proc = subprocess.Popen(
-            command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="backslashreplace",
-            start_new_session=True,
-        )
-        stdout = proc.stdout
-        assert stdout is not None
-        reader = threading.Thread(target=lines.extend, args=(stdout,), daemon=True)
-        reader.start()
-        seen: set[psutil.Process] = set()
-        try:
-            deadline = time.monotonic() + (start_timeout if ready else 1.0)
-            while time.monotonic() < deadline and proc.poll() is None:
-                seen.update(tree.descendants(proc.pid))
-                if ready and any(ready in line for line in lines):
-                    break
-                time.sleep(0.05)
-            else:
+        # Orphans (a double fork's) re-parent to this process meanwhile, to be seen.
+        with tree.adopting_orphans():
+            before = set(tree.descendants(os.getpid()))
+            # With env None, this process's environment.
+            proc = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="backslashreplace",
+                start_new_session=True,
+            )
+            stdout = proc.stdout
+            assert stdout is not None
+            reader = threading.Thread(target=lines.extend, args=(stdout,), daemon=True)
+            reader.start()
+            seen: set[psutil.Process] = set()
+            try:
+                deadline = time.monotonic() + (start_timeout if ready else 1.0)
+                while time.monotonic() < deadline and proc.poll() is None:
+                    seen.update(_started(before))
+                    if ready and any(ready in line for line in lines):
+                        # A run() that printed it and returned has not served: let it show.
+                        time.sleep(_SETTLE)
+                        break
+                    time.sleep(0.05)
                 if proc.poll() is not None:
                     raise ContractViolation(
                         f"{who} ended before it was stopped, with status {proc.returncode} "
                         f"({shown}): {_tail(lines)}"
                     )
-                if ready:
+                if ready and not any(ready in line for line in lines):
                     raise ContractViolation(
                         f"{who} did not print {ready!r} within {start_timeout:g} s ({shown}): "
                         + _tail(lines)
                     )
-            seen.update(tree.descendants(proc.pid))
-            processes.send(proc.pid, signum, group=True)
-            try:
-                status = proc.wait(stop_timeout)
-            except subprocess.TimeoutExpired:
-                raise ContractViolation(
-                    f"{who} did not end within {stop_timeout:g} s of {signal_name(signum)}; "
-                    "stop serving on it (see sglang_backends.stop_quietly)"
-                ) from None
-        finally:
-            # On every way out, a failed start included: nothing left running, no pipe open.
-            if proc.poll() is None:
-                processes.send(proc.pid, signal.SIGKILL, group=True)
-                proc.wait()
-            left = tree.kill_left(seen)
-            # Once they are gone, the pipe they shared is at its end; closing it while the
-            # reader still reads would wait for that read.
-            reader.join(5)
-            if not reader.is_alive():
-                stdout.close()
-        if "Traceback (most recent call last)" in "".join(lines):
+                seen.update(_started(before))
+                # What it printed before the signal (a warning's traceback at start) is not how
+                # it stopped.
+                stopped_from = len(lines)
+                processes.send(proc.pid, signum, group=True)
+                try:
+                    status = proc.wait(stop_timeout)
+                except subprocess.TimeoutExpired:
+                    raise ContractViolation(
+                        f"{who} did not end within {stop_timeout:g} s of {signal_name(signum)}; "
+                        "stop serving on it (see sglang_backends.stop_quietly)"
+                    ) from None
+            finally:
+                # On every way out, a failed start included: nothing left running, no pipe open.
+                if proc.poll() is None:
+                    processes.send(proc.pid, signal.SIGKILL, group=True)
+                    proc.wait()
+                # Orphans re-parented to this process (a subreaper meanwhile) are the backend's.
+                seen.update(_started(before))
+                left = tree.kill_left(seen)
+                # Once they are gone, the pipe they shared is at its end; closing it while the
+                # reader still reads would wait for that read.
+                reader.join(5)
+                if not reader.is_alive():
+                    stdout.close()
+        if "Traceback (most recent call last)" in "".join(lines[stopped_from:]):
             problem = f"printed a traceback (status {status})"
         elif status not in (0, 128 + signum, -signum):
             problem = f"ended with status {status}"
@@ -172,6 +194,15 @@ def assert_stops_cleanly(
             + _tail(lines)
         )
     return statuses
+
+
+#: Seconds a backend is watched once it printed its ready text: one that returned has ended.
+_SETTLE = 0.5
+
+
+def _started(before: set[psutil.Process]) -> set[psutil.Process]:
+    """This process's descendants but *before*: the host's, and orphans it adopted."""
+    return set(tree.descendants(os.getpid())) - before
 
 
 def _tail(lines: list[str]) -> str:
