@@ -26,7 +26,7 @@ from typing import Any
 
 from sglang_backends._core.discovery import normalize_distribution
 from sglang_backends._core.names import SERVE_BACKENDS_GROUP
-from sglang_backends.errors import refuse_string
+from sglang_backends.errors import ConfigurationError, refuse_string
 
 
 def write_distribution(
@@ -52,11 +52,21 @@ def write_distribution(
     :param modules: relative file path (``pkg/mod.py``) to source; the source
         is dedented, so triple-quoted blocks can be indented in tests.
     :raises ConfigurationError: *requires*, *entry_points* or *modules* is a string (a
-        ``TypeError`` too); nothing is written.
+        ``TypeError`` too); *name* or *version* holds a line break or a path separator, or
+        a module's path leaves *root*; nothing is written.
     """
     refuse_string(requires, "requires must be a sequence of Requires-Dist lines")
     refuse_string(entry_points, "entry_points must map backend names to module:attr targets")
     refuse_string(modules, "modules must map relative file paths to sources")
+    for label, value in (("name", name), ("version", version)):
+        # A line break would write another METADATA header; a separator, outside root.
+        if re.search(r"[\r\n/\\]", value):
+            raise ConfigurationError(f"{label} {value!r} holds a line break or a path separator")
+    for relative in modules or {}:
+        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+            raise ConfigurationError(
+                f"module path {relative!r} leaves the root: give a relative path without '..'"
+            )
     root = Path(root)
     safe = re.sub(r"[-_.]+", "_", name)
     _uninstall(root, name)
