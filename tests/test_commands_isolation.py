@@ -459,3 +459,30 @@ def test_check_contract_loads_a_backend_built_at_import_after_sglangs_contract(s
     assert checked.returncode == 0, checked.stdout + checked.stderr
     [row] = json.loads(checked.stdout)
     assert (row["Result"], row["SGLang"]) == ("ok", "accepted"), row
+
+
+CHILD_AT_IMPORT = """
+import subprocess
+from sglang_backends import portable_backend
+
+# Started by the import, which outlives a backend's --help under both hosts.
+CHILD = subprocess.Popen(["sleep", "317"])
+
+
+def factory():
+    \"\"\"Starts a process as it is imported.\"\"\"
+    return portable_backend(api_version=1, run=lambda request: print("usage: x"))
+"""
+
+
+def test_check_contract_finds_a_process_started_at_import_as_the_kit_does(site):
+    """check's worker loads the backend within the kit's look at what it starts."""
+    site.install("spawn-rt", entry_points={"spawner": "spawn_plugin:factory"},
+                 modules={"spawn_plugin.py": CHILD_AT_IMPORT})  # fmt: skip
+    checked = run_cli(site, "check", "-f", "json", "--contract", "spawner")
+    assert checked.returncode == 1, checked.stderr
+    detail = rows(checked)["spawner"]["Detail"]
+    assert detail.startswith("Serve backend 'spawner' from spawn-rt: left processes running")
+    found = psutil.process_iter(["cmdline"])
+    sleeping = [p for p in found if p.info["cmdline"] == ["sleep", "317"]]
+    assert sleeping == []

@@ -47,18 +47,13 @@ def _load(job: Job) -> Result:
         # at import is then SGLang's. Should it fail to import, the kit says so below.
         with contextlib.suppress(Exception):
             load_sglang(SGLANG_CONTRACT_MODULE, filtered=False)
-    registered = registry.get(job.name)
-    backend = registered.backend
-    detail = (
-        f"API version {backend.api_version}, "
-        f"{'has a detector' if backend.detect is not None else 'no detector'}, "
-        f"{'requires' if backend.requires_model_path else 'does not require'} a model path"
-    )
     sglang = None
+    kept = ""
     if job.action == "contract":
-        # This package's contract first: SGLang's host is not asked of a breach. Then,
-        # only where SGLang is installed (importing it takes seconds), SGLang's host.
-        # Each step first sets what the SGLang column says should the check fail.
+        # This package's contract first, the kit loading the backend itself (what its
+        # import starts is then seen): SGLang's host is not asked of a breach. Then, only
+        # where SGLang is installed (importing it takes seconds), SGLang's host. Each step
+        # first sets what the SGLang column says should the check fail.
         sglang = "not checked: contract broken"
         try:
             report = assert_backend_contract(
@@ -69,15 +64,23 @@ def _load(job: Job) -> Result:
                 assert_sglang_accepts(job.name, timeout=job.contract_timeout)
         except ContractViolation as exc:
             # A breach of the backend's own names its distribution already.
-            provider = registered.distribution or "an unknown distribution"
+            plugin = registry.inventory.by_name(job.name)
+            provider = (plugin and plugin.distribution) or "an unknown distribution"
             error = str(exc) if exc.distribution else f"{exc} (provided by {provider})"
             return Result(error=error, sglang=sglang)
         sglang = "accepted" if sglang_host else "not checked: SGLang is not installed"
-        detail += (
+        kept = (
             f"; contract kept (--help in {report.help_seconds:.2f} s, "
             f"{len(report.detections)} detector requests answered)"
         )
-    return Result(seconds=time.perf_counter() - started, detail=detail, sglang=sglang)
+    # Loaded once: the contract's check loaded it already.
+    backend = registry.get(job.name).backend
+    detail = (
+        f"API version {backend.api_version}, "
+        f"{'has a detector' if backend.detect is not None else 'no detector'}, "
+        f"{'requires' if backend.requires_model_path else 'does not require'} a model path"
+    )
+    return Result(seconds=time.perf_counter() - started, detail=detail + kept, sglang=sglang)
 
 
 def _explain(job: Job) -> Result:
