@@ -67,8 +67,9 @@ def test_a_full_disk_is_one_line_saying_so_and_status_1(accented, args):
     with open("/dev/full", "wb") as full:
         result = _run(accented, args, stdout=full)
     assert result.returncode == 1
-    [line] = result.stderr.decode().splitlines()
-    assert line.endswith("Cannot write the output: No space left on device")
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].endswith("Cannot write the output: No space left on device")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

@@ -150,12 +150,7 @@ def run_command(prog: str, step: Callable[[], int]) -> int:
         status = step()
         sys.stdout.flush()
     except OSError as exc:
-        # Stdout pointed at the null device: what is still buffered goes nowhere.
-        # No file descriptor behind stdout.
-        with contextlib.suppress(OSError, ValueError):
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, sys.stdout.fileno())
-            os.close(null)
+        _drop_output()
         if isinstance(exc, BrokenPipeError):
             return EXIT_BROKEN_PIPE
         error(prog, _unwritable(exc))
@@ -205,7 +200,19 @@ def writing_output() -> Iterator[None]:
     except BrokenPipeError:
         raise
     except OSError as exc:
+        # Said once: the command's end must not fail to flush it again.
+        _drop_output()
         raise OSError(_unwritable(exc)) from exc
+
+
+def _drop_output() -> None:
+    """Point stdout at the null device: what is still buffered goes nowhere, so that no
+    later flush (the command's end, the interpreter's exit) fails again."""
+    # No file descriptor behind stdout.
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _unwritable(exc: OSError) -> str:
