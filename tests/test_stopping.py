@@ -279,6 +279,14 @@ def warned(request):
     with stop_quietly():
         time.sleep(100)
 
+def unended(request):
+    print("loading 50%\\rready now", end="", flush=True)
+    with stop_quietly():
+        time.sleep(100)
+
+def partial():
+    return portable_backend(api_version=1, run=unended, requires_model_path=False)
+
 def escaping():
     return portable_backend(api_version=1, run=run, requires_model_path=False)
 
@@ -294,7 +302,7 @@ def noisy():
 def odd_env(site, hosts_env):
     site.install(
         "odd-runtime",
-        entry_points={n: f"odd_plugin:{n}" for n in ("escaping", "done", "noisy")},
+        entry_points={n: f"odd_plugin:{n}" for n in ("escaping", "done", "noisy", "partial")},
         modules={"odd_plugin.py": ESCAPING},
     )
     return clean_environ(site.environ())
@@ -323,6 +331,15 @@ def test_a_run_that_returns_after_its_ready_text_has_not_served(odd_env, host):
 def test_a_traceback_logged_before_the_signal_is_not_how_it_stopped(odd_env):
     statuses = assert_stops_cleanly("noisy", [], ready="serving", env=odd_env, hosts=BOTH)
     assert statuses == dict.fromkeys(BOTH, 130)
+
+
+def test_a_ready_text_without_its_newline_is_seen_as_soon_as_printed(odd_env):
+    started = time.monotonic()
+    statuses = assert_stops_cleanly(
+        "partial", [], ready="ready now", start_timeout=20, env=odd_env, hosts=BOTH
+    )
+    assert statuses == dict.fromkeys(BOTH, 130)
+    assert time.monotonic() - started < 20
 
 
 @pytest.mark.parametrize(

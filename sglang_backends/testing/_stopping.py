@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -115,7 +116,8 @@ def assert_stops_cleanly(
             command = [sys.executable, *HOSTS[host], "--model-type", name, *argv]
         who = f"Serve backend {name!r} under {host}"
         shown = f"{host} --model-type {name} {' '.join(argv)}".rstrip()
-        lines: list[str] = []
+        # Chunks as they come, not lines: a ready text without its newline is printed too.
+        chunks: list[bytes] = []
         # Orphans (a double fork's) re-parent to this process meanwhile, to be seen.
         with tree.adopting_orphans():
             before = set(tree.descendants(os.getpid()))
@@ -126,30 +128,29 @@ def assert_stops_cleanly(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                text=True,
-                errors="backslashreplace",
                 start_new_session=True,
             )
             stdout = proc.stdout
             assert stdout is not None
-            reader = threading.Thread(target=lines.extend, args=(stdout,), daemon=True)
+            reader = threading.Thread(target=_read, args=(stdout, chunks), daemon=True)
             reader.start()
             seen: set[psutil.Process] = set()
             try:
                 deadline = time.monotonic() + (start_timeout if ready else 1.0)
                 while time.monotonic() < deadline and proc.poll() is None:
                     seen.update(_started(before))
-                    if ready and any(ready in line for line in lines):
+                    if ready and ready in _text(chunks):
                         # A run() that printed it and returned has not served: let it show.
                         time.sleep(_SETTLE)
                         break
                     time.sleep(0.05)
+                lines = _text(chunks).splitlines(keepends=True)
                 if proc.poll() is not None:
                     raise ContractViolation(
                         f"{who} ended before it was stopped, with status {proc.returncode} "
                         f"({shown}): {_tail(lines)}"
                     )
-                if ready and not any(ready in line for line in lines):
+                if ready and ready not in "".join(lines):
                     raise ContractViolation(
                         f"{who} did not print {ready!r} within {start_timeout:g} s ({shown}): "
                         + _tail(lines)
@@ -157,7 +158,7 @@ def assert_stops_cleanly(
                 seen.update(_started(before))
                 # What it printed before the signal (a warning's traceback at start) is not how
                 # it stopped.
-                stopped_from = len(lines)
+                stopped_from = len(chunks)
                 processes.send(proc.pid, signum, group=True)
                 try:
                     status = proc.wait(stop_timeout)
@@ -179,7 +180,8 @@ def assert_stops_cleanly(
                 reader.join(5)
                 if not reader.is_alive():
                     stdout.close()
-        if "Traceback (most recent call last)" in "".join(lines[stopped_from:]):
+        lines = _text(chunks).splitlines(keepends=True)
+        if "Traceback (most recent call last)" in _text(chunks[stopped_from:]):
             problem = f"printed a traceback (status {status})"
         elif status not in (0, 128 + signum, -signum):
             problem = f"ended with status {status}"
@@ -203,6 +205,17 @@ _SETTLE = 0.5
 def _started(before: set[psutil.Process]) -> set[psutil.Process]:
     """This process's descendants but *before*: the host's, and orphans it adopted."""
     return set(tree.descendants(os.getpid())) - before
+
+
+def _read(stdout: IO[bytes], chunks: list[bytes]) -> None:
+    """Add what *stdout* gives to *chunks* as soon as it comes, until its end."""
+    while chunk := stdout.read1(65536):  # type: ignore[attr-defined]
+        chunks.append(chunk)
+
+
+def _text(chunks: list[bytes]) -> str:
+    """The output in *chunks*, decoded (a byte that is not UTF-8 escaped)."""
+    return b"".join(chunks).decode(errors="backslashreplace")
 
 
 def _tail(lines: list[str]) -> str:
