@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
-from clitools import run_cli
+from clitools import clean_environ, run_cli
 from conftest import backend_module
 from servetools import run_serve
 
@@ -406,3 +408,17 @@ def test_a_copy_by_its_directory_name_alone_is_shown_with_the_name_it_has(site):
     shown = json.loads(run_cli(site, "show", "vlm", "-f", "json").stdout)
     hidden = ({"vlm-fast", "vlm-ref"} - {shown["Distribution"]}).pop()
     assert shown["Shadowed copies"] == f"1.0 at {site.path} (its METADATA names {hidden})"
+
+
+def test_a_directory_on_the_path_twice_holds_one_copy_not_two(site):
+    """The working directory and its name in PYTHONPATH: the same files, no shadowed copy."""
+    site.install("omni-runtime", entry_points={"omni": "omni_plugin:factory"},
+                 modules={"omni_plugin.py": WELL})  # fmt: skip
+    # python -m puts the working directory first on the path, and PYTHONPATH names it too.
+    command = [sys.executable, "-m", "sglang_backends", "show", "omni", "-f", "json"]
+    env = clean_environ(site.environ())
+    shown = subprocess.run(
+        command, cwd=site.path, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(shown.stdout)["Shadowed copies"] == ""
+    assert "more than once" not in shown.stderr

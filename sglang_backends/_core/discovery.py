@@ -233,8 +233,25 @@ def distributions() -> list[InstalledDistribution]:
     """
     found: dict[str | int, list[Distribution]] = {}
     for dist in importlib.metadata.distributions():
-        found.setdefault(_key(dist), []).append(dist)
+        copies = found.setdefault(_key(dist), [])
+        # One directory reached through two entries of sys.path (the working directory,
+        # and its name in PYTHONPATH) is one copy; only a name seen again is looked at.
+        if not copies or not _same_directory(dist, copies):
+            copies.append(dist)
     return [InstalledDistribution(first, tuple(shadowed)) for first, *shadowed in found.values()]
+
+
+def _same_directory(dist: Distribution, copies: list[Distribution]) -> bool:
+    """Whether *dist*'s metadata directory is one of *copies*', reached by another path."""
+    where = _metadata_path(dist)
+    if where is None:
+        return False
+    real = os.path.realpath(str(where))
+    return any(
+        os.path.realpath(str(other)) == real
+        for other in map(_metadata_path, copies)
+        if other is not None
+    )
 
 
 @functools.cache
