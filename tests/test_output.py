@@ -126,10 +126,11 @@ def test_a_closed_standard_output_is_the_null_device_not_a_traceback(accented, a
 
 @pytest.mark.parametrize("where", ["missing/dir/serve.log", "."])
 def test_a_log_file_that_cannot_be_opened_is_named_as_the_log_file(accented, tmp_path, where):
-    """cliff's line was the errno alone: ``[Errno 21] Is a directory: '.'``."""
+    """A usage slip, status 2: cliff's line was the errno alone, ``[Errno 21] Is a directory:
+    '.'``, status 1."""
     path = tmp_path / where
     result = _run(accented, ["--log-file", str(path), "list"], stdout=subprocess.PIPE)
-    assert result.returncode == 1
+    assert result.returncode == 2
     [line] = result.stderr.decode().splitlines()
     assert line.startswith(f"Cannot open the log file {path}: ")
     assert b"Errno" not in result.stderr

@@ -226,9 +226,9 @@ class OperatorApp(App):
         try:
             super().configure_logging()
         except OSError as exc:
-            # cliff's line is the errno alone.
-            where = self.options.log_file
-            raise OSError(f"Cannot open the log file {where}: {exc.strerror or exc}") from exc
+            # A usage slip, as argparse's are; cliff's line was the errno alone, status 1.
+            console.say(f"Cannot open the log file {self.options.log_file}: {exc.strerror or exc}")
+            raise SystemExit(console.EXIT_USAGE) from exc
         levels = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}
         level = levels.get(self.options.verbose_level, logging.DEBUG)
         root = logging.getLogger()
