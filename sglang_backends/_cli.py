@@ -45,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if helped or {*others} & {*HELP_FLAGS}:
             served.append("--help")
         elif others:
-            return _not_serves(others[0])
+            error(PROG, misplaced(others[0], "serve"))
+            return EXIT_USAGE
         from sglang_backends._serve.main import main as serve_main
 
         return run_command(PROG, lambda: serve_main(served))
@@ -55,11 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(OperatorApp.NAME, lambda: OperatorApp().run(args))
 
 
-def _not_serves(option: str) -> int:
-    """Refuse an operator commands' option given before ``serve``, which would not apply."""
-    error(
-        PROG,
-        f"{option} is not an option of serve; before serve, only --debug, --config-file "
-        "and --config-dir are taken",
+def misplaced(option: str, command: str | None) -> str:
+    """Why *option*, given before the command name *command* (``None``: no command is
+    named), is refused there, in one line: the one wording of this slip."""
+    if command == "serve":
+        return (
+            f"{option} is not an option of serve; before serve, only --debug, --config-file "
+            "and --config-dir are taken"
+        )
+    if command is None:
+        return f"{option} is not an option of sglang-backends; see sglang-backends --help"
+    return (
+        f"{option} is not an option of sglang-backends; a command's own options go after "
+        f"its name: sglang-backends {command} {option} ..."
     )
-    return EXIT_USAGE

@@ -596,6 +596,17 @@ def test_a_command_option_before_the_command_name_is_said_to_go_after_it(
     ]
 
 
+@pytest.mark.parametrize("argv", [["--enable", "omni"], ["-f", "json"]])
+def test_a_command_option_before_serve_and_its_value_is_refused_as_before_serve(omni, argv):
+    """Worded as ``-v serve`` is: after serve it would be the backend's, not serve's."""
+    result = run_cli(omni, *argv, "serve", "/models/x")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"{argv[0]} is not an option of serve; before serve, only --debug, --config-file "
+        "and --config-dir are taken"
+    ]
+
+
 def test_help_for_no_such_command_is_one_line_and_a_usage_slip(omni):
     """As ``sglang-backends nosuch`` is: status 2, not cliff's list repr and status 1."""
     result = run_cli(omni, "help", "nosuch")

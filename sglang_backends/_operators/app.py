@@ -16,6 +16,7 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
+from sglang_backends._cli import misplaced
 from sglang_backends._core import console
 from sglang_backends._operators.commands.base import SafeCommand, add_config_options, option_spans
 from sglang_backends._serve.argv import CONFIG_FLAGS
@@ -110,12 +111,7 @@ class _Commands(CommandManager):
         if not word.startswith("-"):
             return f"Unknown command {' '.join(argv)!r}"
         command = next((token for token in argv if token in self.commands), None)
-        if command is None:
-            return f"{word} is not an option of sglang-backends; see sglang-backends --help"
-        return (
-            f"{word} is not an option of sglang-backends; a command's own options go after "
-            f"its name: sglang-backends {command} {word} ..."
-        )
+        return misplaced(word, command)
 
 
 class Help(SafeCommand, HelpCommand):
