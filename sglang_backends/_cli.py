@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from sglang_backends._core.console import EXIT_USAGE, error, run_command
 from sglang_backends._core.names import HELP_FLAGS, PROG
 from sglang_backends._serve.argv import CONFIG_FLAGS, DEBUG
+from sglang_backends.errors import option_before_command
 
 #: Options before a command name that take a value: serve's (kept for it), then cliff's.
 _VALUED = (*CONFIG_FLAGS, "--log-file")
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if helped or {*others} & {*HELP_FLAGS}:
             served.append("--help")
         elif others:
-            error(PROG, misplaced(others[0], "serve"))
+            error(PROG, option_before_command(others[0], "serve"))
             return EXIT_USAGE
         from sglang_backends._serve.main import main as serve_main
 
@@ -54,19 +55,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # cliff words a failed write itself; what it left buffered is flushed as it ends, not at exit.
     return run_command(OperatorApp.NAME, lambda: OperatorApp().run(args))
-
-
-def misplaced(option: str, command: str | None) -> str:
-    """Why *option*, given before the command name *command* (``None``: no command is
-    named), is refused there, in one line: the one wording of this slip."""
-    if command == "serve":
-        return (
-            f"{option} is not an option of serve; before serve, only --debug, --config-file "
-            "and --config-dir are taken"
-        )
-    if command is None:
-        return f"{option} is not an option of sglang-backends; see sglang-backends --help"
-    return (
-        f"{option} is not an option of sglang-backends; a command's own options go after "
-        f"its name: sglang-backends {command} {option} ..."
-    )

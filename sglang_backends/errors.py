@@ -9,7 +9,8 @@ package exports as they are; :func:`describe`, :func:`describe_typed`,
 :func:`describe_raised`, :func:`did_you_mean`, :func:`meant` and :func:`closest`,
 the one wording of a cause, :func:`set_in_configuration`, of a configured name,
 :func:`refuse_string`, of a string given for a collection, :func:`shortened`, of
-plugin code's long text, and
+plugin code's long text, :func:`option_before_command`, of an option given before a
+command name, and
 :func:`backend_named`, :func:`load_failed` and :func:`naming_lead`, of the backend
 concerned, are internal.
 """
@@ -214,6 +215,22 @@ def describe_raised(exc: BaseException, raiser: str) -> str:
     if isinstance(exc, Exception):
         return describe(exc)
     return f"{raiser} raised {describe_typed(exc)}"
+
+
+def option_before_command(option: str, command: str | None) -> str:
+    """Why *option*, given before the command name *command* (``None``: no command is
+    named), is refused there, in one line: the one wording of this slip."""
+    if command == "serve":
+        return (
+            f"{option} is not an option of serve; before serve, only --debug, --config-file "
+            "and --config-dir are taken"
+        )
+    if command is None:
+        return f"{option} is not an option of sglang-backends; see sglang-backends --help"
+    return (
+        f"{option} is not an option of sglang-backends; a command's own options go after "
+        f"its name: sglang-backends {command} {option} ..."
+    )
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

@@ -16,10 +16,10 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 from cliff.help import HelpCommand
 
-from sglang_backends._cli import misplaced
 from sglang_backends._core import console
 from sglang_backends._operators.commands.base import SafeCommand, add_config_options, option_spans
 from sglang_backends._serve.argv import CONFIG_FLAGS
+from sglang_backends.errors import option_before_command
 
 
 class _GlobalOptions(argparse.ArgumentParser):
@@ -111,7 +111,7 @@ class _Commands(CommandManager):
         if not word.startswith("-"):
             return f"Unknown command {' '.join(argv)!r}"
         command = next((token for token in argv if token in self.commands), None)
-        return misplaced(word, command)
+        return option_before_command(word, command)
 
 
 class Help(SafeCommand, HelpCommand):
